@@ -1,0 +1,1 @@
+"""Files -> chunks -> vectors -> a crash-safe local index."""

@@ -1,0 +1,335 @@
+"""One file -> one LoadedDocument: normalised text split into titled, paged sections.
+
+Every failure a user's file can cause leaves as an UnprocessableDocumentError
+subclass with a human message; nothing from pypdf or the codecs escapes.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import re
+import unicodedata
+from dataclasses import dataclass
+from functools import cached_property
+from html.parser import HTMLParser
+from pathlib import Path
+
+from rag.errors import UnprocessableDocumentError
+
+SUPPORTED_SUFFIXES = frozenset({".pdf", ".txt", ".md", ".markdown", ".html", ".htm"})
+_KINDS = {".pdf": "pdf", ".txt": "txt", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html"}
+
+
+class UnsupportedFileType(UnprocessableDocumentError):
+    error_type = "unsupported_file_type"
+
+
+class EncryptedDocument(UnprocessableDocumentError):
+    error_type = "encrypted_document"
+
+
+class NoExtractableText(UnprocessableDocumentError):
+    error_type = "no_text"
+
+
+class BrokenDocument(UnprocessableDocumentError):
+    error_type = "broken_document"
+
+
+@dataclass(frozen=True)
+class Section:
+    text: str
+    page: int | None
+    title: str | None
+    start: int  # offset of `text` inside LoadedDocument.text
+
+
+@dataclass(frozen=True)
+class LoadedDocument:
+    path: Path
+    kind: str
+    title: str
+    sections: tuple[Section, ...]
+    pages: int | None
+
+    @cached_property
+    def text(self) -> str:
+        return _SECTION_SEP.join(s.text for s in self.sections)
+
+
+_SECTION_SEP = "\n\n"
+_MAX_TITLE = 200
+# C0/C1 controls except tab and newline, plus soft hyphen and zero-width marks.
+_CONTROL_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u200b-\u200d\u2060\ufeff]")
+_HSPACE_RE = re.compile(r"[^\S\n]+")
+_BLANK_LINES_RE = re.compile(r"\n\s*\n")
+_HYPHEN_BREAK_RE = re.compile(r"([^\W\d_])-\n(\w)")
+_MD_HEADING_RE = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
+_MD_FENCE_RE = re.compile(r"^ {0,3}(```|~~~)")
+_JUNK_TITLE_RE = re.compile(
+    r"^(untitled|microsoft (word|powerpoint|excel) - .*|.*\.(docx?|pdf|tex|dvi|ps|rtf|odt|pptx?|xlsx?|txt|html?))$",
+    re.IGNORECASE,
+)
+
+
+def load_document(path: Path, data: bytes | None = None) -> LoadedDocument:
+    path = Path(path)
+    suffix = path.suffix.lower()
+    kind = _KINDS.get(suffix)
+    if kind is None:
+        raise UnsupportedFileType(f"unsupported file type '{suffix or path.name}'")
+    try:
+        if data is None:
+            data = path.read_bytes()
+        if kind == "pdf":
+            return _load_pdf(path, data)
+        text = _decode(data, sniff_html=kind == "html")
+        if kind == "txt":
+            return _finish(path, kind, [(None, None, _clean_plain(text))], pages=None, title=None)
+        if kind == "md":
+            return _load_markdown(path, text)
+        return _load_html(path, text)
+    except UnprocessableDocumentError:
+        raise
+    except OSError as exc:
+        raise BrokenDocument(f"cannot read file: {exc.strerror or exc}") from exc
+    except Exception as exc:  # any parser bug or oddity is the document's fault, never a 500
+        raise BrokenDocument(f"broken {kind.upper()}: {_describe(exc)}") from exc
+
+
+def normalize_pdf_text(s: str) -> str:
+    """NFKC, drop controls, undo end-of-line hyphenation, one line per paragraph."""
+    s = unicodedata.normalize("NFKC", s).replace("\r\n", "\n").replace("\r", "\n").replace("\f", "\n\n")
+    s = _CONTROL_RE.sub("", s)
+    s = "\n".join(line.strip() for line in _HSPACE_RE.sub(" ", s).split("\n"))
+    # Only join when the continuation is lowercase: "Jean-\nPaul" keeps its hyphen.
+    s = _HYPHEN_BREAK_RE.sub(lambda m: m.group(1) + m.group(2) if m.group(2).islower() else m.group(0), s)
+    paragraphs = (" ".join(p.split("\n")).strip() for p in _BLANK_LINES_RE.split(s))
+    return "\n\n".join(p for p in paragraphs if p)
+
+
+def _load_pdf(path: Path, data: bytes) -> LoadedDocument:
+    from pypdf import PdfReader
+    from pypdf.errors import FileNotDecryptedError
+
+    if not data:
+        raise BrokenDocument("broken PDF: empty file")
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted:
+            try:
+                decrypted = reader.decrypt("")
+            except Exception as exc:  # e.g. AES without the optional crypto dependency
+                raise EncryptedDocument(f"encrypted PDF: cannot decrypt ({_describe(exc)})") from exc
+            if not decrypted:
+                raise EncryptedDocument("encrypted PDF: needs a password")
+        pages = reader.pages
+        page_count = len(pages)
+    except FileNotDecryptedError as exc:
+        raise EncryptedDocument("encrypted PDF: needs a password") from exc
+    except UnprocessableDocumentError:
+        raise
+    except Exception as exc:
+        raise BrokenDocument(f"broken PDF: {_describe(exc)}") from exc
+    if page_count == 0:
+        raise NoExtractableText("no extractable text (PDF has no pages)")
+
+    parts: list[tuple[int | None, str | None, str]] = []
+    first_raw = ""
+    failures: list[str] = []
+    for number in range(1, page_count + 1):
+        try:
+            raw = pages[number - 1].extract_text() or ""
+        except Exception as exc:  # one bad page should not sink the document
+            failures.append(_describe(exc))
+            continue
+        text = normalize_pdf_text(raw)
+        if text:
+            first_raw = first_raw or raw
+            parts.append((number, None, text))
+    if not parts and len(failures) == page_count:
+        raise BrokenDocument(f"broken PDF: text extraction failed on every page ({failures[0]})")
+    if not parts:
+        raise NoExtractableText("no extractable text (scanned or image-only PDF?)")
+    title = _pdf_meta_title(reader) or _first_short_line(unicodedata.normalize("NFKC", first_raw))
+    return _finish(path, "pdf", parts, pages=page_count, title=title)
+
+
+def _pdf_meta_title(reader) -> str | None:
+    try:
+        meta = reader.metadata
+        raw = meta.title if meta is not None else None
+        if not isinstance(raw, str):
+            return None
+    except Exception:  # metadata is often the broken part of a PDF
+        return None
+    title = " ".join(_CONTROL_RE.sub("", unicodedata.normalize("NFKC", raw)).split())
+    if not title or len(title) > _MAX_TITLE or not title.isprintable() or _JUNK_TITLE_RE.match(title):
+        return None
+    return title
+
+
+def _load_markdown(path: Path, text: str) -> LoadedDocument:
+    parts: list[tuple[int | None, str | None, str]] = []
+    title: str | None = None
+    lines: list[str] = []
+    in_fence = False
+    for line in _clean_plain(text).split("\n"):
+        if _MD_FENCE_RE.match(line):
+            in_fence = not in_fence
+        heading = None if in_fence else _MD_HEADING_RE.match(line)
+        if heading is None:
+            lines.append(line)
+            continue
+        parts.append((None, title, "\n".join(lines)))
+        title = (heading.group(2) or "").strip() or None
+        lines = []
+    parts.append((None, title, "\n".join(lines)))
+    first_heading = next((t for _, t, _ in parts if t), None)
+    return _finish(path, "md", parts, pages=None, title=first_heading)
+
+
+class _HtmlText(HTMLParser):
+    """Visible text, split into sections at h1-h6; block elements become paragraph breaks."""
+
+    _SKIP = frozenset({"script", "style", "head", "noscript", "template", "svg"})
+    _BLOCK = frozenset({
+        "p", "div", "li", "br", "tr", "ul", "ol", "dl", "dt", "dd", "table", "thead", "tbody", "blockquote",
+        "pre", "hr", "section", "article", "header", "footer", "nav", "aside", "main", "figure",
+        "figcaption", "form", "fieldset", "address", "details", "summary", "caption",
+    })
+    _HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.sections: list[tuple[str | None, list[str]]] = [(None, [])]
+        self.html_title: str | None = None
+        self._skip: list[str] = []
+        self._buf: list[str] = []
+        self._heading: list[str] | None = None
+        self._title_buf: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag == "title" and self.html_title is None and "svg" not in self._skip:
+            self._title_buf = []
+        elif tag == "body" and "head" in self._skip:  # an unclosed <head> ends where <body> starts
+            del self._skip[self._skip.index("head"):]
+        elif tag in self._SKIP:
+            self._skip.append(tag)
+        elif not self._skip and tag in self._HEADINGS:
+            self._flush()
+            self._heading = []
+        elif tag in self._BLOCK:
+            self._flush()
+
+    def handle_startendtag(self, tag: str, attrs: list) -> None:
+        if tag in self._BLOCK or tag in self._HEADINGS:  # <br/>, <hr/>; never opens a skipped region
+            self._flush()
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title" and self._title_buf is not None:
+            self.html_title = " ".join("".join(self._title_buf).split()) or self.html_title
+            self._title_buf = None
+        elif tag in self._skip:
+            del self._skip[len(self._skip) - 1 - self._skip[::-1].index(tag):]
+        elif tag in self._HEADINGS and self._heading is not None:
+            title = " ".join("".join(self._heading).split()) or None
+            self._heading = None
+            self.sections.append((title, []))
+        elif tag in self._BLOCK:
+            self._flush()
+
+    def handle_data(self, data: str) -> None:
+        if self._title_buf is not None:
+            self._title_buf.append(data)
+        elif self._skip:
+            return
+        elif self._heading is not None:
+            self._heading.append(data)
+        else:
+            self._buf.append(data)
+
+    def _flush(self) -> None:
+        paragraph = " ".join("".join(self._buf).split())
+        self._buf = []
+        if paragraph:
+            self.sections[-1][1].append(paragraph)
+
+    def close(self) -> None:
+        super().close()
+        if self._heading is not None:  # unclosed heading at EOF
+            self.sections.append((" ".join("".join(self._heading).split()) or None, []))
+            self._heading = None
+        self._flush()
+
+
+def _load_html(path: Path, text: str) -> LoadedDocument:
+    parser = _HtmlText()
+    parser.feed(text)
+    parser.close()
+    parts = [(None, title, "\n\n".join(paras)) for title, paras in parser.sections]
+    first_heading = next((t for t, _ in parser.sections if t), None)
+    return _finish(path, "html", parts, pages=None, title=parser.html_title or first_heading)
+
+
+def _finish(
+    path: Path, kind: str, parts: list[tuple[int | None, str | None, str]], pages: int | None, title: str | None
+) -> LoadedDocument:
+    sections: list[Section] = []
+    offset = 0
+    for page, section_title, text in parts:
+        text = _CONTROL_RE.sub("", text).strip()
+        if not text:
+            continue
+        sections.append(Section(text=text, page=page, title=section_title, start=offset))
+        offset += len(text) + len(_SECTION_SEP)
+    if not sections:
+        raise NoExtractableText("no extractable text (empty document)")
+    title = _sane_title(title) or _first_short_line(sections[0].text) or path.stem
+    return LoadedDocument(path=path, kind=kind, title=title, sections=tuple(sections), pages=pages)
+
+
+def _decode(data: bytes, sniff_html: bool = False) -> str:
+    if data.startswith(codecs.BOM_UTF8):
+        return data[len(codecs.BOM_UTF8):].decode("utf-8", errors="replace")
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data.decode("utf-16", errors="replace")
+    if b"\x00" in data[:4096]:
+        raise BrokenDocument("binary data in a text file")
+    encodings = ["utf-8", "cp1252"]
+    if sniff_html:
+        declared = re.search(rb"""<meta[^>]+charset\s*=\s*["']?([\w.:-]+)""", data[:4096], re.IGNORECASE)
+        if declared:
+            encodings.insert(0, declared.group(1).decode("ascii"))
+    for encoding in encodings:
+        try:
+            return data.decode(encoding)
+        except (UnicodeDecodeError, LookupError):
+            continue
+    return data.decode("latin-1")  # total: every byte maps to a character
+
+
+def _clean_plain(text: str) -> str:
+    text = _CONTROL_RE.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+    text = "\n".join(line.rstrip() for line in text.split("\n"))
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def _sane_title(title: str | None) -> str | None:
+    if not title:
+        return None
+    title = " ".join(title.split())
+    return title[:_MAX_TITLE] if title else None
+
+
+def _first_short_line(text: str, limit: int = 120) -> str | None:
+    for line in text.split("\n"):
+        line = " ".join(line.split())
+        if line:
+            return line if len(line) <= limit else None
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc).strip() or type(exc).__name__

@@ -1,0 +1,394 @@
+"""The index store: ``indexes/<name>/`` = SQLite (documents, chunks, FTS5 for BM25) + FAISS vectors.
+
+Commit protocol (crash-safe, one writer, many readers):
+
+* A writer holds SQLite's write lock (``BEGIN IMMEDIATE``) for its whole run, so a
+  second writer fails clearly instead of interleaving; readers (WAL mode) keep
+  seeing the last committed state meanwhile.
+* Vectors for generation N+1 are written to ``vectors-<N+1>.faiss`` (temp file,
+  fsync, rename) *before* the SQLite transaction that records ``generation = N+1``
+  commits. A crash at any point leaves ``generation = N`` and its file intact;
+  an orphaned newer file is overwritten by the next run.
+* Readers compare the committed generation on each search and reload vectors
+  when it moved, so a running server picks up new commits without restart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from rag.errors import (
+    BadRequestError,
+    DocumentNotFoundError,
+    EmbedderMismatchError,
+    IndexLockedError,
+    IndexNotFoundError,
+)
+
+DB_NAME = "store.sqlite"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    id TEXT PRIMARY KEY, path TEXT NOT NULL UNIQUE, title TEXT NOT NULL, kind TEXT NOT NULL,
+    sha256 TEXT NOT NULL, pages INTEGER, bytes INTEGER NOT NULL, chunks INTEGER NOT NULL,
+    ingested_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, doc_id TEXT NOT NULL REFERENCES documents(id),
+    ordinal INTEGER NOT NULL, text TEXT NOT NULL, page INTEGER, section TEXT,
+    start INTEGER NOT NULL, "end" INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc_id);
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
+    text, content='chunks', content_rowid='id', tokenize='porter unicode61');
+"""
+INDEX_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# Frequent words only slow the OR query down; BM25's idf would weigh them ~0 anyway.
+STOPWORDS = frozenset(
+    "a an and are as at be by did do does for from had has have how in is it its of on or that the "
+    "their there these this to was were what when where which who whom whose why will with".split()
+)
+
+
+@dataclass(frozen=True)
+class DocumentRecord:
+    id: str
+    path: str
+    title: str
+    kind: str
+    sha256: str
+    pages: int | None
+    bytes: int
+    chunks: int
+    ingested_at: str
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    id: int
+    doc_id: str
+    ordinal: int
+    text: str
+    page: int | None
+    section: str | None
+    start: int
+    end: int
+    title: str
+    path: str
+
+
+@dataclass(frozen=True)
+class NewChunk:
+    text: str
+    ordinal: int
+    page: int | None
+    section: str | None
+    start: int
+    end: int
+
+
+def validate_index_name(name: str) -> str:
+    if not INDEX_NAME_RE.match(name or ""):
+        raise BadRequestError(f"invalid index name {name!r}: use letters, digits, '.', '_' or '-' (max 64)")
+    return name
+
+
+def normalise_path(path: Path) -> str:
+    return os.path.normcase(str(Path(path).resolve()))
+
+
+def document_id(path: Path) -> str:
+    return hashlib.sha256(normalise_path(path).encode("utf-8")).hexdigest()[:16]
+
+
+def fts_query(text: str) -> str | None:
+    """An FTS5 OR-query of the distinct content words of ``text`` (None if there are none)."""
+    words = [w for w in re.findall(r"\w+", text.lower()) if w not in STOPWORDS and len(w) > 1]
+    unique = list(dict.fromkeys(words))
+    return " OR ".join(f'"{w}"' for w in unique) if unique else None
+
+
+def _connect(db_path: Path, timeout_s: float = 30.0) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(db_path), timeout=timeout_s, isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
+def _fsync_replace(tmp: Path, final: Path) -> None:
+    with tmp.open("rb+") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, final)
+
+
+def _vectors_file(root: Path, generation: int) -> Path:
+    return root / f"vectors-{generation}.faiss"
+
+
+def _new_faiss(dimension: int):
+    import faiss
+
+    return faiss.IndexIDMap2(faiss.IndexFlatIP(dimension))
+
+
+def _load_faiss(root: Path, generation: int, dimension: int):
+    import faiss
+
+    if generation == 0:
+        return _new_faiss(dimension)
+    return faiss.read_index(str(_vectors_file(root, generation)))
+
+
+def _document(row: sqlite3.Row) -> DocumentRecord:
+    return DocumentRecord(**{k: row[k] for k in row.keys()})
+
+
+class IndexWriter:
+    """One ingest run: everything it does becomes visible at ``commit()`` or not at all."""
+
+    def __init__(self, root: Path, embedder_identity: str, dimension: int, lock_timeout_s: float = 5.0) -> None:
+        validate_index_name(root.name)
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self._conn = _connect(root / DB_NAME, timeout_s=lock_timeout_s)
+        self._conn.executescript(SCHEMA)
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            self._conn.close()
+            raise IndexLockedError(
+                f"index {root.name!r} is being written by another process (an ingest is running); "
+                "try again when it finishes") from exc
+        meta = dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
+        if "embedder" in meta and (meta["embedder"] != embedder_identity or int(meta["dimension"]) != dimension):
+            self._conn.execute("ROLLBACK")
+            self._conn.close()
+            raise EmbedderMismatchError(
+                f"index {root.name!r} was built with embedder {meta['embedder']} but the configured embedder is "
+                f"{embedder_identity}; use the same embedder or ingest into a new index")
+        self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('embedder', ?), ('dimension', ?), "
+                           "('created_at', ?), ('generation', '0')",
+                           (embedder_identity, str(dimension), time.strftime("%Y-%m-%dT%H:%M:%S")))
+        self.generation = int(meta.get("generation", 0))
+        self.dimension = dimension
+        self._index = _load_faiss(root, self.generation, dimension)
+        self._closed = False
+
+    @classmethod
+    def existing(cls, root: Path, lock_timeout_s: float = 5.0) -> "IndexWriter":
+        """A writer on an index that must exist already, keeping its embedder (for deletes)."""
+        reader = IndexReader(root)
+        info = reader.info()
+        reader.close()
+        return cls(root, info.embedder, info.dimension, lock_timeout_s)
+
+    def __enter__(self) -> "IndexWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if not self._closed:
+            self.rollback()
+
+    def document(self, doc_id: str) -> DocumentRecord | None:
+        row = self._conn.execute("SELECT * FROM documents WHERE id = ?", (doc_id,)).fetchone()
+        return _document(row) if row else None
+
+    def find_document(self, id_or_path: str) -> DocumentRecord:
+        record = self.document(id_or_path) or self.document(document_id(Path(id_or_path)))
+        if record is None:
+            raise DocumentNotFoundError(f"no document {id_or_path!r} in index {self.root.name!r}")
+        return record
+
+    def delete_document(self, doc_id: str) -> int:
+        ids = [r[0] for r in self._conn.execute("SELECT id FROM chunks WHERE doc_id = ?", (doc_id,))]
+        if ids:
+            self._index.remove_ids(np.asarray(ids, dtype=np.int64))
+            self._conn.execute(
+                "INSERT INTO chunks_fts(chunks_fts, rowid, text) "
+                "SELECT 'delete', id, text FROM chunks WHERE doc_id = ?", (doc_id,))
+            self._conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
+        self._conn.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
+        return len(ids)
+
+    def put_document(self, record: DocumentRecord, chunks: Sequence[NewChunk], vectors: np.ndarray) -> None:
+        """Insert or replace a document with its chunks and their vectors."""
+        if len(chunks) != len(vectors):
+            raise ValueError("one vector per chunk")
+        self.delete_document(record.id)
+        self._conn.execute(
+            "INSERT INTO documents VALUES (:id, :path, :title, :kind, :sha256, :pages, :bytes, :chunks, :ingested_at)",
+            record.__dict__)
+        ids = []
+        for chunk in chunks:
+            cur = self._conn.execute(
+                'INSERT INTO chunks (doc_id, ordinal, text, page, section, start, "end") VALUES (?, ?, ?, ?, ?, ?, ?)',
+                (record.id, chunk.ordinal, chunk.text, chunk.page, chunk.section, chunk.start, chunk.end))
+            ids.append(cur.lastrowid)
+            self._conn.execute("INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)", (cur.lastrowid, chunk.text))
+        if ids:
+            self._index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(ids, dtype=np.int64))
+
+    def commit(self) -> int:
+        """Publish everything done in this run atomically; returns the new generation."""
+        import faiss
+
+        new_generation = self.generation + 1
+        final = _vectors_file(self.root, new_generation)
+        tmp = final.with_suffix(".faiss.tmp")
+        faiss.write_index(self._index, str(tmp))
+        _fsync_replace(tmp, final)
+        self._conn.execute("UPDATE meta SET value = ? WHERE key = 'generation'", (str(new_generation),))
+        self._conn.execute("COMMIT")
+        self._closed = True
+        self._conn.close()
+        self._remove_stale(keep={new_generation, self.generation})
+        self.generation = new_generation
+        return new_generation
+
+    def rollback(self) -> None:
+        if self._closed:
+            return
+        try:
+            self._conn.execute("ROLLBACK")
+        finally:
+            self._closed = True
+            self._conn.close()
+
+    def _remove_stale(self, keep: set[int]) -> None:
+        # The previous generation stays one more round for readers that are loading it right now.
+        for path in self.root.glob("vectors-*.faiss*"):
+            match = re.fullmatch(r"vectors-(\d+)\.faiss", path.name)
+            if match is None or int(match.group(1)) not in keep:
+                try:
+                    path.unlink()
+                except OSError:
+                    pass  # a reader on Windows may still hold it; the next commit retries
+
+
+@dataclass(frozen=True)
+class IndexInfo:
+    name: str
+    path: str
+    embedder: str
+    dimension: int
+    generation: int
+    documents: int
+    chunks: int
+    size_bytes: int
+
+
+class IndexReader:
+    """Read side: searches the last committed state and follows new commits."""
+
+    def __init__(self, root: Path) -> None:
+        validate_index_name(root.name)
+        if not (root / DB_NAME).is_file():
+            raise IndexNotFoundError(f"index {root.name!r} does not exist at {root}; run `rag ingest` first")
+        self.root = root
+        self.name = root.name
+        self._conn = _connect(root / DB_NAME)
+        self._generation = -1
+        self._index = None
+        self.refresh()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def _meta(self) -> dict[str, str]:
+        return dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
+
+    @property
+    def embedder_identity(self) -> str:
+        return self._meta().get("embedder", "")
+
+    def refresh(self) -> bool:
+        """Reload vectors if a newer generation was committed. Returns True if it reloaded."""
+        meta = self._meta()
+        generation = int(meta.get("generation", 0))
+        if generation == self._generation:
+            return False
+        dimension = int(meta.get("dimension", 0) or 0)
+        for _ in range(3):
+            try:
+                self._index = _load_faiss(self.root, generation, dimension) if dimension else None
+                break
+            except RuntimeError:  # replaced under us: read the newest generation again
+                generation = int(self._meta().get("generation", 0))
+        self._generation = generation
+        return True
+
+    def check_embedder(self, identity: str) -> None:
+        stored = self.embedder_identity
+        if stored and stored != identity:
+            raise EmbedderMismatchError(
+                f"index {self.name!r} was built with embedder {stored}, not the configured {identity}")
+
+    def info(self) -> IndexInfo:
+        meta = self._meta()
+        docs, chunks = self._conn.execute(
+            "SELECT (SELECT COUNT(*) FROM documents), (SELECT COUNT(*) FROM chunks)").fetchone()
+        size = sum(p.stat().st_size for p in self.root.iterdir() if p.is_file())
+        return IndexInfo(self.name, str(self.root), meta.get("embedder", ""), int(meta.get("dimension", 0) or 0),
+                         int(meta.get("generation", 0)), docs, chunks, size)
+
+    def documents(self) -> list[DocumentRecord]:
+        return [_document(r) for r in self._conn.execute("SELECT * FROM documents ORDER BY path")]
+
+    def find_document(self, id_or_path: str) -> DocumentRecord | None:
+        row = self._conn.execute("SELECT * FROM documents WHERE id = ? OR id = ?",
+                                 (id_or_path, document_id(Path(id_or_path)))).fetchone()
+        return _document(row) if row else None
+
+    def chunks(self, ids: Iterable[int]) -> dict[int, ChunkRecord]:
+        ids = [int(i) for i in ids]
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self._conn.execute(
+            f'SELECT c.id, c.doc_id, c.ordinal, c.text, c.page, c.section, c.start, c."end", d.title, d.path '
+            f"FROM chunks c JOIN documents d ON d.id = c.doc_id WHERE c.id IN ({marks})", ids)
+        return {r["id"]: ChunkRecord(*r) for r in rows}
+
+    def dense_search(self, vector: np.ndarray, k: int, doc_ids: Sequence[str] | None = None) -> list[tuple[int, float]]:
+        self.refresh()
+        if self._index is None or self._index.ntotal == 0:
+            return []
+        import faiss
+
+        query = np.ascontiguousarray(vector.reshape(1, -1), dtype=np.float32)
+        params = None
+        if doc_ids:
+            allowed = self._chunk_ids_of(doc_ids)
+            if not allowed:
+                return []
+            params = faiss.SearchParameters()
+            params.sel = faiss.IDSelectorBatch(np.asarray(allowed, dtype=np.int64))
+        scores, ids = self._index.search(query, min(k, self._index.ntotal), params=params)
+        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i >= 0]
+
+    def lexical_search(self, text: str, k: int, doc_ids: Sequence[str] | None = None) -> list[tuple[int, float]]:
+        """BM25 via SQLite FTS5; scores are positive (higher is better)."""
+        query = fts_query(text)
+        if query is None:
+            return []
+        sql = "SELECT f.rowid, -bm25(chunks_fts) AS score FROM chunks_fts f"
+        args: list[object] = [query]
+        where = " WHERE chunks_fts MATCH ?"
+        if doc_ids:
+            sql += " JOIN chunks c ON c.id = f.rowid"
+            where += f" AND c.doc_id IN ({','.join('?' * len(doc_ids))})"
+            args += list(doc_ids)
+        rows = self._conn.execute(sql + where + " ORDER BY bm25(chunks_fts) LIMIT ?", args + [k])
+        return [(int(r[0]), float(r[1])) for r in rows]
+
+    def _chunk_ids_of(self, doc_ids: Sequence[str]) -> list[int]:
+        marks = ",".join("?" * len(doc_ids))
+        return [r[0] for r in self._conn.execute(f"SELECT id FROM chunks WHERE doc_id IN ({marks})", list(doc_ids))]

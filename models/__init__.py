@@ -1,0 +1,1 @@
+"""Model preparation (build time) and the model store (runtime)."""

