@@ -11,12 +11,16 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ingest.loaders import LoadedDocument, Section
 
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
 _PARAGRAPH_RE = re.compile(r"\S(?:.*?\S)?(?=\s*\n[ \t]*\n|\s*$)", re.DOTALL)
 # End punctuation, optional closing quotes/brackets, whitespace, then something that can open a sentence.
-_SENTENCE_START_RE = re.compile(r"""(?<=[.!?])["'”’)\]]*\s+(?=["'“‘(\[]?[A-Z0-9À-ÖØ-ÞĀ-ſА-ЯΑ-Ω])""")
+_SENTENCE_START_RE = re.compile(r"""(?<=[.!?])["'”’)\]]*\s+(?=["'“‘(\[]?[A-Z0-9À-ÖØ-ÞА-ЯΑ-Ω])""")
 _MAX_REPAIR_ROUNDS = 4
 
 
@@ -34,19 +38,20 @@ class Chunk:
 class _SectionTokens:
     """Token char spans (absolute offsets into doc.text) and the break points between them."""
 
-    section: Section
     spans: list[tuple[int, int]]
     units: list[int]  # cut points packing prefers: paragraph starts, sentence starts inside long paragraphs
     sentences: list[int]  # every sentence start (and paragraph start): where an overlap likes to begin
     words: list[int]  # token indices preceded by whitespace: acceptable hard cuts
 
 
-def chunk_document(doc: LoadedDocument, tokenizer, chunk_tokens: int = 200, overlap: int = 30) -> list[Chunk]:
+def chunk_document(
+    doc: LoadedDocument, tokenizer: Tokenizer, chunk_tokens: int = 200, overlap: int = 30
+) -> list[Chunk]:
     if chunk_tokens < 1:
         raise ValueError("chunk_tokens must be positive")
     if not 0 <= overlap < chunk_tokens:
         raise ValueError("overlap must be >= 0 and smaller than chunk_tokens")
-    tokenizer = _plain_tokenizer(tokenizer)
+    tokenizer, stride = _counting_view(tokenizer)
     text = doc.text
     paragraphs = [
         (si, section.start + m.start(), section.start + m.end())
@@ -57,33 +62,45 @@ def chunk_document(doc: LoadedDocument, tokenizer, chunk_tokens: int = 200, over
 
     per_section: list[list[tuple[int, int, list[tuple[int, int]]]]] = [[] for _ in doc.sections]
     for (si, a, b), enc in zip(paragraphs, encodings):
-        per_section[si].append((a, b, [(a + s, a + e) for s, e in enc.offsets if e > s]))
+        per_section[si].append((a, b, [(a + s, a + e) for s, e in _offsets(enc, stride) if e > s]))
 
     ranges: list[tuple[Section, int, int]] = []
     for section, paras in zip(doc.sections, per_section):
-        tokens = _section_tokens(section, paras, text, chunk_tokens)
+        tokens = _section_tokens(paras, text, chunk_tokens)
         ranges.extend((section, s, e) for s, e in _pack(tokens, chunk_tokens, overlap))
-    ranges = _enforce_limit(ranges, text, tokenizer, chunk_tokens)
+    ranges = _enforce_limit(ranges, text, tokenizer, stride, chunk_tokens)
     return [
         Chunk(text=text[s:e], page=sec.page, section=sec.title, start=s, end=e, ordinal=i)
         for i, (sec, s, e) in enumerate(ranges)
     ]
 
 
-def _plain_tokenizer(tokenizer):
-    """The embedder enables truncation (and tokenizer.json may pin padding): counting needs neither."""
-    if tokenizer.truncation is None and tokenizer.padding is None:
-        return tokenizer
+def _counting_view(tokenizer: Tokenizer) -> tuple[Tokenizer, int]:
+    """The embedder's tokenizer truncates (and may pad); counting needs every token.
+
+    Right-truncation is undone from the overflow pieces (see _offsets), which is far cheaper
+    than copying the tokenizer per document; only other truncation forces a copy.
+    """
+    truncation = tokenizer.truncation
+    if truncation is None or truncation.get("direction", "right") == "right":
+        return tokenizer, (truncation or {}).get("stride", 0)
     from tokenizers import Tokenizer
 
     copy = Tokenizer.from_str(tokenizer.to_str())
     copy.no_truncation()
-    copy.no_padding()
-    return copy
+    return copy, 0
+
+
+def _offsets(encoding, stride: int) -> list[tuple[int, int]]:
+    """Char offsets of every real token: padding dropped, overflow pieces stitched back on."""
+    out = [o for o, m in zip(encoding.offsets, encoding.attention_mask) if m]
+    for part in encoding.overflowing:
+        out += [o for o, m in zip(part.offsets, part.attention_mask) if m][stride:]
+    return out
 
 
 def _section_tokens(
-    section: Section, paras: list[tuple[int, int, list[tuple[int, int]]]], text: str, chunk_tokens: int
+    paras: list[tuple[int, int, list[tuple[int, int]]]], text: str, chunk_tokens: int
 ) -> _SectionTokens:
     spans: list[tuple[int, int]] = []
     units: list[int] = []
@@ -105,7 +122,7 @@ def _section_tokens(
         words.append(first)
         words.extend(first + k for k in range(1, len(para_spans)) if para_spans[k][0] > para_spans[k - 1][1])
         spans.extend(para_spans)
-    return _SectionTokens(section, spans, sorted(set(units)), sorted(set(sentences)), words)
+    return _SectionTokens(spans, sorted(set(units)), sorted(set(sentences)), words)
 
 
 def _pack(tokens: _SectionTokens, chunk_tokens: int, overlap: int) -> list[tuple[int, int]]:
@@ -167,19 +184,24 @@ def _overlap_start(tokens: _SectionTokens, a: int, b: int, chunk_tokens: int, ov
     return max(a + 1, min(target, b - 1))
 
 
-def _enforce_limit(ranges: list[tuple[Section, int, int]], text: str, tokenizer, chunk_tokens: int):
+def _enforce_limit(
+    ranges: list[tuple[Section, int, int]], text: str, tokenizer: Tokenizer, stride: int, chunk_tokens: int
+) -> list[tuple[Section, int, int]]:
     """Re-count every chunk on its own; hard-cut the rare one a mid-word cut made grow."""
     for _ in range(_MAX_REPAIR_ROUNDS):
         encodings = tokenizer.encode_batch([text[s:e] for _, s, e in ranges], add_special_tokens=False)
-        if all(len(enc.ids) <= chunk_tokens for enc in encodings):
+        offsets = [_offsets(enc, stride) for enc in encodings]
+        if all(len(o) <= chunk_tokens for o in offsets):
             break
         fixed: list[tuple[Section, int, int]] = []
-        for (section, s, e), enc in zip(ranges, encodings):
-            if len(enc.ids) <= chunk_tokens:
+        for (section, s, e), offs in zip(ranges, offsets):
+            if len(offs) <= chunk_tokens:
                 fixed.append((section, s, e))
                 continue
-            spans = [(s + x, s + y) for x, y in enc.offsets if y > x]
-            step = max(1, chunk_tokens - (len(enc.ids) - len(spans)))  # leave room for tokens without a span
-            fixed.extend((section, spans[i][0], spans[min(i + step, len(spans)) - 1][1]) for i in range(0, len(spans), step))
+            spans = [(s + x, s + y) for x, y in offs if y > x]
+            step = max(1, chunk_tokens - (len(offs) - len(spans)))  # leave room for tokens without a span
+            fixed.extend(
+                (section, spans[i][0], spans[min(i + step, len(spans)) - 1][1]) for i in range(0, len(spans), step)
+            )
         ranges = fixed
     return ranges

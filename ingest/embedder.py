@@ -83,9 +83,6 @@ class Embedder:
     def dimension(self) -> int:
         return self.config.dimension
 
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
-
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts in length-sorted batches; rows come back in input order."""
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)

@@ -14,8 +14,12 @@ from dataclasses import dataclass
 from functools import cached_property
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rag.errors import UnprocessableDocumentError
+
+if TYPE_CHECKING:
+    from pypdf import PdfReader
 
 SUPPORTED_SUFFIXES = frozenset({".pdf", ".txt", ".md", ".markdown", ".html", ".htm"})
 _KINDS = {".pdf": "pdf", ".txt": "txt", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html"}
@@ -103,8 +107,8 @@ def normalize_pdf_text(s: str) -> str:
     s = unicodedata.normalize("NFKC", s).replace("\r\n", "\n").replace("\r", "\n").replace("\f", "\n\n")
     s = _CONTROL_RE.sub("", s)
     s = "\n".join(line.strip() for line in _HSPACE_RE.sub(" ", s).split("\n"))
-    # Only join when the continuation is lowercase: "Jean-\nPaul" keeps its hyphen.
-    s = _HYPHEN_BREAK_RE.sub(lambda m: m.group(1) + m.group(2) if m.group(2).islower() else m.group(0), s)
+    # Drop the hyphen only before a lowercase continuation: "Jean-\nPaul" keeps it.
+    s = _HYPHEN_BREAK_RE.sub(lambda m: m.group(1) + ("" if m.group(2).islower() else "-") + m.group(2), s)
     paragraphs = (" ".join(p.split("\n")).strip() for p in _BLANK_LINES_RE.split(s))
     return "\n\n".join(p for p in paragraphs if p)
 
@@ -156,7 +160,7 @@ def _load_pdf(path: Path, data: bytes) -> LoadedDocument:
     return _finish(path, "pdf", parts, pages=page_count, title=title)
 
 
-def _pdf_meta_title(reader) -> str | None:
+def _pdf_meta_title(reader: PdfReader) -> str | None:
     try:
         meta = reader.metadata
         raw = meta.title if meta is not None else None
@@ -200,6 +204,7 @@ class _HtmlText(HTMLParser):
         "figcaption", "form", "fieldset", "address", "details", "summary", "caption",
     })
     _HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
+    _HEAD_ONLY = frozenset({"title", "meta", "link", "style", "script", "base", "noscript", "template"})
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -213,14 +218,17 @@ class _HtmlText(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list) -> None:
         if tag == "title" and self.html_title is None and "svg" not in self._skip:
             self._title_buf = []
-        elif tag == "body" and "head" in self._skip:  # an unclosed <head> ends where <body> starts
+        elif "head" in self._skip and tag not in self._HEAD_ONLY:  # an unclosed <head> ends at body content
             del self._skip[self._skip.index("head"):]
+            self.handle_starttag(tag, attrs)
         elif tag in self._SKIP:
             self._skip.append(tag)
         elif not self._skip and tag in self._HEADINGS:
             self._flush()
             self._heading = []
         elif tag in self._BLOCK:
+            if self._heading and "".join(self._heading).strip():  # an unclosed heading ends at the next block
+                self._end_heading()
             self._flush()
 
     def handle_startendtag(self, tag: str, attrs: list) -> None:
@@ -234,9 +242,7 @@ class _HtmlText(HTMLParser):
         elif tag in self._skip:
             del self._skip[len(self._skip) - 1 - self._skip[::-1].index(tag):]
         elif tag in self._HEADINGS and self._heading is not None:
-            title = " ".join("".join(self._heading).split()) or None
-            self._heading = None
-            self.sections.append((title, []))
+            self._end_heading()
         elif tag in self._BLOCK:
             self._flush()
 
@@ -250,6 +256,10 @@ class _HtmlText(HTMLParser):
         else:
             self._buf.append(data)
 
+    def _end_heading(self) -> None:
+        self.sections.append((" ".join("".join(self._heading or []).split()) or None, []))
+        self._heading = None
+
     def _flush(self) -> None:
         paragraph = " ".join("".join(self._buf).split())
         self._buf = []
@@ -258,9 +268,8 @@ class _HtmlText(HTMLParser):
 
     def close(self) -> None:
         super().close()
-        if self._heading is not None:  # unclosed heading at EOF
-            self.sections.append((" ".join("".join(self._heading).split()) or None, []))
-            self._heading = None
+        if self._heading is not None:
+            self._end_heading()
         self._flush()
 
 

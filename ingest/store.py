@@ -181,6 +181,7 @@ class IndexWriter:
         self.dimension = dimension
         self._index = _load_faiss(root, self.generation, dimension)
         self._closed = False
+        self._dirty = False
 
     @classmethod
     def existing(cls, root: Path, lock_timeout_s: float = 5.0) -> "IndexWriter":
@@ -216,6 +217,7 @@ class IndexWriter:
                 "SELECT 'delete', id, text FROM chunks WHERE doc_id = ?", (doc_id,))
             self._conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
         self._conn.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
+        self._dirty = True
         return len(ids)
 
     def put_document(self, record: DocumentRecord, chunks: Sequence[NewChunk], vectors: np.ndarray) -> None:
@@ -237,9 +239,12 @@ class IndexWriter:
             self._index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(ids, dtype=np.int64))
 
     def commit(self) -> int:
-        """Publish everything done in this run atomically; returns the new generation."""
+        """Publish everything done in this run atomically; returns the committed generation."""
         import faiss
 
+        if not self._dirty and self.generation > 0:
+            self.rollback()  # nothing changed: keep the current generation
+            return self.generation
         new_generation = self.generation + 1
         final = _vectors_file(self.root, new_generation)
         tmp = final.with_suffix(".faiss.tmp")

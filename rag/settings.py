@@ -42,7 +42,7 @@ class Settings:
     index: str = field(default="default", metadata={"doc": "index name under indexes/"})
     chunk_tokens: int = field(default=200, metadata={"doc": "chunk size in embedder tokens"})
     chunk_overlap: int = field(default=30, metadata={"doc": "chunk overlap in embedder tokens"})
-    embed_batch_size: int = field(default=32, metadata={"doc": "chunks per embedder batch"})
+    embed_batch_size: int = field(default=16, metadata={"doc": "chunks per embedder batch"})
     top_k: int = field(default=5, metadata={"doc": "chunks retrieved per question"})
     context_tokens: int = field(default=250, metadata={"doc": "prompt context budget (tokens)"})
     max_tokens: int = field(default=96, metadata={"doc": "max new tokens per answer"})

@@ -1,0 +1,31 @@
+# Two commands: `make serve` and `make test`. Both set up everything themselves.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+
+.PHONY: serve test setup models examples
+
+# (Re)install whenever pyproject.toml changes.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[build,dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+models: $(STAMP)
+	$(BIN)/rag models prepare
+
+examples: models
+	$(BIN)/rag ingest examples/
+
+serve: examples
+	$(BIN)/rag models check
+	$(BIN)/rag serve --host $(HOST) --port $(PORT)
+
+test: models
+	$(BIN)/python -m pytest

@@ -1,0 +1,52 @@
+"""Shared fixtures: real models (built once per run, cached under models/), real data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rag.settings import PROJECT_ROOT, Settings, load_settings
+
+SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
+SQUAD_DOCS = SHARED_DATA / "squad2-dev" / "docs"
+SQUAD_QUESTIONS = SHARED_DATA / "squad2-dev" / "questions.jsonl"
+PDF_DIR = SHARED_DATA / "pdfs"
+
+
+@pytest.fixture(scope="session")
+def models_dir() -> Path:
+    """The project's model store, prepared once (a no-op when `make test` already did it)."""
+    from models.prepare import prepare_defaults
+
+    path = PROJECT_ROOT / "models"
+    prepare_defaults(path, report=lambda message: None)
+    return path
+
+
+@pytest.fixture(scope="session")
+def settings(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """Settings with the project's models but a scratch home for indexes."""
+    home = tmp_path_factory.mktemp("home")
+    defaults = load_settings(environ={})
+    return load_settings(environ={}, overrides={
+        "home": home, "generator_dir": defaults.generator_path, "embedder_dir": defaults.embedder_path})
+
+
+@pytest.fixture(scope="session")
+def embedder(settings: Settings):
+    from ingest.embedder import Embedder
+
+    return Embedder(settings.embedder_path, settings.threads, settings.embed_batch_size)
+
+
+@pytest.fixture(scope="session")
+def embedder_tokenizer(embedder):
+    return embedder.tokenizer
+
+
+@pytest.fixture(scope="session")
+def generator(settings: Settings):
+    from rag.generator import LocalGenerator
+
+    return LocalGenerator(settings.generator_path, settings.device, settings.threads)

@@ -1,0 +1,177 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ingest.loaders import (
+    SUPPORTED_SUFFIXES,
+    BrokenDocument,
+    EncryptedDocument,
+    NoExtractableText,
+    UnsupportedFileType,
+    load_document,
+    normalize_pdf_text,
+)
+from rag.errors import UnprocessableDocumentError
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+PDFS = DATA / "pdfs"
+MD_DOCS = DATA / "squad2-dev" / "docs"
+
+
+def _pdf_expectations() -> dict[str, dict]:
+    entries = json.loads((PDFS / "files.json").read_text(encoding="utf-8"))["data"]
+    return {e["path"]: e for e in entries}
+
+
+def _assert_consistent(doc) -> None:
+    assert doc.sections
+    for section in doc.sections:
+        assert section.text and section.text == section.text.strip()
+        assert doc.text[section.start:section.start + len(section.text)] == section.text
+    assert doc.title
+
+
+@pytest.fixture(scope="module")
+def pdf_results() -> dict[str, object]:
+    if not PDFS.is_dir():
+        pytest.skip(f"PDF corpus not found at {PDFS}")
+    results: dict[str, object] = {}
+    for name in _pdf_expectations():
+        try:
+            results[name] = load_document(PDFS / name)
+        except UnprocessableDocumentError as exc:
+            results[name] = exc
+    return results
+
+
+def test_pdf_corpus_loads_or_fails_cleanly(pdf_results):
+    expected = _pdf_expectations()
+    assert len(expected) == 31
+    for name, result in pdf_results.items():
+        if isinstance(result, UnprocessableDocumentError):
+            assert result.message, name
+            assert result.status_code == 422
+            continue
+        assert result.kind == "pdf"
+        assert result.pages == expected[name]["pages"], name
+        _assert_consistent(result)
+        assert all(s.page is not None and 1 <= s.page <= result.pages for s in result.sections), name
+
+
+def test_pdf_corpus_mostly_yields_text(pdf_results):
+    loaded = [r for r in pdf_results.values() if not isinstance(r, Exception)]
+    assert len(loaded) >= 20
+    geo = pdf_results["GeoTopo-komprimiert.pdf"]
+    assert geo.title == "Geometrie und Topologie"
+    assert len(geo.sections) > 100 and "Topologische" in geo.text
+
+
+def test_password_pdf_is_encrypted(pdf_results):
+    result = pdf_results["libreoffice-writer-password.pdf"]
+    assert isinstance(result, EncryptedDocument)
+    assert "password" in result.message
+    assert result.error_type == "encrypted_document"
+
+
+def test_image_only_pdf_has_no_text(pdf_results):
+    assert isinstance(pdf_results["grayscale-image.pdf"], NoExtractableText)
+
+
+def test_garbage_pdf_is_broken(tmp_path: Path):
+    path = tmp_path / "fake.pdf"
+    path.write_bytes(b"%PDF-1.4\nthis is not really a pdf\n%%EOF")
+    with pytest.raises(BrokenDocument, match="broken PDF"):
+        load_document(path)
+    with pytest.raises(BrokenDocument):
+        load_document(tmp_path / "empty.pdf", data=b"")
+
+
+def test_normalize_pdf_text():
+    raw = "The \ufb01rst \ufb02ow of infor-\nmation\nacross  lines.\n\n\nNext\tpara\x00graph\nhere. Jean-\nPaul."
+    expected = "The first flow of information across lines.\n\nNext paragraph here. Jean-Paul."
+    assert normalize_pdf_text(raw) == expected
+    assert normalize_pdf_text("  \n \x0c ") == ""
+
+
+def test_markdown_sections_and_title():
+    doc = load_document(MD_DOCS / "normans.md")
+    assert doc.kind == "md" and doc.title == "Normans" and doc.pages is None
+    _assert_consistent(doc)
+    assert "# Normans" not in doc.text
+    assert doc.sections[0].title == "Normans"
+    assert doc.text.startswith("The Normans (Norman: Nourmands;")
+
+
+def test_markdown_headings_split_sections(tmp_path: Path):
+    path = tmp_path / "guide.MARKDOWN"
+    path.write_text(
+        "Intro line.\n\n# Setup\n\nInstall it.\n\n```\n# not a heading\n```\n\n## Usage ##\nRun it.\n\nTwice.\n",
+        encoding="utf-8",
+    )
+    doc = load_document(path)
+    assert doc.kind == "md" and doc.title == "Setup"
+    assert [s.title for s in doc.sections] == [None, "Setup", "Usage"]
+    assert doc.sections[0].text == "Intro line."
+    assert "# not a heading" in doc.sections[1].text
+    assert doc.sections[2].text == "Run it.\n\nTwice."
+    _assert_consistent(doc)
+
+
+def test_html_visible_text(tmp_path: Path):
+    path = tmp_path / "page.htm"
+    path.write_text(
+        "<!doctype html><html><head><title>The  Page</title><style>p{color:red}</style>"
+        "<script>var hidden = 1;</script></head><body><p>Caf&eacute; &amp; bar</p><div>one<br>two</div>"
+        "<h2>Second <em>part</em></h2><ul><li>alpha</li><li>beta</li></ul><noscript>no js</noscript>"
+        "<template><p>tpl</p></template></body></html>",
+        encoding="utf-8",
+    )
+    doc = load_document(path)
+    assert doc.kind == "html" and doc.title == "The Page"
+    assert [s.title for s in doc.sections] == [None, "Second part"]
+    assert doc.sections[0].text == "Café & bar\n\none\n\ntwo"
+    assert doc.sections[1].text == "alpha\n\nbeta"
+    for hidden in ("color", "hidden", "no js", "tpl", "The Page"):
+        assert hidden not in doc.text
+    _assert_consistent(doc)
+
+
+def test_html_title_falls_back_to_heading(tmp_path: Path):
+    path = tmp_path / "x.html"
+    path.write_bytes("<h1>Überblick</h1><p>Text</p>".encode("cp1252"))
+    doc = load_document(path)
+    assert doc.title == "Überblick" and doc.text == "Text"
+
+
+def test_txt_utf8_bom_and_latin1_fallback(tmp_path: Path):
+    path = tmp_path / "notes.txt"
+    doc = load_document(path, data="\ufeffShort title\r\n\r\nBody text.\r\n".encode("utf-8"))
+    assert doc.kind == "txt" and doc.title == "Short title"
+    assert doc.text == "Short title\n\nBody text."
+    assert doc.sections[0].title is None and doc.sections[0].page is None
+
+    path.write_bytes("Garçon, un café crème!".encode("latin-1"))
+    assert load_document(path).text == "Garçon, un café crème!"
+
+
+def test_unsupported_suffix(tmp_path: Path):
+    with pytest.raises(UnsupportedFileType, match=r"unsupported file type '\.docx'"):
+        load_document(tmp_path / "report.docx", data=b"PK\x03\x04")
+    assert ".pdf" in SUPPORTED_SUFFIXES and ".docx" not in SUPPORTED_SUFFIXES
+
+
+@pytest.mark.parametrize("name", ["empty.txt", "blank.md", "blank.html"])
+def test_empty_documents_have_no_text(tmp_path: Path, name: str):
+    path = tmp_path / name
+    path.write_text("  \n\n <script>x</script>" if name.endswith("html") else " \n\t\n", encoding="utf-8")
+    with pytest.raises(NoExtractableText) as info:
+        load_document(path)
+    assert info.value.error_type == "no_text" and info.value.message
+
+
+def test_binary_text_file_is_broken(tmp_path: Path):
+    with pytest.raises(BrokenDocument):
+        load_document(tmp_path / "x.txt", data=b"\x89PNG\r\n\x1a\n\x00\x00\x00")
