@@ -19,6 +19,7 @@ import hashlib
 import os
 import re
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,15 +301,20 @@ class IndexReader:
         self.root = root
         self.name = root.name
         self._conn = _connect(root / DB_NAME)
+        # One connection shared by the server's worker threads: serialise its use.
+        self._lock = threading.RLock()
         self._generation = -1
-        self._index = None
-        self.refresh()
+        self._index = None  # vectors load on first search, so metadata reads stay cheap
 
     def close(self) -> None:
         self._conn.close()
 
+    def _query(self, sql: str, args: Sequence[object] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._conn.execute(sql, args).fetchall()
+
     def _meta(self) -> dict[str, str]:
-        return dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
+        return dict(self._query("SELECT key, value FROM meta"))
 
     @property
     def embedder_identity(self) -> str:
@@ -316,6 +322,10 @@ class IndexReader:
 
     def refresh(self) -> bool:
         """Reload vectors if a newer generation was committed. Returns True if it reloaded."""
+        with self._lock:
+            return self._refresh()
+
+    def _refresh(self) -> bool:
         meta = self._meta()
         generation = int(meta.get("generation", 0))
         if generation == self._generation:
@@ -338,26 +348,24 @@ class IndexReader:
 
     def info(self) -> IndexInfo:
         meta = self._meta()
-        docs, chunks = self._conn.execute(
-            "SELECT (SELECT COUNT(*) FROM documents), (SELECT COUNT(*) FROM chunks)").fetchone()
+        docs, chunks = self._query("SELECT (SELECT COUNT(*) FROM documents), (SELECT COUNT(*) FROM chunks)")[0]
         size = sum(p.stat().st_size for p in self.root.iterdir() if p.is_file())
         return IndexInfo(self.name, str(self.root), meta.get("embedder", ""), int(meta.get("dimension", 0) or 0),
                          int(meta.get("generation", 0)), docs, chunks, size)
 
     def documents(self) -> list[DocumentRecord]:
-        return [_document(r) for r in self._conn.execute("SELECT * FROM documents ORDER BY path")]
+        return [_document(r) for r in self._query("SELECT * FROM documents ORDER BY path")]
 
     def find_document(self, id_or_path: str) -> DocumentRecord | None:
-        row = self._conn.execute("SELECT * FROM documents WHERE id = ? OR id = ?",
-                                 (id_or_path, document_id(Path(id_or_path)))).fetchone()
-        return _document(row) if row else None
+        rows = self._query("SELECT * FROM documents WHERE id = ? OR id = ?", (id_or_path, document_id(Path(id_or_path))))
+        return _document(rows[0]) if rows else None
 
     def chunks(self, ids: Iterable[int]) -> dict[int, ChunkRecord]:
         ids = [int(i) for i in ids]
         if not ids:
             return {}
         marks = ",".join("?" * len(ids))
-        rows = self._conn.execute(
+        rows = self._query(
             f'SELECT c.id, c.doc_id, c.ordinal, c.text, c.page, c.section, c.start, c."end", d.title, d.path '
             f"FROM chunks c JOIN documents d ON d.id = c.doc_id WHERE c.id IN ({marks})", ids)
         return {r["id"]: ChunkRecord(*r) for r in rows}
@@ -391,9 +399,9 @@ class IndexReader:
             sql += " JOIN chunks c ON c.id = f.rowid"
             where += f" AND c.doc_id IN ({','.join('?' * len(doc_ids))})"
             args += list(doc_ids)
-        rows = self._conn.execute(sql + where + " ORDER BY bm25(chunks_fts) LIMIT ?", args + [k])
+        rows = self._query(sql + where + " ORDER BY bm25(chunks_fts) LIMIT ?", args + [k])
         return [(int(r[0]), float(r[1])) for r in rows]
 
     def _chunk_ids_of(self, doc_ids: Sequence[str]) -> list[int]:
         marks = ",".join("?" * len(doc_ids))
-        return [r[0] for r in self._conn.execute(f"SELECT id FROM chunks WHERE doc_id IN ({marks})", list(doc_ids))]
+        return [r[0] for r in self._query(f"SELECT id FROM chunks WHERE doc_id IN ({marks})", list(doc_ids))]

@@ -273,5 +273,107 @@ def index_info(ctx: click.Context, index: str | None, as_json: bool) -> None:
     out.print(table)
 
 
+# --------------------------------------------------------------------------- answers
+@main.command("ask")
+@click.argument("question")
+@click.option("--index", help="Index name.")
+@click.option("--k", "top_k", type=int, help="Chunks to retrieve.")
+@click.option("--max-tokens", type=int, help="Max new tokens.")
+@click.option("--temperature", type=float, help="Sampling temperature (0 = greedy).")
+@click.option("--document", "documents", multiple=True, help="Restrict to these document ids (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result object as JSON.")
+@click.pass_context
+@handle_errors
+def ask_cmd(ctx: click.Context, question: str, index: str | None, top_k: int | None, max_tokens: int | None,
+            temperature: float | None, documents: tuple[str, ...], as_json: bool) -> None:
+    """Answer QUESTION from the indexed documents, streaming the answer."""
+    from rag.answer import answer_options_from
+    from rag.result import AnswerResult
+    from rag.runtime import Models, answer_service
+
+    settings = settings_from(ctx, index=index)
+    service = answer_service(settings, Models.load(settings))
+    options = answer_options_from(settings, top_k=top_k, max_tokens=max_tokens, temperature=temperature,
+                                  documents=list(documents) or None)
+    result = None
+    for item in service.stream(question, options):
+        if isinstance(item, AnswerResult):
+            result = item
+        elif not as_json:
+            out.print(item, end="", highlight=False, soft_wrap=True)
+    assert result is not None
+    if as_json:
+        print_json(result.to_dict())
+        return
+    if result.abstained:
+        out.print(("\r" if result.abstain_reason == "model_declined" else "") + result.answer, highlight=False)
+    else:
+        out.print()
+    out.print()
+    for src in result.sources:
+        mark = "*" if src.number in result.citations else " "
+        page = f" p.{src.page}" if src.page else ""
+        out.print(f"{mark}[{src.number}] {src.title}{page} — {src.path}  (score {src.score:.3f})", highlight=False)
+    m = result.metrics
+    console.print(f"[dim]retrieval {m.retrieval_ms:.0f} ms · prompt {m.prompt_tokens} tok · "
+                  f"TTFT {m.ttft_ms:.0f} ms · {m.output_tokens} tok at {m.tokens_per_s:.0f} tok/s · "
+                  f"total {m.total_ms:.0f} ms[/]")
+
+
+@main.command("eval")
+@click.option("--questions", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
+@click.option("--docs", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True)
+@click.option("--index", help="Use this existing index instead of a scratch one.")
+@click.option("--k", "top_k", type=int, default=5, show_default=True)
+@click.option("--answers", type=int, default=0, help="Also answer N answerable + N unanswerable questions.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def eval_cmd(ctx: click.Context, questions: Path, docs: Path, index: str | None, top_k: int, answers: int,
+             seed: int, as_json: bool) -> None:
+    """Retrieval recall@k and answer accuracy / abstention / latency on a QA set."""
+    from rag.evaluate import evaluate
+
+    settings = settings_from(ctx)
+    report = evaluate(settings, questions, docs, index, top_k, answers, seed, log=console.log)
+    if as_json:
+        print_json(report)
+        return
+    table = Table("metric", "value", title="evaluation")
+    for key, value in report.items():
+        if not isinstance(value, (dict, list)):
+            table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
+    out.print(table)
+
+
+# --------------------------------------------------------------------------- serve
+@main.command("serve")
+@click.option("--host", help="Bind address (default 127.0.0.1).")
+@click.option("--port", type=int, help="Port (default 8000).")
+@click.option("--index", help="Default index for requests that name none.")
+@click.option("--workers", type=int, default=1, show_default=True,
+              help="Server processes; each loads its own models (1 is best on small machines).")
+@click.pass_context
+@handle_errors
+def serve_cmd(ctx: click.Context, host: str | None, port: int | None, index: str | None, workers: int) -> None:
+    """Serve the REST API (Litestar on uvicorn)."""
+    import os
+
+    import uvicorn
+
+    settings = settings_from(ctx, host=host, port=port, index=index)
+    console.print(f"serving on http://{settings.host}:{settings.port}  (OpenAPI: /schema)")
+    if workers > 1:
+        # Worker processes rebuild the app from the environment, so pass the effective settings there.
+        os.environ.update({"RAG_HOME": str(settings.home), "RAG_INDEX": settings.index})
+        uvicorn.run("api.app:create_app", factory=True, host=settings.host, port=settings.port, workers=workers,
+                    log_level="warning")
+    else:
+        from api.app import create_app
+
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,1 @@
+"""Litestar service: thin routes over the answer and ingest services."""

@@ -1,0 +1,98 @@
+"""Litestar application factory: routes, error mapping, auth, request logging, model lifespan."""
+
+from __future__ import annotations
+
+import hmac
+import time
+import uuid
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+import anyio.to_thread
+from litestar import Litestar, Request
+from litestar.datastructures import MutableScopeHeaders, State
+from litestar.openapi import OpenAPIConfig
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.errors import EXCEPTION_HANDLERS, error_response
+from api.observability import ServiceMetrics, configure_logging
+from api.routes.answers import AnswersController
+from api.routes.chat import ChatController
+from api.routes.documents import DocumentsController
+from api.routes.health import HealthController
+from api.routes.openai import OpenAIController
+from api.state import AppState
+from rag.settings import Settings, load_settings
+
+OPEN_PATHS = ("/healthz", "/schema")
+
+
+def auth_and_logging(settings: Settings, state: AppState):
+    """ASGI middleware: bearer auth (when RAG_API_KEY is set), request id, one JSON log line per request."""
+    logger = configure_logging(settings.log_file)
+    expected = f"Bearer {settings.api_key}".encode() if settings.api_key else None
+
+    def middleware(app: ASGIApp) -> ASGIApp:
+        async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            request_id = uuid.uuid4().hex[:16]
+            path = scope["path"]
+            start = time.perf_counter()
+            status_holder = {"status": 500}
+
+            async def send_wrapper(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    status_holder["status"] = message["status"]
+                    MutableScopeHeaders.from_message(message)["X-Request-ID"] = request_id
+                await send(message)
+
+            if expected is not None and not path.startswith(OPEN_PATHS):
+                supplied = dict(scope["headers"]).get(b"authorization", b"")
+                if not hmac.compare_digest(supplied, expected):
+                    response = error_response(401, "unauthorized", "missing or wrong bearer token",
+                                              {"WWW-Authenticate": "Bearer"})
+                    await response.to_asgi_response(app=None, request=Request(scope))(scope, receive, send_wrapper)
+                    _log(logger, state, request_id, scope, 401, start)
+                    return
+            try:
+                await app(scope, receive, send_wrapper)
+            finally:
+                _log(logger, state, request_id, scope, status_holder["status"], start)
+
+        return wrapped
+
+    return middleware
+
+
+def _log(logger, state: AppState, request_id: str, scope: Scope, status: int, start: float) -> None:
+    route = scope.get("path_template") or "unmatched"  # templates keep the label set small
+    state.metrics.requests.labels(route, scope["method"], str(status)).inc()
+    logger.info("request", extra={"fields": {
+        "request_id": request_id, "method": scope["method"], "route": route, "path": scope["path"],
+        "status": status, "latency_ms": round((time.perf_counter() - start) * 1000, 2)}})
+
+
+def create_app(settings: Settings | None = None) -> Litestar:
+    settings = settings or load_settings()
+    app_state = AppState(settings=settings, metrics=ServiceMetrics())
+
+    @asynccontextmanager
+    async def lifespan(_: Litestar) -> AsyncIterator[None]:
+        await anyio.to_thread.run_sync(app_state.load)
+        try:
+            yield
+        finally:
+            app_state.close()
+
+    return Litestar(
+        route_handlers=[HealthController, AnswersController, ChatController, OpenAIController, DocumentsController],
+        lifespan=[lifespan],
+        state=State({"app": app_state}),
+        exception_handlers=EXCEPTION_HANDLERS,
+        middleware=[auth_and_logging(settings, app_state)],
+        request_max_body_size=settings.max_upload_mb * 1024 * 1024 * 4,
+        openapi_config=OpenAPIConfig(title="Offline RAG", version="0.1.0", path="/schema"),
+        debug=False,
+    )

@@ -1,0 +1,68 @@
+"""Prometheus metrics and structured JSON logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.handlers
+import sys
+import time
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+
+
+class ServiceMetrics:
+    """One registry per app, so tests and several apps in one process never share counters."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("rag_requests_total", "HTTP requests", ["route", "method", "status"],
+                                registry=self.registry)
+        self.queue_depth = Gauge("rag_generation_queue_depth", "Generations queued or running",
+                                 registry=self.registry)
+        self.ttft = Histogram("rag_ttft_seconds", "Time to first answer token", buckets=LATENCY_BUCKETS,
+                              registry=self.registry)
+        self.total = Histogram("rag_answer_seconds", "Total answer latency", buckets=LATENCY_BUCKETS,
+                               registry=self.registry)
+        self.tokens = Counter("rag_generated_tokens_total", "Tokens generated", registry=self.registry)
+        self.documents = Gauge("rag_index_documents", "Documents in the index", ["index"], registry=self.registry)
+        self.chunks = Gauge("rag_index_chunks", "Chunks in the index", ["index"], registry=self.registry)
+
+    def observe_answer(self, ttft_ms: float, total_ms: float, output_tokens: int) -> None:
+        if output_tokens:
+            self.ttft.observe(ttft_ms / 1000)
+        self.total.observe(total_ms / 1000)
+        self.tokens.inc(output_tokens)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+                 "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
+        entry.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def configure_logging(log_file: Path | None) -> logging.Logger:
+    logger = logging.getLogger("rag.api")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    if not logger.handlers:
+        stderr = logging.StreamHandler(sys.stderr)
+        stderr.setFormatter(JsonFormatter())
+        logger.addHandler(stderr)
+        if log_file is not None:
+            log_file.parent.mkdir(parents=True, exist_ok=True)
+            rotating = logging.handlers.RotatingFileHandler(log_file, maxBytes=10_000_000, backupCount=5,
+                                                            encoding="utf-8")
+            rotating.setFormatter(JsonFormatter())
+            logger.addHandler(rotating)
+    return logger

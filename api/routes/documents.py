@@ -1,0 +1,114 @@
+"""/v1/documents: upload (multipart), list, delete — through the same ingest pipeline as the CLI."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+from typing import Annotated
+
+import anyio.to_thread
+from litestar import Controller, Response, delete, get, post
+from litestar.datastructures import State, UploadFile
+from litestar.enums import RequestEncodingType
+from litestar.params import Body
+
+from api.state import AppState
+from ingest.loaders import load_document
+from ingest.pipeline import delete_document, ingest_paths
+from ingest.store import IndexReader
+from rag.errors import BadRequestError, IndexNotFoundError, UnprocessableDocumentError
+
+SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_filename(name: str | None) -> str:
+    """A plain file name from an untrusted one: no directories, no leading dots, no odd characters."""
+    base = re.split(r"[\\/]", name or "")[-1]
+    cleaned = SAFE_NAME.sub("_", base).lstrip("._")[:120]
+    if not cleaned or "." not in cleaned:
+        raise BadRequestError(f"unusable file name {name!r}: it needs a name with an extension")
+    return cleaned
+
+
+def uploads_dir(app: AppState, index: str) -> Path:
+    return app.settings.home / "uploads" / index
+
+
+class DocumentsController(Controller):
+    path = "/v1/documents"
+    tags = ["documents"]
+
+    @post("", summary="Upload and ingest one or more files (multipart)")
+    async def upload(self, state: State,
+                     data: Annotated[list[UploadFile], Body(media_type=RequestEncodingType.MULTI_PART)],
+                     index: str | None = None) -> Response:
+        app: AppState = state.app
+        models = app.require_ready()
+        name = app.index_name(index)
+        limit = app.settings.max_upload_mb * 1024 * 1024
+        files = data if isinstance(data, list) else [data]
+        if not files:
+            raise BadRequestError("no files in the upload (use multipart field 'data')")
+        folder = uploads_dir(app, name)
+        folder.mkdir(parents=True, exist_ok=True)
+        outcomes: list[dict] = []
+        accepted: list[tuple[Path, Path]] = []
+        for upload in files:
+            content = await upload.read()
+            filename = safe_filename(upload.filename)
+            if len(content) > limit:
+                outcomes.append({"file": filename, "status": "failed", "reason_type": "payload_too_large",
+                                 "reason": f"file is larger than {app.settings.max_upload_mb} MB"})
+                continue
+            staged = folder / f".incoming-{uuid.uuid4().hex}-{filename}"
+            staged.write_bytes(content)
+            try:
+                await anyio.to_thread.run_sync(load_document, folder / filename, content)
+            except UnprocessableDocumentError as exc:
+                staged.unlink(missing_ok=True)
+                outcomes.append({"file": filename, "status": "failed", "reason_type": exc.error_type,
+                                 "reason": exc.message})
+                continue
+            accepted.append((staged, folder / filename))
+        if accepted:
+            for staged, final in accepted:
+                staged.replace(final)
+            summary = await anyio.to_thread.run_sync(
+                lambda: ingest_paths([final for _, final in accepted], app.settings.index_path(name),
+                                     models.embedder, app.settings.chunk_tokens, app.settings.chunk_overlap))
+            for outcome in summary.outcomes:
+                outcomes.append({"file": Path(outcome.path).name, "status": outcome.status,
+                                 "document_id": outcome.document_id, "chunks": outcome.chunks,
+                                 "reason": outcome.reason, "reason_type": outcome.reason_type})
+        ok = [o for o in outcomes if o["status"] in ("added", "updated", "unchanged")]
+        status = 200 if ok else (413 if all(o["reason_type"] == "payload_too_large" for o in outcomes) else 422)
+        body = {"index": name, "files": outcomes}
+        if not ok:
+            first = outcomes[0]
+            body["error"] = {"type": first["reason_type"], "message": f"{first['file']}: {first['reason']}"}
+        return Response(body, status_code=status)
+
+    @get("", summary="Documents in an index")
+    async def list_documents(self, state: State, index: str | None = None) -> dict:
+        app: AppState = state.app
+        root = app.index_root(index)
+        if not root.is_dir():
+            raise IndexNotFoundError(f"index {root.name!r} does not exist")
+        reader = IndexReader(root)
+        try:
+            return {"index": root.name, "documents": [d.__dict__ for d in reader.documents()]}
+        finally:
+            reader.close()
+
+    @delete("/{document_id:str}", status_code=200, summary="Remove a document and its vectors")
+    async def delete_document(self, state: State, document_id: str, index: str | None = None) -> dict:
+        app: AppState = state.app
+        root = app.index_root(index)
+        if not root.is_dir():
+            raise IndexNotFoundError(f"index {root.name!r} does not exist")
+        record = await anyio.to_thread.run_sync(delete_document, root, document_id)
+        uploaded = Path(record.path)
+        if uploaded.parent == uploads_dir(app, root.name).resolve():
+            uploaded.unlink(missing_ok=True)  # our copy of an uploaded file; user files elsewhere stay
+        return {"deleted": record.id, "path": record.path, "chunks": record.chunks}

@@ -1,0 +1,86 @@
+"""OpenAI-compatible endpoints: /v1/models and /v1/chat/completions (retrieval on by default)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from litestar import Controller, get, post
+from litestar.datastructures import State
+from litestar.response import Stream
+
+from api.answering import answer_events, answer_once
+from api.protocol import ChatCompletionRequest
+from api.routes.chat import as_dicts, last_user_message
+from api.sse import SSE_HEADERS, primed, sse
+from rag.answer import answer_options_from
+from rag.errors import RagError
+from rag.result import AnswerResult
+
+
+def finish_reason(result: AnswerResult) -> str:
+    return "length" if result.finish_reason == "length" else "stop"
+
+
+def usage(result: AnswerResult) -> dict:
+    m = result.metrics
+    return {"prompt_tokens": m.prompt_tokens, "completion_tokens": m.output_tokens,
+            "total_tokens": m.prompt_tokens + m.output_tokens}
+
+
+class OpenAIController(Controller):
+    path = "/v1"
+    tags = ["openai-compatible"]
+
+    @get("/models", summary="Models served (OpenAI list format)")
+    async def models(self, state: State) -> dict:
+        models = state.app.require_ready()
+        return {"object": "list", "data": [
+            {"id": models.generator.model_id, "object": "model", "created": 0, "owned_by": "local"}]}
+
+    @post("/chat/completions", status_code=200, summary="Chat completion grounded in the documents")
+    async def chat_completions(self, data: ChatCompletionRequest, state: State) -> dict | Stream:
+        app = state.app
+        question = last_user_message(data.messages)
+        options = answer_options_from(app.settings, max_tokens=data.max_completion_tokens or data.max_tokens,
+                                      temperature=data.temperature, top_p=data.top_p, documents=data.documents)
+        args = (app, options, data.index, question, as_dicts(data.messages), data.use_context)
+        completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        created = int(time.time())
+        if not data.stream:
+            result = await answer_once(*args)
+            body = result.to_dict()
+            return {"id": completion_id, "object": "chat.completion", "created": created, "model": result.model,
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": result.answer},
+                                 "finish_reason": finish_reason(result)}],
+                    "usage": usage(result), "sources": body["sources"], "citations": result.citations,
+                    "abstained": result.abstained}
+        events = await primed(answer_events(*args))
+        include_usage = bool(data.stream_options and data.stream_options.include_usage)
+        model = app.require_ready().generator.model_id
+        return Stream(openai_sse(events, completion_id, created, model, include_usage),
+                      media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+async def openai_sse(events, completion_id: str, created: int, model: str, include_usage: bool):
+    def chunk(delta: dict, reason: str | None = None, **extra) -> bytes:
+        return sse({"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": reason}], **extra})
+
+    yield chunk({"role": "assistant", "content": ""})
+    try:
+        async for item in events:
+            if isinstance(item, AnswerResult):
+                if item.abstained and item.abstain_reason == "weak_evidence":
+                    yield chunk({"content": item.answer})
+                body = item.to_dict()
+                yield chunk({}, finish_reason(item), sources=body["sources"], citations=item.citations,
+                            abstained=item.abstained)
+                if include_usage:
+                    yield sse({"id": completion_id, "object": "chat.completion.chunk", "created": created,
+                               "model": model, "choices": [], "usage": usage(item)})
+            else:
+                yield chunk({"content": item})
+    except RagError as exc:
+        yield sse({"error": {"type": exc.error_type, "message": exc.message}})
+    yield sse("[DONE]")

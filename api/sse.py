@@ -1,0 +1,29 @@
+"""Server-Sent Events framing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def sse(data: Any) -> bytes:
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    return f"data: {payload}\n\n".encode("utf-8")
+
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+async def primed(events):
+    """Run an event stream up to its first item, so errors before any output become HTTP errors."""
+    first = await events.__anext__()
+
+    async def chain():
+        try:
+            yield first
+            async for item in events:
+                yield item
+        finally:
+            await events.aclose()  # a client that went away cancels its generation
+
+    return chain()

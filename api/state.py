@@ -1,0 +1,69 @@
+"""What the app holds for its lifetime: settings, loaded models, the generation scheduler, metrics."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from api.observability import ServiceMetrics
+from ingest.store import IndexReader, validate_index_name
+from rag.answer import AnswerService
+from rag.errors import IndexNotFoundError, ModelError
+from rag.retrieval import Retriever
+from rag.runtime import Models
+from rag.scheduler import GenerationScheduler
+from rag.settings import Settings
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    metrics: ServiceMetrics
+    status: str = "loading"  # loading | ready | failed
+    error: str | None = None
+    models: Models | None = None
+    scheduler: GenerationScheduler | None = None
+    _services: dict[str, AnswerService] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def load(self) -> None:
+        """Load models once (called from the lifespan, off the event loop)."""
+        try:
+            self.models = Models.load(self.settings)
+            self.scheduler = GenerationScheduler(self.models.generator, self.settings.max_queue)
+            self.models.warm_up()
+            self.status = "ready"
+        except ModelError as exc:
+            self.status, self.error = "failed", exc.message
+
+    def close(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.close()
+        for service in self._services.values():
+            service.retriever.reader.close()
+
+    def require_ready(self) -> Models:
+        if self.status != "ready" or self.models is None:
+            raise ModelError(self.error or "models are still loading")
+        return self.models
+
+    def index_name(self, name: str | None) -> str:
+        return validate_index_name(name or self.settings.index)
+
+    def index_root(self, name: str | None) -> Path:
+        return self.settings.index_path(self.index_name(name))
+
+    def service(self, index: str | None) -> AnswerService:
+        """The answer service of an index (readers follow new commits by themselves)."""
+        models = self.require_ready()
+        name = self.index_name(index)
+        with self._lock:
+            if name not in self._services:
+                root = self.settings.index_path(name)
+                if not root.is_dir():
+                    raise IndexNotFoundError(f"index {name!r} does not exist; upload documents first")
+                reader = IndexReader(root)
+                self._services[name] = AnswerService(Retriever(reader, models.embedder), models.embedder,
+                                                     models.generator, self.settings.max_question_tokens)
+            return self._services[name]

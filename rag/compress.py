@@ -1,0 +1,91 @@
+"""Context compression: keep only the sentences that answer the question, under a token budget.
+
+Pure functions: the caller supplies sentence vectors and a token counter, so this
+module does no I/O and holds no model.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ingest.store import STOPWORDS
+
+# A sentence ends at . ! ? followed by space and an upper-case letter, digit or quote.
+SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[A-Z0-9\"'(\[])")
+LEXICAL_WEIGHT = 0.35  # share of question content words a sentence contains, added to its cosine
+RANK_WEIGHT = 0.05  # slight preference for sentences from higher-ranked chunks
+
+
+@dataclass(frozen=True)
+class Sentence:
+    text: str
+    source: int  # 0-based index of the hit (chunk) it comes from
+    position: int  # order inside that chunk
+
+
+@dataclass(frozen=True)
+class Passage:
+    """Consecutive selected sentences of one source, cited as [number]."""
+
+    number: int  # 1-based citation number == source index + 1
+    text: str
+
+
+def split_sentences(text: str) -> list[str]:
+    parts = [p.strip() for p in SENTENCE_END.split(text.replace("\n", " "))]
+    return [p for p in parts if len(p) > 1]
+
+
+def content_words(text: str) -> set[str]:
+    return {w for w in re.findall(r"\w+", text.lower()) if w not in STOPWORDS and len(w) > 1}
+
+
+def candidate_sentences(chunks: Sequence[str]) -> list[Sentence]:
+    return [Sentence(s, i, j) for i, chunk in enumerate(chunks) for j, s in enumerate(split_sentences(chunk))]
+
+
+def score_sentences(question: str, question_vector: np.ndarray, sentences: Sequence[Sentence],
+                    sentence_vectors: np.ndarray | None) -> np.ndarray:
+    """Cosine to the question (if vectors are given) + lexical overlap + a small rank prior."""
+    wanted = content_words(question)
+    scores = np.zeros(len(sentences), dtype=np.float32)
+    for i, sentence in enumerate(sentences):
+        overlap = len(wanted & content_words(sentence.text)) / len(wanted) if wanted else 0.0
+        scores[i] = LEXICAL_WEIGHT * overlap + RANK_WEIGHT / (1 + sentence.source)
+    if sentence_vectors is not None and len(sentences):
+        scores += sentence_vectors @ question_vector
+    return scores
+
+
+def select_passages(sentences: Sequence[Sentence], scores: np.ndarray, count_tokens: Callable[[str], int],
+                    budget_tokens: int, max_sentences: int = 8) -> list[Passage]:
+    """Best sentences first until the budget is spent; returned grouped by source, in reading order."""
+    chosen: list[Sentence] = []
+    used = 0
+    for i in np.argsort(-scores, kind="stable"):
+        sentence = sentences[int(i)]
+        cost = count_tokens(sentence.text) + 4  # citation label and line break
+        if used + cost > budget_tokens:
+            if not chosen:  # a single over-long best sentence: keep its head rather than nothing
+                chosen.append(Sentence(_truncate(sentence.text, count_tokens, budget_tokens), sentence.source,
+                                       sentence.position))
+            continue
+        chosen.append(sentence)
+        used += cost
+        if len(chosen) >= max_sentences:
+            break
+    by_source: dict[int, list[Sentence]] = {}
+    for sentence in sorted(chosen, key=lambda s: (s.source, s.position)):
+        by_source.setdefault(sentence.source, []).append(sentence)
+    return [Passage(source + 1, " ".join(s.text for s in group)) for source, group in by_source.items()]
+
+
+def _truncate(text: str, count_tokens: Callable[[str], int], budget: int) -> str:
+    words = text.split()
+    while words and count_tokens(" ".join(words)) > budget:
+        words = words[: max(1, int(len(words) * 0.8))] if len(words) > 1 else []
+    return " ".join(words)

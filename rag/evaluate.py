@@ -1,0 +1,125 @@
+"""``rag eval``: retrieval recall and end-to-end answer quality on a SQuAD-style JSONL set."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import string
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ingest.pipeline import ingest_paths
+from rag.answer import answer_options_from
+from rag.errors import BadRequestError
+from rag.runtime import Models, answer_service
+from rag.settings import Settings
+
+
+def normalise_answer(text: str) -> str:
+    """SQuAD's normalisation: lower case, no punctuation, no articles, single spaces."""
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def contains_answer(text: str, answers: list[str]) -> bool:
+    haystack = normalise_answer(text)
+    return any(normalise_answer(a) and normalise_answer(a) in haystack for a in answers)
+
+
+def load_questions(path: Path) -> list[dict]:
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            row["question"], row.setdefault("answers", []), row.setdefault("unanswerable", False)
+        except (ValueError, KeyError) as exc:
+            raise BadRequestError(f"{path}:{number}: not a question record ({exc})") from exc
+        rows.append(row)
+    return rows
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else 0.0
+
+
+def evaluate(settings: Settings, questions_file: Path, docs: Path, index: str | None, top_k: int,
+             answers: int, seed: int, log: Callable[..., None] = print) -> dict:
+    questions = load_questions(questions_file)
+    models = Models.load(settings)
+    with tempfile.TemporaryDirectory(prefix="rag-eval-") as scratch:
+        if index:
+            root = settings.index_path(index)
+        else:
+            root = Path(scratch) / "eval"
+            log(f"ingesting {docs} into a scratch index")
+            ingest_paths([docs], root, models.embedder, settings.chunk_tokens, settings.chunk_overlap)
+        service = answer_service(settings, models, index_root=root)
+        report = retrieval_report(service.retriever, questions, top_k, log)
+        if answers > 0:
+            report.update(answer_report(service, settings, questions, top_k, answers, seed, log))
+        service.retriever.reader.close()
+    return report
+
+
+def retrieval_report(retriever, questions: list[dict], top_k: int, log: Callable[..., None]) -> dict:
+    answerable = [q for q in questions if not q["unanswerable"] and q["answers"]]
+    log(f"retrieval recall@{top_k} over {len(answerable)} answerable questions")
+    found = {"hybrid": 0, "dense": 0, "lexical": 0}
+    for q in answerable:
+        for mode in found:
+            hits = retriever.retrieve(q["question"], top_k, mode=mode).hits
+            if any(_from_document(h.chunk.path, q.get("document")) and contains_answer(h.chunk.text, q["answers"])
+                   for h in hits):
+                found[mode] += 1
+    n = max(1, len(answerable))
+    return {"questions": len(questions), "answerable": len(answerable), "k": top_k,
+            f"recall@{top_k}": found["hybrid"] / n, f"recall@{top_k}_dense": found["dense"] / n,
+            f"recall@{top_k}_lexical": found["lexical"] / n}
+
+
+def _from_document(path: str, document: str | None) -> bool:
+    return document is None or Path(path).name == document
+
+
+def answer_report(service, settings: Settings, questions: list[dict], top_k: int, n: int, seed: int,
+                  log: Callable[..., None]) -> dict:
+    rng = random.Random(seed)
+    answerable = [q for q in questions if not q["unanswerable"] and q["answers"]]
+    unanswerable = [q for q in questions if q["unanswerable"]]
+    sample_a = rng.sample(answerable, min(n, len(answerable)))
+    sample_u = rng.sample(unanswerable, min(n, len(unanswerable)))
+    options = answer_options_from(settings, top_k=top_k)
+    service.ask("warm-up question?", options)
+    correct = false_abstain = abstain_u = 0
+    ttft, total, failures = [], [], []
+    for i, q in enumerate(sample_a + sample_u, 1):
+        result = service.ask(q["question"], options)
+        total.append(result.metrics.total_ms)
+        if result.metrics.output_tokens:
+            ttft.append(result.metrics.ttft_ms)
+        if q["unanswerable"]:
+            abstain_u += result.abstained
+        elif result.abstained:
+            false_abstain += 1
+        elif contains_answer(result.answer, q["answers"]):
+            correct += 1
+        else:
+            failures.append({"question": q["question"], "gold": q["answers"], "answer": result.answer})
+        if i % 50 == 0:
+            log(f"answered {i}/{len(sample_a) + len(sample_u)}")
+    na, nu = max(1, len(sample_a)), max(1, len(sample_u))
+    return {
+        "answered_answerable": len(sample_a), "answered_unanswerable": len(sample_u),
+        "accuracy": correct / na, "false_abstention": false_abstain / na, "abstention_unanswerable": abstain_u / nu,
+        "ttft_ms_p50": percentile(ttft, 50), "ttft_ms_p95": percentile(ttft, 95),
+        "total_ms_p50": percentile(total, 50), "total_ms_p95": percentile(total, 95),
+        "sample_failures": failures[:10],
+    }

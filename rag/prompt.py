@@ -1,0 +1,50 @@
+"""Prompt construction and reading the reply: pure functions."""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from rag.compress import Passage, content_words
+
+SYSTEM_PROMPT = (
+    "You answer questions using only the numbered context. "
+    "Give a short answer (a few words or one sentence) and cite the source number like [1]. "
+    "If the context does not contain the answer, reply exactly: I don't know."
+)
+ABSTENTION_MESSAGE = "The documents do not contain an answer to this question."
+# Ways a small model says it cannot answer from the context.
+MODEL_ABSTAINS = re.compile(
+    r"\b(i don'?t know|i do not know|not (?:mentioned|stated|provided|specified|given|found)|"
+    r"(?:context|text|documents?) (?:does|do) not (?:contain|mention|say|provide|specify)|"
+    r"no (?:information|answer)|cannot (?:be )?(?:answer|determine)|unable to (?:answer|determine))\b",
+    re.IGNORECASE)
+CITATION = re.compile(r"\[(\d{1,2})\]")
+
+
+def build_messages(question: str, passages: Sequence[Passage]) -> list[dict[str, str]]:
+    context = "\n".join(f"[{p.number}] {p.text}" for p in passages)
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": f"Context:\n{context}\n\nQuestion: {question.strip()}"},
+    ]
+
+
+def model_abstained(reply: str) -> bool:
+    return not reply.strip() or bool(MODEL_ABSTAINS.search(reply))
+
+
+def cited_numbers(reply: str, passages: Sequence[Passage]) -> list[int]:
+    """Citations the reply makes explicitly, else the passages that best support its words."""
+    valid = {p.number for p in passages}
+    explicit = [n for n in dict.fromkeys(int(m) for m in CITATION.findall(reply)) if n in valid]
+    if explicit:
+        return explicit
+    words = content_words(CITATION.sub("", reply))
+    if not words:
+        return []
+    overlaps = {p.number: len(words & content_words(p.text)) / len(words) for p in passages}
+    best = max(overlaps.values(), default=0.0)
+    return [n for n, o in overlaps.items() if best >= 0.5 and o == best]
+
+

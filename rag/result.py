@@ -1,0 +1,47 @@
+"""The answer result object: one shape for the CLI (--json) and the API."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Source(msgspec.Struct, kw_only=True):
+    number: int  # the [n] used in the prompt and in citations
+    document_id: str
+    path: str
+    title: str
+    page: int | None
+    section: str | None
+    chunk_id: int
+    score: float  # fused retrieval score
+    dense_score: float | None
+    lexical_score: float | None
+    snippet: str
+
+
+class Metrics(msgspec.Struct, kw_only=True):
+    embed_ms: float = 0.0
+    retrieval_ms: float = 0.0  # embed + search
+    compress_ms: float = 0.0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    ttft_ms: float = 0.0  # from the question arriving to the first answer token
+    tpot_ms: float = 0.0
+    total_ms: float = 0.0
+    tokens_per_s: float = 0.0
+
+
+class AnswerResult(msgspec.Struct, kw_only=True):
+    question: str
+    answer: str
+    abstained: bool
+    abstain_reason: str | None  # "weak_evidence" | "model_declined" | None
+    citations: list[int]
+    sources: list[Source]
+    context: list[str]  # the passages the model saw, "[n] text"
+    model: str
+    finish_reason: str
+    metrics: Metrics
+
+    def to_dict(self) -> dict:
+        return msgspec.to_builtins(self)

@@ -1,0 +1,198 @@
+"""Concurrent generation for the server: ORT GenAI's continuous-batching ``Engine``.
+
+One background thread owns the engine and steps it; requests come in through a
+thread-safe queue and their tokens go out to asyncio queues on the caller's loop.
+Generation therefore never blocks the event loop. A request whose client goes
+away is cancelled at the next engine step. Beyond ``max_queue`` unfinished
+requests, ``submit`` refuses with ``OverloadedError`` (HTTP 503 + Retry-After).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+import numpy as np
+
+from rag.errors import ModelError, OverloadedError
+from rag.generator import GenerationStats, LocalGenerator, SamplingOptions
+
+log = logging.getLogger(__name__)
+_DONE = object()
+
+
+@dataclass
+class Job:
+    tokens: np.ndarray
+    options: SamplingOptions
+    loop: asyncio.AbstractEventLoop
+    out: asyncio.Queue
+    stats: GenerationStats = field(default_factory=GenerationStats)
+    submitted: float = field(default_factory=time.perf_counter)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    request: object = None
+    turn_id: int = 0
+    decoder: object = None
+
+    def emit(self, item: object) -> None:
+        self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+
+
+class GenerationScheduler:
+    def __init__(self, generator: LocalGenerator, max_queue: int = 32) -> None:
+        import onnxruntime_genai as og
+
+        self._og = og
+        self.generator = generator
+        self.max_queue = max_queue
+        self._inbox: queue.Queue[Job] = queue.Queue()
+        self._active: dict[int, Job] = {}
+        self._unfinished = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._started = threading.Event()
+        self._start_error: Exception | None = None
+        self.max_batch = 0
+        # The engine may only be used from the thread that created it, so that thread builds it.
+        self._thread = threading.Thread(target=self._run, name="generation-engine", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        if self._start_error is not None:
+            raise ModelError(f"continuous batching is not available for {generator.model_id}: "
+                             f"{self._start_error}") from self._start_error
+
+    @property
+    def depth(self) -> int:
+        """Requests submitted and not yet finished (queued or generating)."""
+        return self._unfinished
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    async def stream(self, tokens: np.ndarray, options: SamplingOptions,
+                     stats: GenerationStats | None = None) -> AsyncIterator[str]:
+        """Text pieces for one request; cancelling the consumer cancels the generation."""
+        with self._lock:
+            if self._unfinished >= self.max_queue:
+                raise OverloadedError(f"{self._unfinished} generations in progress; try again shortly",
+                                      retry_after_s=2)
+            self._unfinished += 1
+        job = Job(tokens, options, asyncio.get_running_loop(), asyncio.Queue())
+        if stats is not None:
+            job.stats = stats
+        job.stats.prompt_tokens = int(len(tokens))
+        self._inbox.put(job)
+        try:
+            while True:
+                item = await job.out.get()
+                if item is _DONE:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            job.cancelled.set()  # no-op if it already finished
+
+    # ------------------------------------------------------------------ engine thread
+    def _run(self) -> None:
+        try:
+            self._engine = self._og.Engine(self.generator.model)
+            self.max_batch = self._engine.get_capabilities().configured_max_batch_size
+            self._buffer = self._engine.create_event_buffer(64)
+        except Exception as exc:  # an engine that cannot serve this model is a model problem
+            self._start_error = exc
+            return
+        finally:
+            self._started.set()
+        while not self._stop.is_set():
+            self._admit(block=not self._active)
+            for job in [j for j in self._active.values() if j.cancelled.is_set()]:
+                job.request.cancel_turn(job.turn_id)
+            if not self._active:
+                continue
+            try:
+                events = self._engine.run(self._buffer)
+            except Exception as exc:  # engine failure: fail everyone in flight, keep serving
+                log.exception("engine step failed")
+                for job in list(self._active.values()):
+                    self._finish(job, "error", ModelError(f"generation failed: {exc}"))
+                continue
+            for event in events:
+                job = self._active.get(id(event.request))
+                if job is not None:
+                    self._handle(job, event)
+
+    def _admit(self, block: bool) -> None:
+        try:
+            job = self._inbox.get(timeout=0.05) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._begin(job)
+            try:
+                job = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _begin(self, job: Job) -> None:
+        og = self._og
+        if job.cancelled.is_set():
+            self._finish(job, "cancelled")
+            return
+        try:
+            request = self._engine.create_request()
+            opts = og.TurnOptions(request)
+            opts.set_max_generated_tokens(job.options.max_tokens)
+            opts.set_do_sample(job.options.sampling)
+            if job.options.sampling:
+                opts.set_temperature(job.options.temperature)
+                opts.set_top_p(job.options.top_p)
+                if job.options.top_k:
+                    opts.set_top_k(job.options.top_k)
+            job.turn_id = request.begin_turn(job.tokens, opts)
+        except Exception as exc:
+            self._finish(job, "error", ModelError(f"cannot start generation: {exc}"))
+            return
+        job.request = request
+        job.decoder = self.generator.tokenizer.create_stream()
+        self._active[id(request)] = job
+
+    def _handle(self, job: Job, event) -> None:
+        flags = self._og.EngineEventFlags
+        value = int(event.flags.value) if hasattr(event.flags, "value") else int(event.flags)
+        if value & int(flags.TOKEN.value) and event.token is not None:
+            token = int(event.token)
+            if token not in self.generator.eos_token_ids:
+                job.stats.output_tokens += 1
+                now = time.perf_counter() - job.submitted
+                if job.stats.output_tokens == 1:
+                    job.stats.ttft_s = now
+                job.stats.total_s = now
+                piece = job.decoder.decode(token)
+                if piece:
+                    job.emit(piece)
+        if value & int(flags.FAILED.value):
+            self._finish(job, "error", ModelError(f"generation failed ({event.error_code})"))
+        elif value & int(flags.TURN_FINISHED.value):
+            reason = event.finish_reason
+            self._finish(job, {"EOS": "stop", "STOP_STRING": "stop", "CANCELLED": "cancelled"}.get(
+                getattr(reason, "name", ""), "length"))
+
+    def _finish(self, job: Job, reason: str, error: BaseException | None = None) -> None:
+        job.stats.finish_reason = reason
+        job.stats.total_s = time.perf_counter() - job.submitted
+        if job.request is not None:
+            self._active.pop(id(job.request), None)
+            try:
+                job.request.close()
+            except Exception:  # closing a finished request may fail; nothing to recover
+                pass
+        with self._lock:
+            self._unfinished -= 1
+        job.emit(error if error is not None else _DONE)
