@@ -11,7 +11,10 @@ def sse(data: Any) -> bytes:
     return f"data: {payload}\n\n".encode("utf-8")
 
 
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+# Content-Type is set here too: for handlers annotated ``dict | Stream`` Litestar passes the handler's
+# (JSON) media type to the Stream, which would otherwise win over ``Stream(media_type=...)``.
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no",
+               "Content-Type": "text/event-stream; charset=utf-8"}
 
 
 async def primed(events):

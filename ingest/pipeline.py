@@ -133,6 +133,8 @@ def ingest_paths(
         if pending:
             flush()
         summary.generation = writer.commit()
+    order = {str(path): i for i, path in enumerate(files)}
+    summary.outcomes.sort(key=lambda o: order.get(o.path, len(order)))
     summary.seconds = time.perf_counter() - start
     return summary
 

@@ -331,11 +331,13 @@ class IndexReader:
         if generation == self._generation:
             return False
         dimension = int(meta.get("dimension", 0) or 0)
-        for _ in range(3):
+        for attempt in range(3):
             try:
                 self._index = _load_faiss(self.root, generation, dimension) if dimension else None
                 break
             except RuntimeError:  # replaced under us: read the newest generation again
+                if attempt == 2:
+                    raise
                 generation = int(self._meta().get("generation", 0))
         self._generation = generation
         return True

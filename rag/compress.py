@@ -15,9 +15,10 @@ import numpy as np
 from ingest.store import STOPWORDS
 
 # A sentence ends at . ! ? followed by space and an upper-case letter, digit or quote.
-SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[A-Z0-9\"'(\[])")
+SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[A-Z0-9\"'(\[])")
 LEXICAL_WEIGHT = 0.35  # share of question content words a sentence contains, added to its cosine
 RANK_WEIGHT = 0.05  # slight preference for sentences from higher-ranked chunks
+LABEL_TOKENS = 4  # "[n] " label and line break around each passage
 
 
 @dataclass(frozen=True)
@@ -68,11 +69,13 @@ def select_passages(sentences: Sequence[Sentence], scores: np.ndarray, count_tok
     used = 0
     for i in np.argsort(-scores, kind="stable"):
         sentence = sentences[int(i)]
-        cost = count_tokens(sentence.text) + 4  # citation label and line break
+        cost = count_tokens(sentence.text) + LABEL_TOKENS
         if used + cost > budget_tokens:
             if not chosen:  # a single over-long best sentence: keep its head rather than nothing
-                chosen.append(Sentence(_truncate(sentence.text, count_tokens, budget_tokens), sentence.source,
-                                       sentence.position))
+                head = _truncate(sentence.text, count_tokens, budget_tokens - LABEL_TOKENS)
+                if head:
+                    chosen.append(Sentence(head, sentence.source, sentence.position))
+                    used = count_tokens(head) + LABEL_TOKENS
             continue
         chosen.append(sentence)
         used += cost

@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 
 from ingest.pipeline import ingest_paths
+from ingest.store import validate_index_name
 from rag.answer import answer_options_from
 from rag.errors import BadRequestError
 from rag.runtime import Models, answer_service
@@ -56,7 +57,7 @@ def evaluate(settings: Settings, questions_file: Path, docs: Path, index: str | 
     models = Models.load(settings)
     with tempfile.TemporaryDirectory(prefix="rag-eval-") as scratch:
         if index:
-            root = settings.index_path(index)
+            root = settings.index_path(validate_index_name(index))
         else:
             root = Path(scratch) / "eval"
             log(f"ingesting {docs} into a scratch index")

@@ -1,0 +1,542 @@
+"""The answer pipeline end to end: retrieval, compression, prompt, generation, result, eval and CLI.
+
+Real models and a real index (two SQuAD documents ingested once per module); no mocks.
+Generations are kept short (``max_tokens`` <= 24) so the module stays fast on a small CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import SQUAD_DOCS, SQUAD_QUESTIONS
+from ingest.pipeline import ingest_paths
+from rag.answer import AnswerOptions, AnswerService, answer_options_from
+from rag.compress import Passage, Sentence, candidate_sentences, score_sentences, select_passages, split_sentences
+from rag.errors import BadRequestError
+from rag.evaluate import contains_answer, evaluate, normalise_answer
+from rag.generator import SamplingOptions
+from rag.prompt import ABSTENTION_MESSAGE, build_messages, cited_numbers, model_abstained
+from rag.result import AnswerResult
+from rag.retrieval import RRF_K, Retriever, rrf_fuse
+from rag.runtime import Models, answer_service
+from rag.settings import Settings
+
+DOC_NAMES = ("normans.md", "victoria_australia.md")
+ROLLO_QUESTION = "Who was the leader of the Normans who swore fealty to King Charles III?"
+VICTORIA_QUESTION = "What is the capital of Victoria?"
+OFF_TOPIC_QUESTION = "What is the airspeed of an unladen swallow in kilometres per hour?"
+SHORT = 16  # max_tokens for generations in this module
+CLI_TIMEOUT_S = 240
+
+
+# --------------------------------------------------------------------------- helpers
+def squad_rows() -> list[dict]:
+    return [json.loads(line) for line in SQUAD_QUESTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def first_questions(document: str, count: int, unanswerable: bool = False) -> list[dict]:
+    """The first ``count`` questions about ``document`` in file order (deterministic)."""
+    rows = [r for r in squad_rows() if r["document"] == document and r["unanswerable"] == unanswerable
+            and (unanswerable or r["answers"])]
+    assert len(rows) >= count, (document, len(rows))
+    return rows[:count]
+
+
+def options(**overrides) -> AnswerOptions:
+    sampling = SamplingOptions(max_tokens=overrides.pop("max_tokens", SHORT))
+    return AnswerOptions(sampling=sampling, **overrides)
+
+
+def cli_env(settings: Settings, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")}
+    env.update(RAG_GENERATOR_DIR=str(settings.generator_path), RAG_EMBEDDER_DIR=str(settings.embedder_path),
+               PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def run_cli(settings: Settings, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rag.cli", *args], capture_output=True, text=True,
+                          env=cli_env(settings, **env), timeout=CLI_TIMEOUT_S, cwd=Path(__file__).parent.parent)
+
+
+def consume_in_order(text: str, sentences: list[str]) -> list[int]:
+    """Positions of the ``sentences`` that, joined by spaces in increasing order, make up ``text``.
+
+    Fails if ``text`` is not such a concatenation (wrong source, or out of reading order).
+    """
+    positions, rest = [], text
+    for position, sentence in enumerate(sentences):
+        if rest.startswith(sentence):
+            positions.append(position)
+            rest = rest[len(sentence):].lstrip(" ")
+            if not rest:
+                return positions
+    raise AssertionError(f"passage is not its source's sentences in reading order; left over: {rest[:120]!r}")
+
+
+# --------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def rag_home(tmp_path_factory: pytest.TempPathFactory, settings: Settings, embedder) -> Path:
+    """A scratch home whose default index (home/indexes/default) holds two SQuAD documents."""
+    if not SQUAD_DOCS.is_dir() or not SQUAD_QUESTIONS.is_file():
+        pytest.skip(f"SQuAD data not found at {SQUAD_DOCS.parent}")
+    home = tmp_path_factory.mktemp("rag-home")
+    root = settings.replace(home=home).index_path()
+    summary = ingest_paths([SQUAD_DOCS / n for n in DOC_NAMES], root, embedder, settings.chunk_tokens,
+                           settings.chunk_overlap)
+    assert summary.ok and summary.count("added") == len(DOC_NAMES), summary.as_dict()
+    assert summary.chunks_written > 10
+    return home
+
+
+@pytest.fixture(scope="module")
+def index_root(rag_home: Path) -> Path:
+    return rag_home / "indexes" / "default"
+
+
+@pytest.fixture(scope="module")
+def service(index_root: Path, settings: Settings, embedder, generator):
+    svc = answer_service(settings, Models(embedder, generator), index_root=index_root)
+    yield svc
+    svc.retriever.reader.close()
+
+
+@pytest.fixture(scope="module")
+def retriever(service: AnswerService) -> Retriever:
+    return service.retriever
+
+
+@pytest.fixture(scope="module")
+def doc_ids(retriever: Retriever) -> dict[str, str]:
+    """File name -> document id."""
+    return {Path(d.path).name: d.id for d in retriever.reader.documents()}
+
+
+@pytest.fixture(scope="module")
+def rollo_result(service: AnswerService) -> AnswerResult:
+    return service.ask(ROLLO_QUESTION, options())
+
+
+@pytest.fixture(scope="module")
+def count_tokens(generator):
+    return lambda text: len(generator.encode(text))
+
+
+# --------------------------------------------------------------------------- 1. retrieval finds known passages
+def test_retrieval_finds_rollo_passage(retriever: Retriever):
+    retrieval = retriever.retrieve(ROLLO_QUESTION, 5)
+    assert len(retrieval.hits) == 5
+    top3 = retrieval.hits[:3]
+    assert any(Path(h.chunk.path).name == "normans.md" and "Rollo" in h.chunk.text for h in top3), \
+        [(h.chunk.path, h.chunk.text[:80]) for h in top3]
+    scores = [h.score for h in retrieval.hits]
+    assert scores == sorted(scores, reverse=True)
+    assert retrieval.best_dense > 0.3 and retrieval.embed_ms > 0 and retrieval.search_ms > 0
+    assert retrieval.query_vector.shape == (retriever.embedder.dimension,)
+
+
+def test_retrieval_finds_victoria_passage(retriever: Retriever):
+    retrieval = retriever.retrieve(VICTORIA_QUESTION, 5)
+    top = retrieval.hits[0]
+    assert Path(top.chunk.path).name == "victoria_australia.md", top.chunk.path
+    assert any("Melbourne" in h.chunk.text for h in retrieval.hits[:3])
+
+
+def test_retrieval_document_filter(retriever: Retriever, doc_ids: dict[str, str]):
+    victoria = doc_ids["victoria_australia.md"]
+    hits = retriever.retrieve(ROLLO_QUESTION, 5, doc_ids=[victoria]).hits
+    assert hits and {h.chunk.doc_id for h in hits} == {victoria}
+
+
+# --------------------------------------------------------------------------- 2. hybrid vs each side
+def recall_at_5(retriever: Retriever, questions: list[dict], mode: str) -> float:
+    found = 0
+    for q in questions:
+        hits = retriever.retrieve(q["question"], 5, mode=mode).hits
+        found += any(Path(h.chunk.path).name == q["document"] and contains_answer(h.chunk.text, q["answers"])
+                     for h in hits)
+    return found / len(questions)
+
+
+def test_hybrid_recall_at_least_each_side(retriever: Retriever):
+    # The first 15 answerable questions of each ingested document, in file order (the first 30
+    # of the file are all about normans.md, so this covers both documents deterministically).
+    questions = [q for name in DOC_NAMES for q in first_questions(name, 15)]
+    assert len(questions) == 30
+    recall = {mode: recall_at_5(retriever, questions, mode) for mode in ("hybrid", "dense", "lexical")}
+    print(f"recall@5 over {len(questions)} questions: {recall}")
+    assert all(0.0 <= r <= 1.0 for r in recall.values())
+    # Fusion may lose a single question that one side ranked 5th and the other did not find at all,
+    # so allow one question (1/30) of slack against the better side.
+    assert recall["hybrid"] >= max(recall["dense"], recall["lexical"]) - 1 / 30, recall
+    assert recall["hybrid"] >= 0.8, recall
+
+
+def test_retrieval_modes_use_their_side_only(retriever: Retriever):
+    dense = retriever.retrieve(ROLLO_QUESTION, 5, mode="dense").hits
+    lexical = retriever.retrieve(ROLLO_QUESTION, 5, mode="lexical").hits
+    assert dense and all(h.lexical_score is None and h.dense_score is not None for h in dense)
+    assert lexical and all(h.dense_score is None and h.lexical_score is not None for h in lexical)
+
+
+# --------------------------------------------------------------------------- 3. rrf_fuse
+def test_rrf_fuse_orders_by_summed_reciprocal_rank():
+    fused = rrf_fuse([[1, 2, 3], [3, 1]], 10)
+    assert [i for i, _ in fused] == [1, 3, 2]
+    scores = dict(fused)
+    assert scores[1] == pytest.approx(1 / (RRF_K + 1) + 1 / (RRF_K + 2))
+    assert scores[3] == pytest.approx(1 / (RRF_K + 3) + 1 / (RRF_K + 1))
+    assert scores[2] == pytest.approx(1 / (RRF_K + 2))
+    # An item found by both sides beats one found first by a single side.
+    assert [i for i, _ in rrf_fuse([[7, 8], [8, 9]], 3)][0] == 8
+
+
+def test_rrf_fuse_ties_are_deterministic():
+    # Same rank on different sides -> equal scores -> ties broken by ascending id, whatever the input order.
+    assert rrf_fuse([[5], [2]], 5) == rrf_fuse([[2], [5]], 5) == [(2, pytest.approx(1 / 61)), (5, pytest.approx(1 / 61))]
+    a = rrf_fuse([[10, 4, 6], [6, 4, 10]], 3)
+    b = rrf_fuse([[6, 4, 10], [10, 4, 6]], 3)
+    assert a == b
+    # 6 and 10 tie on 1/61 + 1/63, which is just above 4's 2/62.
+    assert dict(a)[6] == dict(a)[10] > dict(a)[4]
+    assert [i for i, _ in a] == [6, 10, 4]
+
+
+def test_rrf_fuse_cuts_at_k_and_handles_empty():
+    fused = rrf_fuse([list(range(20)), list(range(19, -1, -1))], 4)
+    assert len(fused) == 4
+    assert rrf_fuse([list(range(20))], 0) == []
+    assert rrf_fuse([[], []], 5) == []
+    assert [i for i, _ in rrf_fuse([[3, 1, 2]], 2)] == [3, 1]
+    # A smaller rrf_k sharpens the rank differences but keeps the order.
+    assert [i for i, _ in rrf_fuse([[3, 1, 2]], 3, rrf_k=1)] == [3, 1, 2]
+    assert rrf_fuse([[3]], 1, rrf_k=1) == [(3, pytest.approx(0.5))]
+
+
+# --------------------------------------------------------------------------- 4. compression
+@pytest.fixture(scope="module")
+def rollo_sentences(retriever: Retriever, embedder):
+    retrieval = retriever.retrieve(ROLLO_QUESTION, 5)
+    sentences = candidate_sentences([h.chunk.text for h in retrieval.hits])
+    vectors = embedder.embed([s.text for s in sentences])
+    scores = score_sentences(ROLLO_QUESTION, retrieval.query_vector, sentences, vectors)
+    return retrieval, sentences, scores
+
+
+@pytest.mark.parametrize("budget", [40, 100, 250])
+def test_select_passages_respects_budget(rollo_sentences, count_tokens, budget: int):
+    _, sentences, scores = rollo_sentences
+    passages = select_passages(sentences, scores, count_tokens, budget)
+    assert passages
+    assert sum(count_tokens(p.text) for p in passages) <= budget
+
+
+@pytest.mark.parametrize("budget", [40, 100, 250])
+def test_select_passages_citations_and_reading_order(rollo_sentences, count_tokens, budget: int):
+    retrieval, sentences, scores = rollo_sentences
+    passages = select_passages(sentences, scores, count_tokens, budget)
+    numbers = [p.number for p in passages]
+    assert numbers == sorted(set(numbers)), "one passage per source, in source order"
+    assert all(1 <= n <= len(retrieval.hits) for n in numbers)
+    for p in passages:
+        own = [s.text for s in sentences if s.source == p.number - 1]
+        # Every sentence of passage [n] comes from hit n-1, in the order it has there.
+        if budget > 40:
+            consume_in_order(p.text, own)
+        hit_text = " ".join(retrieval.hits[p.number - 1].chunk.text.split())
+        first_words = " ".join(p.text.split()[:5])
+        assert first_words in hit_text, (p.number, p.text[:80])
+
+
+def test_best_sentence_kept_under_tight_budget(rollo_sentences, count_tokens):
+    _, sentences, scores = rollo_sentences
+    best = sentences[int(np.argmax(scores))]
+    assert "Rollo" in best.text, "the sentence naming Rollo should score highest"
+    budget = count_tokens(best.text) + 4 + 5  # room for the best sentence and little else
+    passages = select_passages(sentences, scores, count_tokens, budget)
+    assert any(best.text in p.text for p in passages)
+    assert sum(count_tokens(p.text) for p in passages) <= budget
+
+
+def test_overlong_sentence_truncated_not_dropped(count_tokens):
+    long = ("The Norman conquest of England brought " + ", ".join(f"castle number {i}" for i in range(40))
+            + " to the kingdom.")
+    assert count_tokens(long) > 100
+    passages = select_passages([Sentence(long, 0, 0)], np.array([1.0]), count_tokens, 30)
+    assert len(passages) == 1 and passages[0].number == 1
+    text = passages[0].text
+    assert text and long.startswith(text) and len(text) < len(long)
+    assert count_tokens(text) <= 30
+
+
+def test_truncated_sentence_counts_against_budget(count_tokens):
+    long = "Rollo " + " ".join(f"word{i}" for i in range(120)) + "."
+    sentences = [Sentence(long, 0, 0), Sentence("Rollo swore fealty.", 1, 0), Sentence("He ruled Normandy.", 1, 1)]
+    passages = select_passages(sentences, np.array([1.0, 0.5, 0.4]), count_tokens, 30)
+    assert sum(count_tokens(p.text) for p in passages) <= 30
+
+
+def test_select_passages_max_sentences_and_empty(count_tokens):
+    sentences = [Sentence(f"Fact number {i} is here.", i % 3, i) for i in range(20)]
+    scores = np.linspace(1.0, 0.0, 20)
+    passages = select_passages(sentences, scores, count_tokens, 4000, max_sentences=5)
+    assert sum(len(split_sentences(p.text)) for p in passages) == 5
+    assert select_passages([], np.zeros(0), count_tokens, 100) == []
+
+
+def test_split_sentences():
+    assert split_sentences("It cost 3.5 million. Then it fell.") == ["It cost 3.5 million.", "Then it fell."]
+    assert split_sentences("Rates rose 2.75 per cent in 2010. In 2011 they fell!") == [
+        "Rates rose 2.75 per cent in 2010.", "In 2011 they fell!"]
+    # An abbreviation followed by a lower-case word does not end a sentence.
+    assert split_sentences("He arrived at 5 p.m. on Monday. He left e.g. early.") == [
+        "He arrived at 5 p.m. on Monday.", "He left e.g. early."]
+    assert split_sentences("Who? Rollo.\nThe end") == ["Who?", "Rollo.", "The end"]
+    assert split_sentences("") == [] and split_sentences("   ") == []
+
+
+def test_split_sentences_keeps_closing_quotes():
+    assert split_sentences('He shouted "Stop." Then he left.') == ['He shouted "Stop."', "Then he left."]
+
+
+def test_candidate_and_score_sentences():
+    chunks = ["Rollo led the Normans. They settled in Normandy.", "Melbourne is the capital of Victoria."]
+    sentences = candidate_sentences(chunks)
+    assert [(s.source, s.position) for s in sentences] == [(0, 0), (0, 1), (1, 0)]
+    scores = score_sentences("Who led the Normans?", np.zeros(4, dtype=np.float32), sentences, None)
+    assert scores.shape == (3,) and int(np.argmax(scores)) == 0
+    assert scores[2] < scores[1]  # no overlap, lower-ranked source
+
+
+# --------------------------------------------------------------------------- 5. prompt helpers
+def test_model_abstained():
+    assert model_abstained("I don't know.")
+    assert model_abstained("The context does not mention it.")
+    assert model_abstained("   ")
+    assert not model_abstained("Rollo")
+    assert not model_abstained("Rollo [1]")
+
+
+def test_cited_numbers():
+    passages = [Passage(1, "Rollo agreed to swear fealty to King Charles III of West Francia."),
+                Passage(2, "Melbourne is the capital and largest city of Victoria.")]
+    assert cited_numbers("Melbourne [2]", passages) == [2]
+    assert cited_numbers("Rollo [2] and [1], see [2]", passages) == [2, 1]
+    # Numbers that match no passage are ignored, then the fallback by word overlap applies.
+    assert cited_numbers("Rollo swore fealty [7]", passages) == [1]
+    assert cited_numbers("Melbourne, the largest city", passages) == [2]
+    assert cited_numbers("Something else entirely", passages) == []
+    assert cited_numbers("", passages) == []
+
+
+def test_build_messages():
+    messages = build_messages("  Who was Rollo?  ", [Passage(1, "Rollo was a Viking."), Passage(3, "Other.")])
+    assert [m["role"] for m in messages] == ["system", "user"]
+    user = messages[1]["content"]
+    assert "[1] Rollo was a Viking.\n[3] Other." in user
+    assert user.endswith("Question: Who was Rollo?")
+
+
+def test_normalise_and_contains_answer():
+    assert normalise_answer("The  Normans, of France!") == "normans of france"
+    assert contains_answer("It was founded by the Normans.", ["normans"])
+    assert not contains_answer("Nothing here", ["Rollo", ""])
+
+
+# --------------------------------------------------------------------------- 6. abstention
+def test_off_topic_question_abstains_without_generation(service: AnswerService):
+    result = service.ask(OFF_TOPIC_QUESTION, options())
+    assert result.abstained and result.abstain_reason == "weak_evidence"
+    assert result.answer == ABSTENTION_MESSAGE
+    assert result.sources, "sources are still reported when abstaining"
+    assert result.metrics.output_tokens == 0 and result.metrics.prompt_tokens == 0
+    assert result.citations == [] and result.context == []
+
+
+def test_abstention_threshold_option(service: AnswerService):
+    # The same answerable question abstains when the evidence threshold is set above any cosine.
+    result = service.ask(ROLLO_QUESTION, options(abstain_threshold=1.01))
+    assert result.abstained and result.abstain_reason == "weak_evidence" and result.metrics.output_tokens == 0
+
+
+# --------------------------------------------------------------------------- 7. streaming
+def test_stream_yields_pieces_then_result(service: AnswerService):
+    items = list(service.stream(VICTORIA_QUESTION, options()))
+    *pieces, result = items
+    assert isinstance(result, AnswerResult)
+    assert len(pieces) >= 2 and all(isinstance(p, str) and p for p in pieces)
+    reply = "".join(pieces)
+    assert result.metrics.output_tokens >= len(pieces)
+    if result.abstained:
+        assert result.abstain_reason == "model_declined" and model_abstained(reply)
+        assert result.answer == ABSTENTION_MESSAGE
+    else:
+        assert result.answer == reply.strip()
+
+
+# --------------------------------------------------------------------------- 8. result fields
+def test_result_fields(rollo_result: AnswerResult, generator, doc_ids: dict[str, str]):
+    r = rollo_result
+    assert r.question == ROLLO_QUESTION
+    assert r.answer.strip()
+    assert r.model == generator.model_id
+    assert len(r.sources) == 5
+    assert [s.number for s in r.sources] == [1, 2, 3, 4, 5]
+    for s in r.sources:
+        assert s.document_id in doc_ids.values()
+        assert Path(s.path).name in DOC_NAMES and s.title
+        assert isinstance(s.chunk_id, int) and s.score > 0 and s.snippet
+    assert r.sources[0].document_id == doc_ids["normans.md"]
+    assert r.context and all(re.match(r"\[\d+\] \S", c) for c in r.context), r.context
+    assert any("Rollo" in c for c in r.context)
+    numbers = [int(re.match(r"\[(\d+)\]", c).group(1)) for c in r.context]
+    assert all(1 <= n <= len(r.sources) for n in numbers)
+    assert all(n in numbers for n in r.citations)
+    m = r.metrics
+    assert m.retrieval_ms > 0 and m.prompt_tokens > 0 and 0 < m.output_tokens <= SHORT
+    assert m.ttft_ms > 0 and m.total_ms >= m.ttft_ms
+    assert r.finish_reason in ("stop", "length")
+    data = r.to_dict()
+    assert json.loads(json.dumps(data)) == data
+    assert set(data) >= {"answer", "sources", "metrics", "context", "citations", "abstained"}
+
+
+def test_prepare_finish_split(service: AnswerService):
+    prepared = service.prepare(ROLLO_QUESTION, options())
+    assert not prepared.abstain_early and prepared.passages and prepared.prompt_tokens is not None
+    result = service.finish(prepared, "  Rollo [1]  ", None)
+    assert result.answer == "Rollo [1]" and not result.abstained
+    expected = [1] if any(p.number == 1 for p in prepared.passages) else []
+    assert result.citations == expected
+    declined = service.finish(prepared, "I don't know.", None)
+    assert declined.abstained and declined.abstain_reason == "model_declined"
+    assert declined.answer == ABSTENTION_MESSAGE
+
+
+# --------------------------------------------------------------------------- 9. options validation
+def test_options_validation(service: AnswerService, settings: Settings):
+    with pytest.raises(BadRequestError, match="top_k"):
+        service.ask(ROLLO_QUESTION, options(top_k=0))
+    with pytest.raises(BadRequestError, match="top_k"):
+        service.ask(ROLLO_QUESTION, answer_options_from(settings, top_k=0, max_tokens=4))
+    with pytest.raises(BadRequestError, match="context_tokens"):
+        service.ask(ROLLO_QUESTION, options(context_tokens=5))
+    with pytest.raises(BadRequestError, match="max_tokens"):
+        service.ask(ROLLO_QUESTION, AnswerOptions(sampling=SamplingOptions(max_tokens=0)))
+    for empty in ("", "   \n\t"):
+        with pytest.raises(BadRequestError, match="empty"):
+            service.ask(empty, options())
+    with pytest.raises(BadRequestError, match="longer than"):
+        service.ask("Normans " * (service.max_question_tokens + 10), options())
+
+
+def test_answer_options_from(settings: Settings):
+    defaults = answer_options_from(settings)
+    assert defaults.top_k == settings.top_k and defaults.context_tokens == settings.context_tokens
+    assert defaults.sampling.max_tokens == settings.max_tokens and defaults.documents is None
+    custom = answer_options_from(settings, top_k=3, max_tokens=8, temperature=0.0, documents=["abc"])
+    assert custom.top_k == 3 and custom.sampling.max_tokens == 8 and custom.documents == ("abc",)
+
+
+def test_documents_filter_restricts_sources(service: AnswerService, settings: Settings, doc_ids: dict[str, str]):
+    victoria = doc_ids["victoria_australia.md"]
+    result = service.ask(VICTORIA_QUESTION, answer_options_from(settings, documents=[victoria], max_tokens=8))
+    assert result.sources and {s.document_id for s in result.sources} == {victoria}
+    normans_only = service.ask(VICTORIA_QUESTION, answer_options_from(
+        settings, documents=[doc_ids["normans.md"]], max_tokens=8))
+    assert normans_only.sources and {s.document_id for s in normans_only.sources} == {doc_ids["normans.md"]}
+
+
+# --------------------------------------------------------------------------- 10. eval
+@pytest.fixture(scope="module")
+def eval_set(tmp_path_factory: pytest.TempPathFactory, rag_home: Path) -> tuple[Path, Path]:
+    """12 answerable + 4 unanswerable questions about the two documents, and a docs dir holding them."""
+    base = tmp_path_factory.mktemp("eval")
+    docs = base / "docs"
+    docs.mkdir()
+    for name in DOC_NAMES:
+        (docs / name).write_bytes((SQUAD_DOCS / name).read_bytes())
+    rows = [q for name in DOC_NAMES for q in first_questions(name, 6) + first_questions(name, 2, unanswerable=True)]
+    questions = base / "questions.jsonl"
+    questions.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return questions, docs
+
+
+def test_evaluate_is_deterministic(settings: Settings, eval_set: tuple[Path, Path]):
+    questions, docs = eval_set
+    quiet = lambda *a, **k: None  # noqa: E731
+    first = evaluate(settings, questions, docs, None, 5, 0, 0, log=quiet)
+    second = evaluate(settings, questions, docs, None, 5, 0, 0, log=quiet)
+    assert first["questions"] == 16 and first["answerable"] == 12 and first["k"] == 5
+    keys = ("recall@5", "recall@5_dense", "recall@5_lexical")
+    assert {k: first[k] for k in keys} == {k: second[k] for k in keys}
+    assert all(0.0 <= first[k] <= 1.0 for k in keys)
+    assert first["recall@5"] >= 0.75, first
+    assert "accuracy" not in first  # no answers requested
+
+
+def test_eval_cli_json(settings: Settings, eval_set: tuple[Path, Path], tmp_path: Path):
+    questions, docs = eval_set
+    proc = run_cli(settings, "--home", str(tmp_path), "eval", "--questions", str(questions), "--docs", str(docs),
+                   "--answers", "2", "--json", RAG_MAX_TOKENS="16")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    for key in ("recall@5", "accuracy", "abstention_unanswerable", "false_abstention", "ttft_ms_p50",
+                "total_ms_p50"):
+        assert key in report, (key, sorted(report))
+    assert report["answerable"] == 12 and report["answered_answerable"] == 2 and report["answered_unanswerable"] == 2
+    for key in ("recall@5", "accuracy", "abstention_unanswerable", "false_abstention"):
+        assert 0.0 <= report[key] <= 1.0, (key, report[key])
+    assert report["total_ms_p50"] > 0
+
+
+def test_eval_rejects_bad_questions_file(settings: Settings, eval_set: tuple[Path, Path], tmp_path: Path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"answers": ["x"]}\n', encoding="utf-8")
+    with pytest.raises(BadRequestError, match="bad.jsonl:1"):
+        evaluate(settings, bad, eval_set[1], None, 5, 0, 0, log=lambda *a, **k: None)
+
+
+# --------------------------------------------------------------------------- 11. rag ask CLI
+def test_ask_cli_streams_answer_and_sources(settings: Settings, rag_home: Path, rollo_result: AnswerResult):
+    # Same question and options as the in-process ``rollo_result`` (greedy), so the text must match.
+    proc = run_cli(settings, "--home", str(rag_home), "ask", ROLLO_QUESTION, "--max-tokens", str(SHORT))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    answer_part, sep, sources_part = proc.stdout.partition("\n\n")
+    assert sep, proc.stdout
+    if rollo_result.abstained:
+        assert ABSTENTION_MESSAGE in answer_part
+    else:
+        assert " ".join(answer_part.split()) == " ".join(rollo_result.answer.split())
+    source_lines = [line for line in sources_part.splitlines() if line.strip()]
+    flat = "".join(sources_part.split())
+    assert [f"[{n}]" in flat for n in range(1, 7)] == [True] * 5 + [False]
+    assert "normans.md" in flat and "score" in flat
+    starred = [int(m) for m in re.findall(r"^\*\[(\d+)\]", sources_part, re.MULTILINE)]
+    assert starred == sorted(rollo_result.citations), (source_lines, rollo_result.citations)
+    assert "TTFT" in proc.stderr and "retrieval" in proc.stderr
+
+
+def test_ask_cli_json(settings: Settings, rag_home: Path):
+    proc = run_cli(settings, "--home", str(rag_home), "ask", VICTORIA_QUESTION, "--max-tokens", "8", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(proc.stdout)
+    assert {"answer", "sources", "metrics"} <= set(data)
+    assert data["answer"].strip() and data["sources"]
+    assert Path(data["sources"][0]["path"]).name == "victoria_australia.md"
+    assert data["metrics"]["retrieval_ms"] > 0
+
+
+def test_ask_cli_missing_index(settings: Settings, tmp_path: Path):
+    proc = run_cli(settings, "--home", str(tmp_path), "ask", ROLLO_QUESTION, "--index", "nope", "--max-tokens", "4")
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert "does not exist" in proc.stderr
+    assert "Traceback" not in proc.stderr
