@@ -1,10 +1,18 @@
-"""Concurrent generation for the server: ORT GenAI's continuous-batching ``Engine``.
+"""Concurrent generation for the server.
 
-One background thread owns the engine and steps it; requests come in through a
-thread-safe queue and their tokens go out to asyncio queues on the caller's loop.
-Generation therefore never blocks the event loop. A request whose client goes
-away is cancelled at the next engine step. Beyond ``max_queue`` unfinished
-requests, ``submit`` refuses with ``OverloadedError`` (HTTP 503 + Retry-After).
+One background thread owns generation; requests come in through a thread-safe
+queue and their tokens go out to asyncio queues on the caller's loop, so
+generation never blocks the event loop. Two modes:
+
+* ``engine``: ORT GenAI's continuous-batching ``Engine`` steps all requests together.
+* ``serial``: one request at a time in arrival order (``og.Generator``). Used when the
+  engine cannot serve the model: onnxruntime-genai 0.18's engine fails on models built
+  with ``prune_lm_head`` (our default, for ~2x faster prefill), and RAG prompts are
+  prefill-bound, where batching on a CPU gains little anyway.
+
+A request whose client goes away is cancelled at the next token step. Beyond
+``max_queue`` unfinished requests, ``stream`` refuses with ``OverloadedError``
+(HTTP 503 + Retry-After).
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ class Job:
 
 
 class GenerationScheduler:
-    def __init__(self, generator: LocalGenerator, max_queue: int = 32) -> None:
+    def __init__(self, generator: LocalGenerator, max_queue: int = 32, mode: str = "auto") -> None:
         import onnxruntime_genai as og
 
         self._og = og
@@ -57,7 +65,8 @@ class GenerationScheduler:
         self._stop = threading.Event()
         self._started = threading.Event()
         self._start_error: Exception | None = None
-        self.max_batch = 0
+        self.max_batch = 1
+        self.mode = mode  # auto | engine | serial; "auto" settles on one at start-up
         # The engine may only be used from the thread that created it, so that thread builds it.
         self._thread = threading.Thread(target=self._run, name="generation-engine", daemon=True)
         self._thread.start()
@@ -102,14 +111,68 @@ class GenerationScheduler:
     # ------------------------------------------------------------------ engine thread
     def _run(self) -> None:
         try:
-            self._engine = self._og.Engine(self.generator.model)
-            self.max_batch = self._engine.get_capabilities().configured_max_batch_size
-            self._buffer = self._engine.create_event_buffer(64)
-        except Exception as exc:  # an engine that cannot serve this model is a model problem
+            if self.mode != "serial" and self._engine_works():
+                self.mode = "engine"
+            elif self.mode == "engine":
+                raise RuntimeError("the continuous-batching engine cannot run this model")
+            else:
+                self.mode, self.max_batch = "serial", 1
+        except Exception as exc:
             self._start_error = exc
             return
         finally:
             self._started.set()
+        if self.mode == "serial":
+            self._run_serial()
+        else:
+            self._run_engine()
+
+    def _engine_works(self) -> bool:
+        """Build the engine and run one short generation through it."""
+        try:
+            self._engine = self._og.Engine(self.generator.model)
+            self.max_batch = self._engine.get_capabilities().configured_max_batch_size
+            self._buffer = self._engine.create_event_buffer(64)
+            request = self._engine.create_request()
+            opts = self._og.TurnOptions(request)
+            opts.set_max_generated_tokens(2)
+            request.begin_turn(self.generator.encode(self.generator.chat_prompt(
+                [{"role": "user", "content": "Say hi."}])), opts)
+            while self._engine.has_pending_requests():
+                for event in self._engine.run(self._buffer):
+                    if int(event.flags.value) & int(self._og.EngineEventFlags.FAILED.value):
+                        raise RuntimeError(str(event.error_code))
+            request.close()
+            return True
+        except Exception as exc:  # noqa: BLE001 - any failure means: use the serial path
+            log.warning("continuous batching unavailable for %s (%s); serving requests one at a time",
+                        self.generator.model_id, exc)
+            self._engine = None
+            return False
+
+    def _run_serial(self) -> None:
+        while not self._stop.is_set():
+            try:
+                job = self._inbox.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if job.cancelled.is_set():
+                self._finish(job, "cancelled")
+                continue
+            waited = time.perf_counter() - job.submitted
+            try:
+                for piece in self.generator.stream(job.tokens, job.options, job.stats, job.cancelled.is_set):
+                    job.emit(piece)
+                if job.stats.output_tokens:
+                    job.stats.ttft_s += waited  # TTFT counts from submission, queueing included
+            except Exception as exc:  # noqa: BLE001 - fail this request, keep serving others
+                log.exception("generation failed")
+                self._finish(job, "error", exc if isinstance(exc, ModelError) else
+                             ModelError(f"generation failed: {exc}"))
+                continue
+            self._finish(job, job.stats.finish_reason)
+
+    def _run_engine(self) -> None:
         while not self._stop.is_set():
             self._admit(block=not self._active)
             for job in [j for j in self._active.values() if j.cancelled.is_set()]:

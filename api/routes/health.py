@@ -28,6 +28,7 @@ class HealthController(Controller):
     async def healthz(self, state: State) -> Response:
         app: AppState = state.app
         body = {"status": "ok" if app.status == "ready" else app.status, "backend": "onnx-genai",
+                "scheduler": app.scheduler.mode if app.scheduler else None,
                 "device": app.models.generator.device if app.models else app.settings.device,
                 "generator": app.settings.generator_path.name, "embedder": app.settings.embedder_path.name,
                 "index": index_summary(app)}

@@ -1,0 +1,87 @@
+"""``rag bench rag``: where the time of an answer goes, stage by stage, in-process.
+
+Stages: ``embed`` (question vector), ``retrieve`` (FAISS + BM25 search and fusion),
+``compress`` (sentence selection and prompt), ``ttft`` (generation only: prefill up
+to the first token), ``decode`` (the remaining tokens), ``total`` (question in to
+answer out, including validation and bookkeeping). One warm-up question is not counted.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Callable
+
+from rag.bench.stats import summarise
+
+STAGES = ("embed_ms", "retrieve_ms", "compress_ms", "ttft_ms", "decode_ms", "total_ms")
+
+
+def bench_rag(settings: Any, questions_file: Path, n: int, seed: int,
+              progress: Callable[[str], None] = lambda message: None,
+              warn: Callable[[str], None] = lambda message: None) -> dict:
+    from ingest.store import IndexReader, validate_index_name
+    from rag.answer import answer_options_from
+    from rag.errors import BadRequestError
+    from rag.evaluate import load_questions
+    from rag.generator import GenerationStats
+    from rag.runtime import Models, answer_service
+
+    rows = load_questions(questions_file)
+    if not rows:
+        raise BadRequestError(f"{questions_file} holds no questions")
+    sample = random.Random(seed).sample(rows, min(n, len(rows)))
+    root = settings.index_path(validate_index_name(settings.index))
+    IndexReader(root).close()  # a missing index is reported before the models load
+    progress("loading models")
+    models = Models.load(settings)
+    service = answer_service(settings, models, index_root=root)
+    options = answer_options_from(settings)
+    samples: list[dict] = []
+    skipped: list[dict] = []
+    try:
+        progress("warm-up")
+        service.ask("warm-up question?", options)
+        for i, q in enumerate(sample, 1):
+            progress(f"question {i}/{len(sample)}")
+            try:
+                prepared = service.prepare(q["question"], options)
+            except BadRequestError as exc:
+                skipped.append({"question": q["question"], "reason": exc.message})
+                continue
+            stats = GenerationStats()
+            reply = ""
+            if not prepared.abstain_early:
+                reply = "".join(models.generator.stream(prepared.prompt_tokens, options.sampling, stats))
+            result = service.finish(prepared, reply, None if prepared.abstain_early else stats)
+            retrieval = prepared.retrieval
+            generated = stats.output_tokens > 0
+            samples.append({
+                "question": q["question"], "unanswerable": bool(q.get("unanswerable")),
+                "embed_ms": round(retrieval.embed_ms, 3), "retrieve_ms": round(retrieval.search_ms, 3),
+                "compress_ms": round(prepared.compress_ms, 3),
+                "ttft_ms": round(stats.ttft_s * 1000, 3) if generated else None,
+                "decode_ms": round((stats.total_s - stats.ttft_s) * 1000, 3) if generated else None,
+                "total_ms": result.metrics.total_ms, "prompt_tokens": stats.prompt_tokens,
+                "output_tokens": stats.output_tokens, "abstained": result.abstained,
+                "abstain_reason": result.abstain_reason})
+    finally:
+        service.retriever.reader.close()
+    for s in skipped:
+        warn(f"skipped question ({s['reason']}): {s['question'][:60]}")
+    breakdown = {}
+    results = []
+    for stage in STAGES:
+        stats_row = summarise([s[stage] for s in samples], (50, 95))
+        breakdown[stage] = stats_row
+        results.append({"stage": stage.removesuffix("_ms"), **stats_row})
+    abstained = [s for s in samples if s["abstained"]]
+    abstentions = {
+        "total": len(abstained),
+        "weak_evidence": sum(s["abstain_reason"] == "weak_evidence" for s in abstained),
+        "model_declined": sum(s["abstain_reason"] == "model_declined" for s in abstained),
+        "on_unanswerable": sum(s["unanswerable"] for s in abstained),
+        "unanswerable_questions": sum(s["unanswerable"] for s in samples),
+    }
+    return {"benchmark": "rag", "questions": len(samples), "skipped": len(skipped), "breakdown": breakdown,
+            "abstentions": abstentions, "results": results, "samples": samples}

@@ -1,0 +1,182 @@
+"""Rendering and writing results: rich tables, JSON, CSV and (with matplotlib) PNG charts."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from rag.errors import BadRequestError
+
+PLOT_HINT = "--plot needs matplotlib: pip install 'offline-rag[plot]' (or pip install matplotlib)"
+
+
+def require_matplotlib() -> None:
+    """Fail before a long run, not after it, when a chart is asked for but cannot be drawn."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise BadRequestError(f"{PLOT_HINT} ({exc})") from exc
+
+
+# --------------------------------------------------------------------------- files
+def write_json(result: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    """One line per result row; columns are the union of the rows' keys in first-seen order."""
+    columns: dict[str, None] = {}
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(columns), restval="")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: "" if v is None else v for k, v in row.items()})
+
+
+def write_plot(result: dict, path: Path) -> None:
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise BadRequestError(f"{PLOT_HINT} ({exc})") from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    env = result.get("environment", {})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    kind = result["benchmark"]
+    rows = result["results"]
+    if kind == "engine":
+        x = [r["prompt_tokens"] for r in rows]
+        axes[0].plot(x, [r["decode_tokens_per_s_mean"] for r in rows], marker="o", label="decode")
+        axes[0].set(title="decode speed", xlabel="prompt tokens", ylabel="tokens/s")
+        axes[1].plot(x, [r["ttft_ms_mean"] for r in rows], marker="o", label="mean")
+        axes[1].plot(x, [r["ttft_ms_p50"] for r in rows], marker="x", linestyle="--", label="p50")
+        axes[1].set(title="time to first token (prefill)", xlabel="prompt tokens", ylabel="ms")
+        for ax in axes:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(x, [str(v) for v in x])
+            ax.minorticks_off()
+            ax.set_ylim(bottom=0)
+    elif kind == "serve":
+        for scenario in dict.fromkeys(r["scenario"] for r in rows):
+            sub = [r for r in rows if r["scenario"] == scenario]
+            x = [r["concurrency"] for r in sub]
+            line, = axes[0].plot(x, [r["e2e_ms_p50"] for r in sub], marker="o", label=f"{scenario} e2e p50")
+            axes[0].plot(x, [r["ttft_ms_p50"] for r in sub], marker="x", linestyle="--", color=line.get_color(),
+                         label=f"{scenario} TTFT p50")
+            axes[1].plot(x, [r["aggregate_tokens_per_s"] for r in sub], marker="o", label=scenario)
+        axes[0].set(title="latency", xlabel="concurrency", ylabel="ms")
+        axes[1].set(title="aggregate output throughput", xlabel="concurrency", ylabel="tokens/s")
+        levels = sorted({r["concurrency"] for r in rows})
+        for ax in axes:
+            ax.set_xticks(levels, [str(v) for v in levels])
+            ax.set_ylim(bottom=0)
+    else:
+        stages = [r["stage"] for r in rows]
+        positions = range(len(stages))
+        axes[0].bar([p - 0.2 for p in positions], [r["p50"] or 0 for r in rows], width=0.4, label="p50")
+        axes[0].bar([p + 0.2 for p in positions], [r["p95"] or 0 for r in rows], width=0.4, label="p95")
+        axes[0].set_xticks(list(positions), stages)
+        axes[0].set(title="latency by stage", ylabel="ms")
+        left = 0.0
+        for r in rows:
+            if r["stage"] != "total" and r["p50"]:
+                axes[1].barh(["p50"], [r["p50"]], left=left, label=f"{r['stage']} {r['p50']:.0f} ms")
+                left += r["p50"]
+        axes[1].set(title="p50 stages stacked", xlabel="ms")
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"rag bench {kind} · {env.get('model')} ({env.get('precision')}) · {env.get('cpu')}", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def save(result: dict, json_path: Path | None, csv_path: Path | None, plot_path: Path | None) -> list[str]:
+    written = []
+    if json_path:
+        write_json(result, json_path)
+        written.append(str(json_path))
+    if csv_path:
+        write_csv(result["results"], csv_path)
+        written.append(str(csv_path))
+    if plot_path:
+        write_plot(result, plot_path)
+        written.append(str(plot_path))
+    return written
+
+
+# --------------------------------------------------------------------------- tables
+def print_table(console: Any, t: Table) -> None:
+    """Print ``t``; when the output is not a terminal (a file, a pipe), never squeeze its columns."""
+    if console.is_terminal:
+        console.print(t)
+    else:
+        from rich.measure import Measurement
+
+        needed = Measurement.get(console, console.options.update_width(1000), t).maximum
+        width = console.width
+        console.width = max(width, needed)  # print() alone caps at the console's width
+        try:
+            console.print(t)
+        finally:
+            console.width = width
+
+
+def fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def environment_line(env: dict) -> str:
+    packages = env.get("packages", {})
+    ort = packages.get("onnxruntime-genai") or next((v for k, v in packages.items() if "genai" in k), None)
+    return (f"{env.get('cpu')} · {env.get('logical_cores')} logical cores · threads {env.get('threads_setting')} · "
+            f"{env.get('model')} ({env.get('precision')}, {env.get('device')}) · python {env.get('python')}"
+            + (f" · onnxruntime-genai {ort}" if ort else "") + f" · {env.get('timestamp')}")
+
+
+def table(result: dict) -> Table:
+    kind = result["benchmark"]
+    rows = result["results"]
+    if kind == "engine":
+        t = Table("prompt tok", "out tok", "TTFT mean ms", "TTFT p50 ms", "prefill tok/s", "TPOT p50 ms",
+                  "decode tok/s", "wall mean ms", "wall p50 ms", title="engine (greedy, in-process)")
+        for r in rows:
+            t.add_row(str(r["prompt_tokens"]), fmt(r["output_tokens_mean"]), fmt(r["ttft_ms_mean"]),
+                      fmt(r["ttft_ms_p50"]), fmt(r["prefill_tokens_per_s_mean"], 0), fmt(r["tpot_ms_p50"], 2),
+                      fmt(r["decode_tokens_per_s_mean"]), fmt(r["total_ms_mean"], 0), fmt(r["total_ms_p50"], 0))
+    elif kind == "serve":
+        t = Table("scenario", "C", "ok", "err", "shed", "t/o", "req/s", "agg tok/s", "TTFT p50", "TTFT p99",
+                  "ITL p50", "ITL p99", "TPOT p50", "E2E p50", "E2E p99",
+                  title=f"serve · {result.get('config', {}).get('url')} · {result.get('model')} · latency in ms")
+        for r in rows:
+            t.add_row(r["scenario"], str(r["concurrency"]), str(r["ok"]), str(r["errors"]), str(r["shed"]),
+                      str(r["timeouts"]), fmt(r["requests_per_s"], 2), fmt(r["aggregate_tokens_per_s"]),
+                      fmt(r["ttft_ms_p50"], 0), fmt(r["ttft_ms_p99"], 0), fmt(r["itl_ms_p50"], 1),
+                      fmt(r["itl_ms_p99"], 1), fmt(r["tpot_ms_p50"], 1), fmt(r["e2e_ms_p50"], 0),
+                      fmt(r["e2e_ms_p99"], 0))
+    else:
+        a = result["abstentions"]
+        t = Table("stage", "n", "p50 ms", "p95 ms", "mean ms",
+                  title=f"RAG latency over {result['questions']} questions",
+                  caption=f"abstained {a['total']}: weak evidence {a['weak_evidence']}, declined "
+                          f"{a['model_declined']}; on unanswerable {a['on_unanswerable']}/{a['unanswerable_questions']}"
+                          + (f"; skipped {result['skipped']}" if result.get("skipped") else ""))
+        for r in rows:
+            t.add_row(r["stage"], str(r["n"]), fmt(r["p50"]), fmt(r["p95"]), fmt(r["mean"]))
+    return t
