@@ -12,7 +12,7 @@ PORT   ?= 8000
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[build,dev]"
+	$(BIN)/python -m pip install --quiet -e ".[build,dev,plot]"
 	touch $(STAMP)
 
 setup: $(STAMP)

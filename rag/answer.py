@@ -21,15 +21,17 @@ from rag.generator import GenerationStats, LocalGenerator, SamplingOptions
 from rag.prompt import ABSTENTION_MESSAGE, build_messages, cited_numbers, model_abstained
 from rag.result import AnswerResult, Metrics, Source
 from rag.retrieval import Retrieval, Retriever
+from rag.settings import Settings
 
 SNIPPET_CHARS = 240
 
 
 @dataclass(frozen=True)
 class AnswerOptions:
-    top_k: int = 5
-    context_tokens: int = 250
-    abstain_threshold: float = 0.30
+    # Defaults are the settings' defaults, so library callers and the CLI agree.
+    top_k: int = Settings.top_k
+    context_tokens: int = Settings.context_tokens
+    abstain_threshold: float = Settings.abstain_threshold
     sentence_vectors: bool = True  # score sentences by embedding too (else lexical only)
     documents: tuple[str, ...] | None = None
     sampling: SamplingOptions = SamplingOptions()

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rag.errors import RagError
@@ -28,7 +29,7 @@ def handle_errors(func: Callable) -> Callable:
         try:
             return func(*args, **kwargs)
         except RagError as exc:
-            console.print(f"[bold red]error:[/] {exc.message}")
+            console.print(f"[bold red]error:[/] {escape(exc.message)}")
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             console.print("[yellow]interrupted[/]")
@@ -96,8 +97,8 @@ def models_prepare(settings: Settings, wheel_dir: Path | None, force: bool) -> N
         try:
             results = prepare_defaults(settings.models_dir, wheel_dir, force, report)
         except ImportError as exc:
-            console.print(f"[bold red]error:[/] model preparation needs the build extra "
-                          f"(pip install -e .[build]): {exc}")
+            console.print("[bold red]error:[/] " + escape(f"model preparation needs the build extra "
+                                                          f"(pip install -e .[build]): {exc}"))
             sys.exit(3)
     for r in results:
         verb = "built" if r.status == "built" else "already prepared, nothing to do"

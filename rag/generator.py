@@ -126,6 +126,7 @@ class LocalGenerator:
             raise ModelError(f"cannot load generator from {path}: {exc}") from exc
         self.load_s = time.perf_counter() - start
         self._og = og
+        self._eos = frozenset(int(t) for t in np.atleast_1d(self.tokenizer.eos_token_ids))
 
     @property
     def model_id(self) -> str:
@@ -194,7 +195,7 @@ class LocalGenerator:
 
     @property
     def eos_token_ids(self) -> frozenset[int]:
-        return frozenset(int(t) for t in np.atleast_1d(self.tokenizer.eos_token_ids))
+        return self._eos
 
     def generate(self, prompt_tokens: np.ndarray, options: SamplingOptions) -> tuple[str, GenerationStats]:
         stats = GenerationStats()

@@ -44,7 +44,7 @@ class Settings:
     chunk_overlap: int = field(default=30, metadata={"doc": "chunk overlap in embedder tokens"})
     embed_batch_size: int = field(default=16, metadata={"doc": "chunks per embedder batch"})
     top_k: int = field(default=5, metadata={"doc": "chunks retrieved per question"})
-    context_tokens: int = field(default=250, metadata={"doc": "prompt context budget (tokens)"})
+    context_tokens: int = field(default=100, metadata={"doc": "prompt context budget (tokens)"})
     max_tokens: int = field(default=96, metadata={"doc": "max new tokens per answer"})
     temperature: float = field(default=0.0, metadata={"doc": "0 = greedy"})
     abstain_threshold: float = field(

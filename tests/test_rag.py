@@ -342,7 +342,8 @@ def test_build_messages():
     assert [m["role"] for m in messages] == ["system", "user"]
     user = messages[1]["content"]
     assert "[1] Rollo was a Viking.\n[3] Other." in user
-    assert user.endswith("Question: Who was Rollo?")
+    assert user.startswith("Question: Who was Rollo?\n")  # question first, stripped
+    assert user.index("Question:") < user.index("Context:") < user.index("[1]")
 
 
 def test_normalise_and_contains_answer():
