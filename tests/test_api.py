@@ -9,12 +9,8 @@ Generations are kept short (``max_tokens`` 8-16) so the whole module stays fast 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import socket
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,6 +22,7 @@ from litestar.testing import TestClient
 from api.app import create_app
 from ingest.pipeline import ingest_paths
 from rag.prompt import ABSTENTION_MESSAGE
+from helpers import running_server
 from rag.settings import PROJECT_ROOT, Settings
 
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
@@ -76,10 +73,6 @@ def assert_error(response: httpx.Response, status: int | None = None) -> dict:
     return error
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def doc_ids(client: TestClient) -> dict[str, str]:
@@ -131,37 +124,8 @@ def client(app_settings: Settings):
 @pytest.fixture(scope="module")
 def server(app_settings: Settings, api_home: Path, tmp_path_factory: pytest.TempPathFactory):
     """``rag serve`` (uvicorn) in a subprocess on a free port; yields its base URL."""
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("server") / "serve.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")}
-    env.update(RAG_GENERATOR_DIR=str(app_settings.generator_path), RAG_EMBEDDER_DIR=str(app_settings.embedder_path),
-               PYTHONUNBUFFERED="1")
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "rag.cli", "--home", str(api_home), "serve",
-                                 "--port", str(port)], cwd=PROJECT_ROOT, env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited with {proc.returncode}:\n{log_path.read_text(errors='replace')}")
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"server not healthy after 90 s:\n{log_path.read_text(errors='replace')}")
-            time.sleep(0.25)
+    with running_server(app_settings, api_home, tmp_path_factory.mktemp("server") / "serve.log") as base:
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 # --------------------------------------------------------------------------- health and metrics

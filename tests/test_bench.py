@@ -9,13 +9,11 @@ from __future__ import annotations
 import csv
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 
@@ -25,6 +23,7 @@ from rag.bench.environment import environment, precision_from_name
 from rag.bench.serve import (RequestRecord, SSEEvent, chunk_fields, parse_sse_line, request_metrics,
                              summarise_level, synthetic_prompt)
 from rag.bench.stats import parse_int_list, percentile, summarise
+from helpers import cli_env, running_server
 from rag.settings import PROJECT_ROOT, Settings
 
 CLI_TIMEOUT_S = 180
@@ -45,11 +44,6 @@ QUESTIONS = [
 
 
 # --------------------------------------------------------------------------- helpers
-def cli_env(settings: Settings, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")}
-    env.update(RAG_GENERATOR_DIR=str(settings.generator_path), RAG_EMBEDDER_DIR=str(settings.embedder_path),
-               PYTHONUNBUFFERED="1", **extra)
-    return env
 
 
 def run_cli(settings: Settings, home: Path, *args: str, env: dict[str, str] | None = None,
@@ -58,10 +52,6 @@ def run_cli(settings: Settings, home: Path, *args: str, env: dict[str, str] | No
                           text=True, env=env or cli_env(settings, **extra), timeout=CLI_TIMEOUT_S, cwd=PROJECT_ROOT)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def csv_rows(path: Path) -> list[dict]:
@@ -253,34 +243,8 @@ def bench_home(tmp_path_factory: pytest.TempPathFactory, settings: Settings, emb
 @pytest.fixture(scope="module")
 def server(settings: Settings, bench_home: Path, tmp_path_factory: pytest.TempPathFactory):
     """``rag serve`` in a subprocess on a free port; yields the OpenAI base URL; always terminated."""
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("bench-server") / "serve.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "rag.cli", "--home", str(bench_home), "serve", "--port",
-                                 str(port)], cwd=PROJECT_ROOT, env=cli_env(settings), stdout=log,
-                                stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited with {proc.returncode}:\n{log_path.read_text(errors='replace')}")
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"server not healthy after 90 s:\n{log_path.read_text(errors='replace')}")
-            time.sleep(0.25)
-        yield f"{base}/v1"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with running_server(settings, bench_home, tmp_path_factory.mktemp("bench-server") / "serve.log") as base:
+        yield base + "/v1"
 
 
 def test_bench_serve_against_real_server(settings: Settings, server: str, tmp_path: Path):

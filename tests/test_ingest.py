@@ -25,6 +25,7 @@ from ingest.loaders import load_document
 from ingest.pipeline import delete_document, ingest_paths
 from ingest.store import DB_NAME, IndexReader, IndexWriter, document_id, normalise_path
 from rag.errors import DocumentNotFoundError, EmbedderMismatchError, IndexLockedError, IndexNotFoundError
+from helpers import cli_env
 from rag.settings import PROJECT_ROOT
 
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
@@ -107,22 +108,14 @@ def doc_ids_of(reader: IndexReader, hits: list[tuple[int, float]]) -> set[str]:
     return {c.doc_id for c in chunks.values()}
 
 
-@pytest.fixture(scope="session")
-def cli_env(settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")}
-    env.update({"RAG_GENERATOR_DIR": str(settings.generator_path), "RAG_EMBEDDER_DIR": str(settings.embedder_path),
-                "COLUMNS": "200", "PYTHONIOENCODING": "utf-8"})
-    return env
-
-
 @pytest.fixture()
-def rag(cli_env):
+def rag(settings):
     """Run the `rag` CLI in a subprocess: rag(home, *args) -> CompletedProcess."""
 
     def run(home: Path, *args: str, env: dict[str, str] | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run([*RAG, "--home", str(home), *args], capture_output=True, text=True,
-                              env={**cli_env, **(env or {})}, cwd=PROJECT_ROOT, timeout=timeout)
+                              env={**cli_env(settings, COLUMNS="200", PYTHONIOENCODING="utf-8"), **(env or {})}, cwd=PROJECT_ROOT, timeout=timeout)
 
     return run
 

@@ -7,7 +7,6 @@ Generations are kept short (``max_tokens`` <= 24) so the module stays fast on a 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import SQUAD_DOCS, SQUAD_QUESTIONS
+from helpers import cli_env
 from ingest.pipeline import ingest_paths
 from rag.answer import AnswerOptions, AnswerService, answer_options_from
 from rag.compress import Passage, Sentence, candidate_sentences, score_sentences, select_passages, split_sentences
@@ -55,11 +55,6 @@ def options(**overrides) -> AnswerOptions:
     return AnswerOptions(sampling=sampling, **overrides)
 
 
-def cli_env(settings: Settings, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")}
-    env.update(RAG_GENERATOR_DIR=str(settings.generator_path), RAG_EMBEDDER_DIR=str(settings.embedder_path),
-               PYTHONUNBUFFERED="1", **extra)
-    return env
 
 
 def run_cli(settings: Settings, *args: str, **env: str) -> subprocess.CompletedProcess:
