@@ -21,7 +21,7 @@ models: $(STAMP)
 	$(BIN)/rag models prepare
 
 examples: models
-	$(BIN)/rag ingest examples/
+	$(BIN)/rag ingest examples/docs/
 
 serve: examples
 	$(BIN)/rag models check

@@ -20,15 +20,12 @@ async def answer_events(state: AppState, options: AnswerOptions, index: str | No
                         messages: Sequence[dict[str, str]] | None = None,
                         use_context: bool = True) -> AsyncIterator[str | AnswerResult]:
     """Text pieces as they are generated, then the ``AnswerResult``."""
-    service = state.service(index) if use_context else None
-    if service is None:
-        from rag.answer import AnswerService  # plain chat needs the generator only
-
-        models = state.require_ready()
-        service = AnswerService(None, models.embedder, models.generator, state.settings.max_question_tokens)  # type: ignore[arg-type]
-        prepared = await anyio.to_thread.run_sync(service.prepare_plain, list(messages or []), options)
-    else:
+    if use_context:
+        service = state.service(index)
         prepared = await anyio.to_thread.run_sync(service.prepare, question or "", options)
+    else:
+        service = state.plain_service()
+        prepared = await anyio.to_thread.run_sync(service.prepare_plain, list(messages or []), options)
     stats = GenerationStats()
     pieces: list[str] = []
     if not prepared.abstain_early:

@@ -41,7 +41,8 @@ class AppState:
         if self.scheduler is not None:
             self.scheduler.close()
         for service in self._services.values():
-            service.retriever.reader.close()
+            if service.retriever is not None:
+                service.retriever.reader.close()
 
     def require_ready(self) -> Models:
         if self.status != "ready" or self.models is None:
@@ -53,6 +54,15 @@ class AppState:
 
     def index_root(self, name: str | None) -> Path:
         return self.settings.index_path(self.index_name(name))
+
+    def plain_service(self) -> AnswerService:
+        """Chat without retrieval (``use_context: false``): the generator only, no index."""
+        models = self.require_ready()
+        with self._lock:
+            if "" not in self._services:
+                self._services[""] = AnswerService(None, models.embedder, models.generator,
+                                                   self.settings.max_question_tokens)
+            return self._services[""]
 
     def service(self, index: str | None) -> AnswerService:
         """The answer service of an index (readers follow new commits by themselves)."""

@@ -61,8 +61,9 @@ class PreparedAnswer:
 
 
 class AnswerService:
-    def __init__(self, retriever: Retriever, embedder: Embedder, generator: LocalGenerator,
+    def __init__(self, retriever: Retriever | None, embedder: Embedder, generator: LocalGenerator,
                  max_question_tokens: int = 256) -> None:
+        """``retriever`` may be None for a service that only runs plain chat turns."""
         self.retriever = retriever
         self.embedder = embedder
         self.generator = generator
@@ -72,6 +73,8 @@ class AnswerService:
         started = time.perf_counter()
         question = self.validate_question(question)
         options.validate()
+        if self.retriever is None:
+            raise BadRequestError("this service has no index to retrieve from")
         retrieval = self.retriever.retrieve(question, options.top_k, options.documents)
         t0 = time.perf_counter()
         passages: list[Passage] = []
