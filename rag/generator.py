@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,9 +118,10 @@ class LocalGenerator:
             config.clear_providers()
             if self.device != "cpu":
                 config.append_provider(self.device)
-            if threads > 0:
-                config.overlay(json.dumps(
-                    {"model": {"decoder": {"session_options": {"intra_op_num_threads": threads}}}}))
+            # onnxruntime-genai runs one intra-op thread unless told otherwise; prefill and decode
+            # both scale with cores (measured 2.2x TTFT on 2 cores), so always say how many.
+            config.overlay(json.dumps({"model": {"decoder": {"session_options": {
+                "intra_op_num_threads": threads if threads > 0 else (os.cpu_count() or 1)}}}}))
             self.model = og.Model(config)
             self.tokenizer = og.Tokenizer(self.model)
         except Exception as exc:  # onnxruntime-genai raises plain RuntimeError
