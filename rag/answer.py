@@ -32,7 +32,7 @@ class AnswerOptions:
     top_k: int = Settings.top_k
     context_tokens: int = Settings.context_tokens
     abstain_threshold: float = Settings.abstain_threshold
-    sentence_vectors: bool = True  # score sentences by embedding too (else lexical only)
+    sentence_vectors: bool = Settings.sentence_vectors  # score sentences by embedding too (else lexical only)
     documents: tuple[str, ...] | None = None
     sampling: SamplingOptions = SamplingOptions()
 
@@ -185,6 +185,7 @@ def answer_options_from(settings, **overrides) -> AnswerOptions:
         top_k=_first(overrides.pop("top_k", None), settings.top_k),
         context_tokens=_first(overrides.pop("context_tokens", None), settings.context_tokens),
         abstain_threshold=_first(overrides.pop("abstain_threshold", None), settings.abstain_threshold),
+        sentence_vectors=_first(overrides.pop("sentence_vectors", None), settings.sentence_vectors),
         documents=tuple(documents) if documents else None, sampling=sampling, **overrides)
 
 

@@ -45,7 +45,9 @@ class Settings:
     embed_batch_size: int = field(default=16, metadata={"doc": "chunks per embedder batch"})
     top_k: int = field(default=5, metadata={"doc": "chunks retrieved per question"})
     context_tokens: int = field(default=100, metadata={"doc": "prompt context budget (tokens)"})
-    max_tokens: int = field(default=96, metadata={"doc": "max new tokens per answer"})
+    sentence_vectors: bool = field(
+        default=False, metadata={"doc": "rank context sentences by embedding too (else word overlap only)"})
+    max_tokens: int = field(default=64, metadata={"doc": "max new tokens per answer"})
     temperature: float = field(default=0.0, metadata={"doc": "0 = greedy"})
     abstain_threshold: float = field(
         default=0.30, metadata={"doc": "best dense score under which the answer is an abstention"}
@@ -104,6 +106,14 @@ def _coerce(name: str, raw: Any, target: Any) -> Any:
     try:
         if "Path" in kind:
             return Path(raw).expanduser()
+        if kind.startswith("bool"):
+            if isinstance(raw, bool):
+                return raw
+            if str(raw).strip().lower() in ("1", "true", "yes", "on"):
+                return True
+            if str(raw).strip().lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
         if kind.startswith("int"):
             return int(raw)
         if kind.startswith("float"):

@@ -6,6 +6,7 @@ import anyio.to_thread
 import msgspec
 from litestar import Controller, post
 from litestar.datastructures import State
+from litestar.params import JSONBody
 from litestar.response import Stream
 
 from api.answering import answer_events, answer_once
@@ -21,7 +22,7 @@ class AnswersController(Controller):
     tags = ["answers"]
 
     @post("/ask", status_code=200, summary="Answer a question from the indexed documents")
-    async def ask(self, data: AskRequest, state: State) -> dict | Stream:
+    async def ask(self, data: JSONBody[AskRequest], state: State) -> dict | Stream:
         app = state.app
         options = answer_options_from(app.settings, top_k=data.top_k, max_tokens=data.max_tokens,
                                       temperature=data.temperature, top_p=data.top_p,
@@ -32,7 +33,7 @@ class AnswersController(Controller):
         return Stream(ask_sse(events), media_type="text/event-stream", headers=SSE_HEADERS)
 
     @post("/retrieve", status_code=200, summary="Retrieve chunks without generating")
-    async def retrieve(self, data: RetrieveRequest, state: State) -> dict:
+    async def retrieve(self, data: JSONBody[RetrieveRequest], state: State) -> dict:
         app = state.app
         service = app.service(data.index)
         question = service.validate_question(data.query)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from litestar import Controller, post
 from litestar.datastructures import State
+from litestar.params import JSONBody
 from litestar.response import Stream
 
 from api.answering import answer_events, answer_once
@@ -38,13 +39,13 @@ class ChatController(Controller):
     tags = ["chat (seed-compatible)"]
 
     @post("", status_code=200, summary="Chat turn; the last user message is the question")
-    async def chat(self, data: ChatRequest, state: State) -> dict:
+    async def chat(self, data: JSONBody[ChatRequest], state: State) -> dict:
         result = await answer_once(state.app, *self._args(data, state))
         return {"content": result.answer, "metrics": seed_metrics(result), "sources": result.to_dict()["sources"],
                 "citations": result.citations, "abstained": result.abstained}
 
     @post("/stream", status_code=200, summary="Streaming chat turn (SSE)")
-    async def chat_stream(self, data: ChatRequest, state: State) -> Stream:
+    async def chat_stream(self, data: JSONBody[ChatRequest], state: State) -> Stream:
         events = await primed(answer_events(state.app, *self._args(data, state)))
         return Stream(seed_sse(events), media_type="text/event-stream", headers=SSE_HEADERS)
 

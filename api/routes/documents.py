@@ -11,7 +11,7 @@ import anyio.to_thread
 from litestar import Controller, Response, delete, get, post
 from litestar.datastructures import State, UploadFile
 from litestar.enums import RequestEncodingType
-from litestar.params import Body
+from litestar.params import Body, FromPath, FromQuery
 
 from api.state import AppState
 from ingest.loaders import load_document
@@ -42,7 +42,7 @@ class DocumentsController(Controller):
     @post("", summary="Upload and ingest one or more files (multipart)")
     async def upload(self, state: State,
                      data: Annotated[list[UploadFile], Body(media_type=RequestEncodingType.MULTI_PART)],
-                     index: str | None = None) -> Response:
+                     index: FromQuery[str | None] = None) -> Response:
         app: AppState = state.app
         models = app.require_ready()
         name = app.index_name(index)
@@ -90,7 +90,7 @@ class DocumentsController(Controller):
         return Response(body, status_code=status)
 
     @get("", summary="Documents in an index")
-    async def list_documents(self, state: State, index: str | None = None) -> dict:
+    async def list_documents(self, state: State, index: FromQuery[str | None] = None) -> dict:
         app: AppState = state.app
         root = app.index_root(index)
         if not root.is_dir():
@@ -102,7 +102,8 @@ class DocumentsController(Controller):
             reader.close()
 
     @delete("/{document_id:str}", status_code=200, summary="Remove a document and its vectors")
-    async def delete_document(self, state: State, document_id: str, index: str | None = None) -> dict:
+    async def delete_document(self, state: State, document_id: FromPath[str],
+                              index: FromQuery[str | None] = None) -> dict:
         app: AppState = state.app
         root = app.index_root(index)
         if not root.is_dir():

@@ -7,6 +7,7 @@ import uuid
 
 from litestar import Controller, get, post
 from litestar.datastructures import State
+from litestar.params import JSONBody
 from litestar.response import Stream
 
 from api.answering import answer_events, answer_once
@@ -39,7 +40,7 @@ class OpenAIController(Controller):
             {"id": models.generator.model_id, "object": "model", "created": 0, "owned_by": "local"}]}
 
     @post("/chat/completions", status_code=200, summary="Chat completion grounded in the documents")
-    async def chat_completions(self, data: ChatCompletionRequest, state: State) -> dict | Stream:
+    async def chat_completions(self, data: JSONBody[ChatCompletionRequest], state: State) -> dict | Stream:
         app = state.app
         question = last_user_message(data.messages)
         options = answer_options_from(app.settings, max_tokens=data.max_completion_tokens or data.max_tokens,
