@@ -147,6 +147,11 @@ class LocalGenerator:
     def decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(np.asarray(tokens, dtype=np.int32))
 
+    def start(self, prompt_tokens: np.ndarray, options: SamplingOptions,
+              stats: GenerationStats | None = None, started: float | None = None) -> "GenerationSession":
+        """Prefill ``prompt_tokens`` and return a session that yields one token per ``step()``."""
+        return GenerationSession(self, prompt_tokens, options, stats or GenerationStats(), started)
+
     def stream(
         self,
         prompt_tokens: np.ndarray,
@@ -155,45 +160,14 @@ class LocalGenerator:
         cancelled: Callable[[], bool] = lambda: False,
     ) -> Iterator[str]:
         """Yield decoded text pieces as tokens are generated; fills ``stats`` as it goes."""
-        og = self._og
-        stats = stats if stats is not None else GenerationStats()
-        stats.prompt_tokens = int(len(prompt_tokens))
-        if stats.prompt_tokens + 1 > self.context_length:
-            raise BadRequestError(
-                f"prompt of {stats.prompt_tokens} tokens does not fit the {self.context_length}-token context")
-        start = time.perf_counter()
-        params = og.GeneratorParams(self.model)
-        search: dict[str, float | int | bool] = {
-            "max_length": min(self.context_length, stats.prompt_tokens + options.max_tokens),
-            "do_sample": options.sampling,
-        }
-        if options.sampling:
-            search.update(temperature=options.temperature, top_p=options.top_p)
-            if options.top_k:
-                search["top_k"] = options.top_k
-        params.set_search_options(**search)
-        generator = og.Generator(self.model, params)
-        decoder = self.tokenizer.create_stream()
-        generator.append_tokens(prompt_tokens)
-        stats.finish_reason = "length"
-        while not generator.is_done():
+        session = self.start(prompt_tokens, options, stats)
+        while not session.done:
             if cancelled():
-                stats.finish_reason = "cancelled"
+                session.cancel()
                 break
-            generator.generate_next_token()
-            token = int(generator.get_next_tokens()[0])
-            if token in self.eos_token_ids:
-                stats.finish_reason = "stop"
-                break
-            stats.output_tokens += 1
-            if stats.output_tokens == 1:
-                stats.ttft_s = time.perf_counter() - start
-            stats.total_s = time.perf_counter() - start
-            piece = decoder.decode(token)
+            piece = session.step()
             if piece:
                 yield piece
-        stats.total_s = time.perf_counter() - start
-        del generator
 
     @property
     def eos_token_ids(self) -> frozenset[int]:
@@ -203,3 +177,64 @@ class LocalGenerator:
         stats = GenerationStats()
         text = "".join(self.stream(prompt_tokens, options, stats))
         return text, stats
+
+
+class GenerationSession:
+    """One request's generation, advanced a token at a time (lets a scheduler interleave requests)."""
+
+    def __init__(self, owner: LocalGenerator, prompt_tokens: np.ndarray, options: SamplingOptions,
+                 stats: GenerationStats, started: float | None) -> None:
+        og = owner._og
+        self._owner = owner
+        self.stats = stats
+        self.started = started if started is not None else time.perf_counter()
+        stats.prompt_tokens = int(len(prompt_tokens))
+        if stats.prompt_tokens + 1 > owner.context_length:
+            raise BadRequestError(
+                f"prompt of {stats.prompt_tokens} tokens does not fit the {owner.context_length}-token context")
+        params = og.GeneratorParams(owner.model)
+        search: dict[str, float | int | bool] = {
+            "max_length": min(owner.context_length, stats.prompt_tokens + options.max_tokens),
+            "do_sample": options.sampling,
+        }
+        if options.sampling:
+            search.update(temperature=options.temperature, top_p=options.top_p)
+            if options.top_k:
+                search["top_k"] = options.top_k
+        params.set_search_options(**search)
+        self._generator = og.Generator(owner.model, params)
+        self._decoder = owner.tokenizer.create_stream()
+        self._generator.append_tokens(prompt_tokens)
+        stats.finish_reason = "length"
+        self.done = False
+
+    def step(self) -> str:
+        """Generate one token; returns its text (may be empty mid-character)."""
+        generator, stats = self._generator, self.stats
+        if self.done or generator.is_done():
+            return self._close()
+        generator.generate_next_token()
+        token = int(generator.get_next_tokens()[0])
+        now = time.perf_counter() - self.started
+        stats.total_s = now
+        if token in self._owner.eos_token_ids:
+            stats.finish_reason = "stop"
+            return self._close()
+        stats.output_tokens += 1
+        if stats.output_tokens == 1:
+            stats.ttft_s = now
+        piece = self._decoder.decode(token)
+        if generator.is_done():
+            self._close()
+        return piece
+
+    def cancel(self) -> None:
+        self.stats.finish_reason = "cancelled"
+        self._close()
+
+    def _close(self) -> str:
+        if not self.done:
+            self.done = True
+            self.stats.total_s = time.perf_counter() - self.started
+            self._generator = None  # frees the KV cache now rather than at garbage collection
+        return ""

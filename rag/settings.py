@@ -50,7 +50,7 @@ class Settings:
     max_tokens: int = field(default=64, metadata={"doc": "max new tokens per answer"})
     temperature: float = field(default=0.0, metadata={"doc": "0 = greedy"})
     abstain_threshold: float = field(
-        default=0.30, metadata={"doc": "best dense score under which the answer is an abstention"}
+        default=0.35, metadata={"doc": "best dense score under which the answer is an abstention"}
     )
     max_question_tokens: int = field(default=256, metadata={"doc": "longest accepted question"})
     host: str = field(default="127.0.0.1", metadata={"doc": "API bind address"})
