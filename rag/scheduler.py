@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 _DONE = object()
 
 
-@dataclass
+@dataclass(eq=False)  # identity: jobs hold numpy arrays, and two requests are never "equal"
 class Job:
     tokens: np.ndarray
     options: SamplingOptions
@@ -157,33 +157,46 @@ class GenerationScheduler:
         active: list[tuple[Job, GenerationSession]] = []
         while not self._stop.is_set():
             try:
-                job = self._inbox.get(timeout=0.05) if not active else self._inbox.get_nowait()
-            except queue.Empty:
-                job = None
-            if job is not None:
-                if job.cancelled.is_set():
-                    self._finish(job, "cancelled")
-                else:
-                    try:
-                        active.append((job, self.generator.start(job.tokens, job.options, job.stats, job.submitted)))
-                    except Exception as exc:  # noqa: BLE001 - fail this request, keep serving others
-                        self._fail(job, exc)
-            for job, session in list(active):
-                try:
-                    if job.cancelled.is_set():
-                        session.cancel()
-                    else:
-                        piece = session.step()
-                        if piece:
-                            job.emit(piece)
-                except Exception as exc:  # noqa: BLE001
+                self._interleave_round(active)
+            except Exception:  # never let the generation thread die: fail what is in flight, go on
+                log.exception("generation round failed")
+                for job, session in active:
                     session.cancel()
-                    active.remove((job, session))
+                    self._fail(job, ModelError("generation failed"))
+                active.clear()
+
+    def _interleave_round(self, active: list[tuple[Job, GenerationSession]]) -> None:
+        try:
+            job = self._inbox.get(timeout=0.05) if not active else self._inbox.get_nowait()
+        except queue.Empty:
+            job = None
+        if job is not None:
+            if job.cancelled.is_set():
+                self._finish(job, "cancelled")
+            else:
+                try:
+                    active.append((job, self.generator.start(job.tokens, job.options, job.stats, job.submitted)))
+                except Exception as exc:  # noqa: BLE001 - fail this request, keep serving others
                     self._fail(job, exc)
-                    continue
-                if session.done:
-                    active.remove((job, session))
-                    self._finish(job, job.stats.finish_reason)
+        finished: list[tuple[Job, GenerationSession]] = []
+        for job, session in active:
+            try:
+                if job.cancelled.is_set():
+                    session.cancel()
+                else:
+                    piece = session.step()
+                    if piece:
+                        job.emit(piece)
+            except Exception as exc:  # noqa: BLE001
+                session.cancel()
+                self._fail(job, exc)
+                finished.append((job, session))
+                continue
+            if session.done:
+                self._finish(job, job.stats.finish_reason)
+                finished.append((job, session))
+        for item in finished:
+            active.remove(item)
 
     def _fail(self, job: Job, exc: BaseException) -> None:
         log.error("generation failed: %s", exc)
@@ -192,22 +205,23 @@ class GenerationScheduler:
 
     def _run_engine(self) -> None:
         while not self._stop.is_set():
-            self._admit(block=not self._active)
-            for job in [j for j in self._active.values() if j.cancelled.is_set()]:
-                job.request.cancel_turn(job.turn_id)
-            if not self._active:
-                continue
             try:
-                events = self._engine.run(self._buffer)
+                self._engine_round()
             except Exception as exc:  # engine failure: fail everyone in flight, keep serving
                 log.exception("engine step failed")
                 for job in list(self._active.values()):
                     self._finish(job, "error", ModelError(f"generation failed: {exc}"))
-                continue
-            for event in events:
-                job = self._active.get(id(event.request))
-                if job is not None:
-                    self._handle(job, event)
+
+    def _engine_round(self) -> None:
+        self._admit(block=not self._active)
+        for job in [j for j in self._active.values() if j.cancelled.is_set()]:
+            job.request.cancel_turn(job.turn_id)
+        if not self._active:
+            return
+        for event in self._engine.run(self._buffer):
+            job = self._active.get(id(event.request))
+            if job is not None:
+                self._handle(job, event)
 
     def _admit(self, block: bool) -> None:
         try:
