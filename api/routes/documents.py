@@ -16,7 +16,7 @@ from litestar.params import Body, FromPath, FromQuery
 from api.state import AppState
 from ingest.loaders import load_document
 from ingest.pipeline import delete_document, ingest_paths
-from ingest.store import IndexReader
+from ingest.store import IndexReader, normalise_path
 from rag.errors import BadRequestError, IndexNotFoundError, UnprocessableDocumentError
 
 SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
@@ -110,6 +110,6 @@ class DocumentsController(Controller):
             raise IndexNotFoundError(f"index {root.name!r} does not exist")
         record = await anyio.to_thread.run_sync(delete_document, root, document_id)
         uploaded = Path(record.path)
-        if uploaded.parent == uploads_dir(app, root.name).resolve():
+        if normalise_path(uploaded.parent) == normalise_path(uploads_dir(app, root.name)):
             uploaded.unlink(missing_ok=True)  # our copy of an uploaded file; user files elsewhere stay
         return {"deleted": record.id, "path": record.path, "chunks": record.chunks}
