@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, AsyncIterator
+
+from litestar.response import Stream
+
+from rag.errors import RagError
 
 
 def sse(data: Any) -> bytes:
@@ -15,6 +19,15 @@ def sse(data: Any) -> bytes:
 # (JSON) media type to the Stream, which would otherwise win over ``Stream(media_type=...)``.
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no",
                "Content-Type": "text/event-stream; charset=utf-8"}
+
+
+def sse_error(exc: RagError) -> bytes:
+    """The event that ends a stream which failed after it had started (headers are already sent)."""
+    return sse({"error": {"type": exc.error_type, "message": exc.message}})
+
+
+def sse_response(frames: AsyncIterator[bytes]) -> Stream:
+    return Stream(frames, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 async def primed(events):

@@ -9,7 +9,7 @@ from pathlib import Path
 from api.observability import ServiceMetrics
 from ingest.store import IndexReader, validate_index_name
 from rag.answer import AnswerService
-from rag.errors import IndexNotFoundError, ModelError
+from rag.errors import ModelError
 from rag.retrieval import Retriever
 from rag.runtime import Models
 from rag.scheduler import GenerationScheduler
@@ -70,10 +70,7 @@ class AppState:
         name = self.index_name(index)
         with self._lock:
             if name not in self._services:
-                root = self.settings.index_path(name)
-                if not root.is_dir():
-                    raise IndexNotFoundError(f"index {name!r} does not exist; upload documents first")
-                reader = IndexReader(root)
+                reader = IndexReader(self.settings.index_path(name))
                 self._services[name] = AnswerService(Retriever(reader, models.embedder), models.embedder,
                                                      models.generator, self.settings.max_question_tokens)
             return self._services[name]

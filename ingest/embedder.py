@@ -7,7 +7,6 @@ and queries, so both sides of retrieval see identical vectors.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -15,6 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from rag.errors import ModelError
+from rag.settings import resolve_threads
 
 EMBEDDER_FILES = ("model.onnx", "tokenizer.json", "embedder.json")
 
@@ -67,7 +67,7 @@ class Embedder:
         self.config = validate_embedder_dir(path)
         self.batch_size = max(1, batch_size)
         options = ort.SessionOptions()
-        options.intra_op_num_threads = threads if threads > 0 else (os.cpu_count() or 1)
+        options.intra_op_num_threads = resolve_threads(threads)
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         try:

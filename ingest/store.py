@@ -109,11 +109,15 @@ def document_id(path: Path) -> str:
     return hashlib.sha256(normalise_path(path).encode("utf-8")).hexdigest()[:16]
 
 
+def content_terms(text: str) -> list[str]:
+    """The distinct words that carry meaning (no stopwords, no single letters), in order of appearance."""
+    return list(dict.fromkeys(w for w in re.findall(r"\w+", text.lower()) if w not in STOPWORDS and len(w) > 1))
+
+
 def fts_query(text: str) -> str | None:
-    """An FTS5 OR-query of the distinct content words of ``text`` (None if there are none)."""
-    words = [w for w in re.findall(r"\w+", text.lower()) if w not in STOPWORDS and len(w) > 1]
-    unique = list(dict.fromkeys(words))
-    return " OR ".join(f'"{w}"' for w in unique) if unique else None
+    """An FTS5 OR-query of the content words of ``text`` (None if there are none)."""
+    terms = content_terms(text)
+    return " OR ".join(f'"{w}"' for w in terms) if terms else None
 
 
 def _connect(db_path: Path, timeout_s: float = 30.0) -> sqlite3.Connection:
@@ -297,7 +301,8 @@ class IndexReader:
     def __init__(self, root: Path) -> None:
         validate_index_name(root.name)
         if not (root / DB_NAME).is_file():
-            raise IndexNotFoundError(f"index {root.name!r} does not exist at {root}; run `rag ingest` first")
+            raise IndexNotFoundError(f"index {root.name!r} does not exist yet: add documents to it first "
+                                     "(`rag ingest` or POST /v1/documents)")
         self.root = root
         self.name = root.name
         self._conn = _connect(root / DB_NAME)

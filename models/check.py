@@ -45,11 +45,12 @@ def installed_models(models_dir: Path) -> list[dict]:
 
 
 def check_generator(settings: Settings) -> CheckResult:
-    from rag.generator import LocalGenerator, SamplingOptions
+    from rag.generator import SamplingOptions
+    from rag.runtime import load_generator
 
     path = settings.generator_path
     try:
-        generator = LocalGenerator(path, settings.device, settings.threads)
+        generator = load_generator(settings)
         tokens = generator.encode(generator.chat_prompt(CHECK_PROMPT))
         generator.generate(tokens, SamplingOptions(max_tokens=8))  # warm-up
         text, stats = generator.generate(tokens, SamplingOptions(max_tokens=48))
@@ -63,12 +64,12 @@ def check_generator(settings: Settings) -> CheckResult:
 
 
 def check_embedder(settings: Settings) -> CheckResult:
-    from ingest.embedder import Embedder
+    from rag.runtime import load_embedder
 
     path = settings.embedder_path
     try:
         start = time.perf_counter()
-        embedder = Embedder(path, settings.threads, settings.embed_batch_size)
+        embedder = load_embedder(settings)
         load_s = time.perf_counter() - start
         a, b = embedder.embed(list(CHECK_SENTENCES))
         unrelated = embedder.embed_query("Bananas are rich in potassium.")

@@ -138,7 +138,8 @@ class AnswerService:
             tokens_per_s=round(stats.tokens_per_s, 1))
         return AnswerResult(
             question=prepared.question, answer=answer, abstained=abstained, abstain_reason=reason,
-            citations=citations, sources=self.sources(r) if r is not None else [], context=[f"[{p.number}] {p.text}" for p in prepared.passages],
+            citations=citations, sources=self.sources(r) if r is not None else [],
+            context=[f"[{p.number}] {p.text}" for p in prepared.passages],
             model=self.generator.model_id, finish_reason=stats.finish_reason if stats.output_tokens else "stop",
             metrics=metrics)
 
@@ -176,7 +177,7 @@ class AnswerService:
 def answer_options_from(settings, **overrides) -> AnswerOptions:
     """Defaults from settings, overridden by per-request values that are not None."""
     sampling = SamplingOptions(
-        max_tokens=overrides.pop("max_tokens", None) or settings.max_tokens,
+        max_tokens=_first(overrides.pop("max_tokens", None), settings.max_tokens),
         temperature=_first(overrides.pop("temperature", None), settings.temperature),
         top_p=_first(overrides.pop("top_p", None), 1.0),
         top_k=_first(overrides.pop("top_k_sampling", None), 0))

@@ -44,6 +44,14 @@ def settings_from(ctx: click.Context, **overrides: Any) -> Settings:
     return base.replace(**cleaned) if cleaned else base
 
 
+def index_option(help_text: str = "Index name (default: the `index` setting).") -> Callable:
+    return click.option("--index", help=help_text)
+
+
+def json_option(help_text: str = "Print as JSON.") -> Callable:
+    return click.option("--json", "as_json", is_flag=True, help=help_text)
+
+
 def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
 
@@ -59,7 +67,7 @@ def main(ctx: click.Context, home: Path | None) -> None:
 
 
 @main.command("config")
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@json_option()
 @click.pass_obj
 def config_cmd(settings: Settings, as_json: bool) -> None:
     """Show the effective settings (defaults < rag.toml < RAG_* env < flags)."""
@@ -106,7 +114,7 @@ def models_prepare(settings: Settings, wheel_dir: Path | None, force: bool) -> N
 
 
 @models.command("list")
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 @click.pass_obj
 def models_list(settings: Settings, as_json: bool) -> None:
     """Show installed models (from models/manifest.json)."""
@@ -127,7 +135,7 @@ def models_list(settings: Settings, as_json: bool) -> None:
 
 
 @models.command("check")
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 @click.pass_obj
 def models_check(settings: Settings, as_json: bool) -> None:
     """Load each configured model, run it once, report speed; exit 1 if any is broken."""
@@ -145,19 +153,13 @@ def models_check(settings: Settings, as_json: bool) -> None:
 
 
 # --------------------------------------------------------------------------- ingest
-def load_embedder(settings: Settings):
-    from ingest.embedder import Embedder
-
-    return Embedder(settings.embedder_path, settings.threads, settings.embed_batch_size)
-
-
 @main.command("ingest")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--index", help="Index name (default: settings.index).")
+@index_option()
 @click.option("--glob", "pattern", help="Only files whose name matches, e.g. '*.pdf'.")
 @click.option("--chunk-tokens", type=int, help="Chunk size in embedder tokens.")
 @click.option("--overlap", type=int, help="Overlap between chunks in tokens.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option("Print the summary as JSON.")
 @click.pass_context
 @handle_errors
 def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, pattern: str | None,
@@ -166,10 +168,10 @@ def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, p
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ingest.pipeline import ingest_paths
-    from ingest.store import validate_index_name
+    from rag.runtime import load_embedder
 
     settings = settings_from(ctx, index=index, chunk_tokens=chunk_tokens, chunk_overlap=overlap)
-    validate_index_name(settings.index)
+    root = index_root(settings)
     embedder = load_embedder(settings)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[chunks]} chunks · {task.fields[rate]:.0f}/s"), TimeElapsedColumn(),
@@ -185,7 +187,7 @@ def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, p
             bar.update(task, completed=files_done, chunks=chunks_done,
                        rate=chunks_done / elapsed if elapsed else 0.0, current=Path(event).name[-40:])
 
-        summary = ingest_paths(list(paths), settings.index_path(), embedder, settings.chunk_tokens,
+        summary = ingest_paths(list(paths), root, embedder, settings.chunk_tokens,
                                settings.chunk_overlap, pattern, progress)
     if as_json:
         print_json(summary.as_dict())
@@ -227,8 +229,8 @@ def documents() -> None:
 
 
 @documents.command("list")
-@click.option("--index", help="Index name.")
-@click.option("--json", "as_json", is_flag=True)
+@index_option()
+@json_option()
 @click.pass_context
 @handle_errors
 def documents_list(ctx: click.Context, index: str | None, as_json: bool) -> None:
@@ -246,7 +248,7 @@ def documents_list(ctx: click.Context, index: str | None, as_json: bool) -> None
 
 @documents.command("delete")
 @click.argument("document")
-@click.option("--index", help="Index name.")
+@index_option()
 @click.pass_context
 @handle_errors
 def documents_delete(ctx: click.Context, document: str, index: str | None) -> None:
@@ -264,8 +266,8 @@ def index_group() -> None:
 
 
 @index_group.command("info")
-@click.option("--index", help="Index name.")
-@click.option("--json", "as_json", is_flag=True)
+@index_option()
+@json_option()
 @click.pass_context
 @handle_errors
 def index_info(ctx: click.Context, index: str | None, as_json: bool) -> None:
@@ -283,12 +285,12 @@ def index_info(ctx: click.Context, index: str | None, as_json: bool) -> None:
 # --------------------------------------------------------------------------- answers
 @main.command("ask")
 @click.argument("question")
-@click.option("--index", help="Index name.")
+@index_option()
 @click.option("--k", "top_k", type=int, help="Chunks to retrieve.")
 @click.option("--max-tokens", type=int, help="Max new tokens.")
 @click.option("--temperature", type=float, help="Sampling temperature (0 = greedy).")
 @click.option("--document", "documents", multiple=True, help="Restrict to these document ids (repeatable).")
-@click.option("--json", "as_json", is_flag=True, help="Print the result object as JSON.")
+@json_option("Print the result object as JSON.")
 @click.pass_context
 @handle_errors
 def ask_cmd(ctx: click.Context, question: str, index: str | None, top_k: int | None, max_tokens: int | None,
@@ -332,11 +334,11 @@ def ask_cmd(ctx: click.Context, question: str, index: str | None, top_k: int | N
 @main.command("eval")
 @click.option("--questions", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
 @click.option("--docs", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True)
-@click.option("--index", help="Use this existing index instead of a scratch one.")
+@index_option("Use this existing index instead of a scratch one.")
 @click.option("--k", "top_k", type=int, default=5, show_default=True)
 @click.option("--answers", type=int, default=0, help="Also answer N answerable + N unanswerable questions.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 @click.pass_context
 @handle_errors
 def eval_cmd(ctx: click.Context, questions: Path, docs: Path, index: str | None, top_k: int, answers: int,
@@ -412,13 +414,13 @@ def bench_engine_cmd(ctx: click.Context, prompt_lengths: list[int], new_tokens: 
     from rag.bench.engine import bench_engine
     from rag.bench.environment import environment
     from rag.bench.report import require_matplotlib
-    from rag.generator import LocalGenerator
+    from rag.runtime import load_generator
 
     if plot_path:
         require_matplotlib()
     settings = settings_from(ctx, threads=threads)
     with console.status("loading the generator…") as status:
-        generator = LocalGenerator(settings.generator_path, settings.device, settings.threads)
+        generator = load_generator(settings)
         result = bench_engine(generator, prompt_lengths, new_tokens, warmup, repeat, stop_at_eos,
                               progress=status.update, warn=_bench_warn)
     result["environment"] = environment(settings, device=generator.device)
@@ -486,7 +488,7 @@ def bench_serve_cmd(ctx: click.Context, url: str, model: str | None, scenarios: 
 @click.option("--questions", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
               help="JSONL of {question, answers, unanswerable, document}.")
 @click.option("--n", "count", type=click.IntRange(1), default=20, show_default=True, help="Questions to sample.")
-@click.option("--index", help="Index name.")
+@index_option()
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--threads", type=click.IntRange(0), help="Intra-op threads (0 = all cores).")
 @_bench_outputs
@@ -516,7 +518,7 @@ def bench_rag_cmd(ctx: click.Context, questions: Path, count: int, index: str | 
 @main.command("serve")
 @click.option("--host", help="Bind address (default 127.0.0.1).")
 @click.option("--port", type=int, help="Port (default 8000).")
-@click.option("--index", help="Default index for requests that name none.")
+@index_option("Default index for requests that name none.")
 @click.option("--workers", type=int, default=1, show_default=True,
               help="Server processes; each loads its own models (1 is best on small machines).")
 @click.pass_context

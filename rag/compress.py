@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ingest.store import STOPWORDS
+from ingest.store import content_terms
 
 # A sentence ends at . ! ? followed by space and an upper-case letter, digit or quote.
 SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[A-Z0-9\"'(\[])")
@@ -42,7 +42,7 @@ def split_sentences(text: str) -> list[str]:
 
 
 def content_words(text: str) -> set[str]:
-    return {w for w in re.findall(r"\w+", text.lower()) if w not in STOPWORDS and len(w) > 1}
+    return set(content_terms(text))
 
 
 def candidate_sentences(chunks: Sequence[str]) -> list[Sentence]:

@@ -10,27 +10,32 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
 from ingest.pipeline import ingest_paths
 from ingest.store import validate_index_name
 from rag.answer import answer_options_from
+from rag.bench.stats import percentile
 from rag.errors import BadRequestError
 from rag.runtime import Models, answer_service
 from rag.settings import Settings
 
 
+PUNCTUATION = frozenset(string.punctuation)
+ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
 def normalise_answer(text: str) -> str:
     """SQuAD's normalisation: lower case, no punctuation, no articles, single spaces."""
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in set(string.punctuation))
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
+    text = "".join(ch for ch in text.lower() if ch not in PUNCTUATION)
+    return " ".join(ARTICLES.sub(" ", text).split())
 
 
 def contains_answer(text: str, answers: list[str]) -> bool:
     haystack = normalise_answer(text)
-    return any(normalise_answer(a) and normalise_answer(a) in haystack for a in answers)
+    return any(gold and gold in haystack for gold in map(normalise_answer, answers))
+
+
+def answerable(questions: list[dict]) -> list[dict]:
+    return [q for q in questions if not q["unanswerable"] and q["answers"]]
 
 
 def load_questions(path: Path) -> list[dict]:
@@ -45,10 +50,6 @@ def load_questions(path: Path) -> list[dict]:
             raise BadRequestError(f"{path}:{number}: not a question record ({exc})") from exc
         rows.append(row)
     return rows
-
-
-def percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else 0.0
 
 
 def evaluate(settings: Settings, questions_file: Path, docs: Path, index: str | None, top_k: int,
@@ -71,17 +72,17 @@ def evaluate(settings: Settings, questions_file: Path, docs: Path, index: str | 
 
 
 def retrieval_report(retriever, questions: list[dict], top_k: int, log: Callable[..., None]) -> dict:
-    answerable = [q for q in questions if not q["unanswerable"] and q["answers"]]
-    log(f"retrieval recall@{top_k} over {len(answerable)} answerable questions")
+    candidates = answerable(questions)
+    log(f"retrieval recall@{top_k} over {len(candidates)} answerable questions")
     found = {"hybrid": 0, "dense": 0, "lexical": 0}
-    for q in answerable:
+    for q in candidates:
         for mode in found:
             hits = retriever.retrieve(q["question"], top_k, mode=mode).hits
             if any(_from_document(h.chunk.path, q.get("document")) and contains_answer(h.chunk.text, q["answers"])
                    for h in hits):
                 found[mode] += 1
-    n = max(1, len(answerable))
-    return {"questions": len(questions), "answerable": len(answerable), "k": top_k,
+    n = max(1, len(candidates))
+    return {"questions": len(questions), "answerable": len(candidates), "k": top_k,
             f"recall@{top_k}": found["hybrid"] / n, f"recall@{top_k}_dense": found["dense"] / n,
             f"recall@{top_k}_lexical": found["lexical"] / n}
 
@@ -93,9 +94,9 @@ def _from_document(path: str, document: str | None) -> bool:
 def answer_report(service, settings: Settings, questions: list[dict], top_k: int, n: int, seed: int,
                   log: Callable[..., None]) -> dict:
     rng = random.Random(seed)
-    answerable = [q for q in questions if not q["unanswerable"] and q["answers"]]
+    candidates = answerable(questions)
     unanswerable = [q for q in questions if q["unanswerable"]]
-    sample_a = rng.sample(answerable, min(n, len(answerable)))
+    sample_a = rng.sample(candidates, min(n, len(candidates)))
     sample_u = rng.sample(unanswerable, min(n, len(unanswerable)))
     options = answer_options_from(settings, top_k=top_k)
     service.ask("warm-up question?", options)
@@ -120,7 +121,7 @@ def answer_report(service, settings: Settings, questions: list[dict], top_k: int
     return {
         "answered_answerable": len(sample_a), "answered_unanswerable": len(sample_u),
         "accuracy": correct / na, "false_abstention": false_abstain / na, "abstention_unanswerable": abstain_u / nu,
-        "ttft_ms_p50": percentile(ttft, 50), "ttft_ms_p95": percentile(ttft, 95),
-        "total_ms_p50": percentile(total, 50), "total_ms_p95": percentile(total, 95),
+        "ttft_ms_p50": percentile(ttft, 50) or 0.0, "ttft_ms_p95": percentile(ttft, 95) or 0.0,
+        "total_ms_p50": percentile(total, 50) or 0.0, "total_ms_p95": percentile(total, 95) or 0.0,
         "sample_failures": failures[:10],
     }

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from rag.errors import BadRequestError, ModelError
+from rag.settings import resolve_threads
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class LocalGenerator:
             # onnxruntime-genai runs one intra-op thread unless told otherwise; prefill and decode
             # both scale with cores (measured 2.2x TTFT on 2 cores), so always say how many.
             config.overlay(json.dumps({"model": {"decoder": {"session_options": {
-                "intra_op_num_threads": threads if threads > 0 else (os.cpu_count() or 1)}}}}))
+                "intra_op_num_threads": resolve_threads(threads)}}}}))
             self.model = og.Model(config)
             self.tokenizer = og.Tokenizer(self.model)
         except Exception as exc:  # onnxruntime-genai raises plain RuntimeError

@@ -13,6 +13,14 @@ from rag.retrieval import Retriever
 from rag.settings import Settings
 
 
+def load_embedder(settings: Settings) -> Embedder:
+    return Embedder(settings.embedder_path, settings.threads, settings.embed_batch_size)
+
+
+def load_generator(settings: Settings) -> LocalGenerator:
+    return LocalGenerator(settings.generator_path, settings.device, settings.threads)
+
+
 @dataclass
 class Models:
     embedder: Embedder
@@ -20,9 +28,7 @@ class Models:
 
     @classmethod
     def load(cls, settings: Settings) -> "Models":
-        return cls(Embedder(settings.embedder_path, settings.threads, settings.embed_batch_size),
-                   LocalGenerator(settings.generator_path, settings.device, settings.threads))
-
+        return cls(load_embedder(settings), load_generator(settings))
 
     def warm_up(self) -> None:
         """Run each model once so the first user request does not pay for lazy initialisation."""

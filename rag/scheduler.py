@@ -66,7 +66,6 @@ class GenerationScheduler:
         self._stop = threading.Event()
         self._started = threading.Event()
         self._start_error: Exception | None = None
-        self.max_batch = 1
         self.mode = mode  # auto | engine | interleaved; "auto" settles on one at start-up
         # The engine may only be used from the thread that created it, so that thread builds it.
         self._thread = threading.Thread(target=self._run, name="generation-engine", daemon=True)
@@ -117,7 +116,7 @@ class GenerationScheduler:
             elif self.mode == "engine":
                 raise RuntimeError("the continuous-batching engine cannot run this model")
             else:
-                self.mode, self.max_batch = "interleaved", 1
+                self.mode = "interleaved"
         except Exception as exc:
             self._start_error = exc
             return
@@ -132,7 +131,6 @@ class GenerationScheduler:
         """Build the engine and run one short generation through it."""
         try:
             self._engine = self._og.Engine(self.generator.model)
-            self.max_batch = self._engine.get_capabilities().configured_max_batch_size
             self._buffer = self._engine.create_event_buffer(64)
             request = self._engine.create_request()
             opts = self._og.TurnOptions(request)
@@ -207,10 +205,10 @@ class GenerationScheduler:
         while not self._stop.is_set():
             try:
                 self._engine_round()
-            except Exception as exc:  # engine failure: fail everyone in flight, keep serving
+            except Exception as exc:  # noqa: BLE001 - engine failure: fail everyone in flight, keep serving
                 log.exception("engine step failed")
                 for job in list(self._active.values()):
-                    self._finish(job, "error", ModelError(f"generation failed: {exc}"))
+                    self._fail(job, exc)
 
     def _engine_round(self) -> None:
         self._admit(block=not self._active)
@@ -251,8 +249,8 @@ class GenerationScheduler:
                 if job.options.top_k:
                     opts.set_top_k(job.options.top_k)
             job.turn_id = request.begin_turn(job.tokens, opts)
-        except Exception as exc:
-            self._finish(job, "error", ModelError(f"cannot start generation: {exc}"))
+        except Exception as exc:  # noqa: BLE001 - fail this request, keep serving others
+            self._fail(job, exc)
             return
         job.request = request
         job.decoder = self.generator.tokenizer.create_stream()

@@ -27,6 +27,11 @@ DEFAULT_GENERATOR = "smollm2-135m-instruct-int4"
 DEFAULT_EMBEDDER = "all-minilm-l6-v2-int8"
 
 
+def resolve_threads(threads: int) -> int:
+    """Intra-op threads to ask ONNX Runtime for: 0 means every core (onnxruntime-genai would use one)."""
+    return threads if threads > 0 else (os.cpu_count() or 1)
+
+
 @dataclass(frozen=True)
 class Settings:
     home: Path = field(default=PROJECT_ROOT, metadata={"doc": "holds models/ and indexes/"})
@@ -58,7 +63,6 @@ class Settings:
     api_key: str | None = field(default=None, metadata={"doc": "bearer token required when set"})
     max_upload_mb: int = field(default=50, metadata={"doc": "per-file upload limit"})
     max_queue: int = field(default=32, metadata={"doc": "waiting generations before 503"})
-    max_batch: int = field(default=4, metadata={"doc": "concurrent generations per engine step"})
     log_file: Path | None = field(default=None, metadata={"doc": "rotating JSON log file"})
 
     @property
@@ -79,7 +83,7 @@ class Settings:
 
     @property
     def effective_threads(self) -> int:
-        return self.threads if self.threads > 0 else (os.cpu_count() or 1)
+        return resolve_threads(self.threads)
 
     def index_path(self, name: str | None = None) -> Path:
         return self.indexes_dir / (name or self.index)

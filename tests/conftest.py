@@ -35,9 +35,9 @@ def settings(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Sett
 
 @pytest.fixture(scope="session")
 def embedder(settings: Settings):
-    from ingest.embedder import Embedder
+    from rag.runtime import load_embedder
 
-    return Embedder(settings.embedder_path, settings.threads, settings.embed_batch_size)
+    return load_embedder(settings)
 
 
 @pytest.fixture(scope="session")
@@ -47,6 +47,6 @@ def embedder_tokenizer(embedder):
 
 @pytest.fixture(scope="session")
 def generator(settings: Settings):
-    from rag.generator import LocalGenerator
+    from rag.runtime import load_generator
 
-    return LocalGenerator(settings.generator_path, settings.device, settings.threads)
+    return load_generator(settings)

@@ -11,7 +11,7 @@ from litestar.response import Stream
 
 from api.answering import answer_events, answer_once
 from api.protocol import AskRequest, RetrieveRequest
-from api.sse import SSE_HEADERS, primed, sse
+from api.sse import primed, sse, sse_error, sse_response
 from rag.answer import AnswerService, answer_options_from
 from rag.errors import RagError
 from rag.result import AnswerResult
@@ -30,7 +30,7 @@ class AnswersController(Controller):
         if not data.stream:
             return (await answer_once(app, options, data.index, question=data.question)).to_dict()
         events = await primed(answer_events(app, options, data.index, question=data.question))
-        return Stream(ask_sse(events), media_type="text/event-stream", headers=SSE_HEADERS)
+        return sse_response(ask_sse(events))
 
     @post("/retrieve", status_code=200, summary="Retrieve chunks without generating")
     async def retrieve(self, data: JSONBody[RetrieveRequest], state: State) -> dict:
@@ -55,4 +55,4 @@ async def ask_sse(events):
             else:
                 yield sse({"token": item})
     except RagError as exc:
-        yield sse({"error": {"type": exc.error_type, "message": exc.message}})
+        yield sse_error(exc)

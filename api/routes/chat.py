@@ -9,7 +9,7 @@ from litestar.response import Stream
 
 from api.answering import answer_events, answer_once
 from api.protocol import ChatMessage, ChatRequest
-from api.sse import SSE_HEADERS, primed, sse
+from api.sse import primed, sse, sse_error, sse_response
 from rag.answer import answer_options_from
 from rag.errors import BadRequestError, RagError
 from rag.result import AnswerResult
@@ -47,7 +47,7 @@ class ChatController(Controller):
     @post("/stream", status_code=200, summary="Streaming chat turn (SSE)")
     async def chat_stream(self, data: JSONBody[ChatRequest], state: State) -> Stream:
         events = await primed(answer_events(state.app, *self._args(data, state)))
-        return Stream(seed_sse(events), media_type="text/event-stream", headers=SSE_HEADERS)
+        return sse_response(seed_sse(events))
 
     @staticmethod
     def _args(data: ChatRequest, state: State) -> tuple:
@@ -67,4 +67,4 @@ async def seed_sse(events):
             else:
                 yield sse({"token": item})
     except RagError as exc:
-        yield sse({"error": {"type": exc.error_type, "message": exc.message}})
+        yield sse_error(exc)

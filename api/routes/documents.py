@@ -17,7 +17,7 @@ from api.state import AppState
 from ingest.loaders import load_document
 from ingest.pipeline import delete_document, ingest_paths
 from ingest.store import IndexReader, normalise_path
-from rag.errors import BadRequestError, IndexNotFoundError, UnprocessableDocumentError
+from rag.errors import BadRequestError, UnprocessableDocumentError
 
 SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -93,8 +93,6 @@ class DocumentsController(Controller):
     async def list_documents(self, state: State, index: FromQuery[str | None] = None) -> dict:
         app: AppState = state.app
         root = app.index_root(index)
-        if not root.is_dir():
-            raise IndexNotFoundError(f"index {root.name!r} does not exist")
         reader = IndexReader(root)
         try:
             return {"index": root.name, "documents": [d.__dict__ for d in reader.documents()]}
@@ -106,8 +104,6 @@ class DocumentsController(Controller):
                               index: FromQuery[str | None] = None) -> dict:
         app: AppState = state.app
         root = app.index_root(index)
-        if not root.is_dir():
-            raise IndexNotFoundError(f"index {root.name!r} does not exist")
         record = await anyio.to_thread.run_sync(delete_document, root, document_id)
         uploaded = Path(record.path)
         if normalise_path(uploaded.parent) == normalise_path(uploads_dir(app, root.name)):

@@ -13,7 +13,7 @@ from litestar.response import Stream
 from api.answering import answer_events, answer_once
 from api.protocol import ChatCompletionRequest
 from api.routes.chat import as_dicts, last_user_message
-from api.sse import SSE_HEADERS, primed, sse
+from api.sse import primed, sse, sse_error, sse_response
 from rag.answer import answer_options_from
 from rag.errors import RagError
 from rag.result import AnswerResult
@@ -59,8 +59,7 @@ class OpenAIController(Controller):
         events = await primed(answer_events(*args))
         include_usage = bool(data.stream_options and data.stream_options.include_usage)
         model = app.require_ready().generator.model_id
-        return Stream(openai_sse(events, completion_id, created, model, include_usage),
-                      media_type="text/event-stream", headers=SSE_HEADERS)
+        return sse_response(openai_sse(events, completion_id, created, model, include_usage))
 
 
 async def openai_sse(events, completion_id: str, created: int, model: str, include_usage: bool):
@@ -83,5 +82,5 @@ async def openai_sse(events, completion_id: str, created: int, model: str, inclu
             else:
                 yield chunk({"content": item})
     except RagError as exc:
-        yield sse({"error": {"type": exc.error_type, "message": exc.message}})
+        yield sse_error(exc)
     yield sse("[DONE]")
