@@ -132,7 +132,7 @@ class AnswerService:
         metrics = Metrics(
             embed_ms=round(embed_ms, 2), retrieval_ms=round(embed_ms + search_ms, 2),
             compress_ms=round(prepared.compress_ms, 2), prompt_tokens=stats.prompt_tokens,
-            output_tokens=stats.output_tokens,
+            cached_prompt_tokens=stats.cached_tokens, output_tokens=stats.output_tokens,
             ttft_ms=round(gen_start_ms + stats.ttft_s * 1000, 2) if stats.output_tokens else 0.0,
             tpot_ms=round(stats.tpot_s * 1000, 2), total_ms=round(total_ms, 2),
             tokens_per_s=round(stats.tokens_per_s, 1))

@@ -1,14 +1,17 @@
 """Streaming text generation with ONNX Runtime GenAI.
 
 ``LocalGenerator`` owns the model and tokenizer (load once per process). A single
-request streams through ``og.Generator``; the API's continuous-batching path
-(``rag/engine.py``) shares the model, tokenizer and sampling options defined here.
+request streams through ``og.Generator``; the API's scheduler (``rag/scheduler.py``)
+shares the model, tokenizer and sampling options defined here. ``PrefixCache`` keeps
+idle greedy generators with their KV cache so a prompt that starts like an earlier
+one (the fixed system prompt, an earlier chat turn) only prefills what is new.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +54,7 @@ class GenerationStats:
     output_tokens: int = 0
     ttft_s: float = 0.0
     total_s: float = 0.0
+    cached_tokens: int = 0  # prompt tokens whose KV cache was reused, not prefilled
     finish_reason: str = "length"  # "stop" (EOS) | "length" | "cancelled"
 
     @property
@@ -106,8 +110,65 @@ def resolve_provider(device: str) -> str:
     return "cpu"
 
 
+def common_prefix_length(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    mismatch = np.flatnonzero(a[:n] != b[:n])
+    return int(mismatch[0]) if len(mismatch) else n
+
+
+@dataclass
+class _CachedGenerator:
+    generator: object  # og.Generator whose KV cache holds ``tokens``
+    tokens: np.ndarray
+
+
+class PrefixCache:
+    """Idle greedy ``og.Generator``s, each keeping the KV cache of the prompt it last ran.
+
+    A new greedy request takes the idle generator sharing the longest prompt prefix,
+    rewinds it to that prefix (``rewind_to``) and prefills only the rest. Every
+    generator here has the same fixed window (``window`` tokens of KV cache); requests
+    that would not fit it, or that sample, use a fresh generator instead.
+    """
+
+    def __init__(self, model: object, slots: int, window: int) -> None:
+        self.model = model
+        self.slots = slots
+        self.window = window
+        self._idle: list[_CachedGenerator] = []
+        self._lock = threading.Lock()
+
+    def fits(self, prompt_tokens: np.ndarray, options: SamplingOptions) -> bool:
+        return self.slots > 0 and not options.sampling and len(prompt_tokens) + options.max_tokens <= self.window
+
+    def acquire(self, prompt_tokens: np.ndarray) -> tuple[object, int]:
+        """A generator ready for ``prompt_tokens[reused:]``, and ``reused``."""
+        with self._lock:
+            best = max(self._idle, key=lambda c: common_prefix_length(c.tokens, prompt_tokens), default=None)
+            if best is not None:
+                self._idle.remove(best)
+        if best is None:
+            import onnxruntime_genai as og
+
+            params = og.GeneratorParams(self.model)
+            params.set_search_options(max_length=self.window, do_sample=False)
+            return og.Generator(self.model, params), 0
+        # At least one prompt token must be fed so the model produces logits for it.
+        reused = min(common_prefix_length(best.tokens, prompt_tokens), len(prompt_tokens) - 1)
+        best.generator.rewind_to(reused)
+        return best.generator, reused
+
+    def release(self, generator: object, prompt_tokens: np.ndarray) -> None:
+        """Keep ``generator`` (its cache holds at least ``prompt_tokens``); the least recently used goes."""
+        with self._lock:
+            self._idle.append(_CachedGenerator(generator, prompt_tokens))
+            while len(self._idle) > self.slots:
+                self._idle.pop(0)
+
+
 class LocalGenerator:
-    def __init__(self, path: Path, device: str = "cpu", threads: int = 0) -> None:
+    def __init__(self, path: Path, device: str = "cpu", threads: int = 0,
+                 prefix_cache_slots: int = 0, prefix_cache_tokens: int = 1024) -> None:
         import onnxruntime_genai as og
 
         self.info = validate_generator_dir(path)
@@ -129,6 +190,8 @@ class LocalGenerator:
         self.load_s = time.perf_counter() - start
         self._og = og
         self._eos = frozenset(int(t) for t in np.atleast_1d(self.tokenizer.eos_token_ids))
+        self.prefix_cache = PrefixCache(self.model, prefix_cache_slots,
+                                        min(prefix_cache_tokens, self.info.context_length))
 
     @property
     def model_id(self) -> str:
@@ -192,19 +255,27 @@ class GenerationSession:
         if stats.prompt_tokens + 1 > owner.context_length:
             raise BadRequestError(
                 f"prompt of {stats.prompt_tokens} tokens does not fit the {owner.context_length}-token context")
-        params = og.GeneratorParams(owner.model)
-        search: dict[str, float | int | bool] = {
-            "max_length": min(owner.context_length, stats.prompt_tokens + options.max_tokens),
-            "do_sample": options.sampling,
-        }
-        if options.sampling:
-            search.update(temperature=options.temperature, top_p=options.top_p)
-            if options.top_k:
-                search["top_k"] = options.top_k
-        params.set_search_options(**search)
-        self._generator = og.Generator(owner.model, params)
+        self._options = options
+        self._prompt_tokens = prompt_tokens
+        self._cache = owner.prefix_cache if owner.prefix_cache.fits(prompt_tokens, options) else None
+        self._healthy = False  # a generator goes back to the cache only if no call on it failed
+        if self._cache is not None:
+            self._generator, stats.cached_tokens = self._cache.acquire(prompt_tokens)
+        else:
+            params = og.GeneratorParams(owner.model)
+            search: dict[str, float | int | bool] = {
+                "max_length": min(owner.context_length, stats.prompt_tokens + options.max_tokens),
+                "do_sample": options.sampling,
+            }
+            if options.sampling:
+                search.update(temperature=options.temperature, top_p=options.top_p)
+                if options.top_k:
+                    search["top_k"] = options.top_k
+            params.set_search_options(**search)
+            self._generator = og.Generator(owner.model, params)
         self._decoder = owner.tokenizer.create_stream()
-        self._generator.append_tokens(prompt_tokens)
+        self._generator.append_tokens(prompt_tokens[stats.cached_tokens:])
+        self._healthy = True
         stats.finish_reason = "length"
         self.done = False
 
@@ -213,8 +284,10 @@ class GenerationSession:
         generator, stats = self._generator, self.stats
         if self.done or generator.is_done():
             return self._close()
+        self._healthy = False
         generator.generate_next_token()
         token = int(generator.get_next_tokens()[0])
+        self._healthy = True
         now = time.perf_counter() - self.started
         stats.total_s = now
         if token in self._owner.eos_token_ids:
@@ -224,7 +297,7 @@ class GenerationSession:
         if stats.output_tokens == 1:
             stats.ttft_s = now
         piece = self._decoder.decode(token)
-        if generator.is_done():
+        if generator.is_done() or stats.output_tokens >= self._options.max_tokens:
             self._close()
         return piece
 
@@ -236,5 +309,7 @@ class GenerationSession:
         if not self.done:
             self.done = True
             self.stats.total_s = time.perf_counter() - self.started
-            self._generator = None  # frees the KV cache now rather than at garbage collection
+            if self._cache is not None and self._healthy:
+                self._cache.release(self._generator, self._prompt_tokens)
+            self._generator = None  # an uncached generator's KV cache is freed now, not at garbage collection
         return ""

@@ -23,13 +23,14 @@ CITATION = re.compile(r"\[(\d{1,2})\]")
 
 
 def build_messages(question: str, passages: Sequence[Passage]) -> list[dict[str, str]]:
-    # Question first, then context, then the instruction again: measured best for the 135M default
-    # (15/40 vs 11-14/40 for context-first layouts on squad2-dev).
+    # Question first, then the context, nothing after it. Measured on squad2-dev with the 135M default
+    # (230 answerable questions, two samples): 49% gold answers, against 38% with an instruction repeated
+    # after the context (the small model often echoed it back in a loop), 41-44% with the question
+    # repeated there, 40% for context first.
     context = "\n".join(f"[{p.number}] {p.text}" for p in passages)
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": f"Question: {question.strip()}\n\nContext:\n{context}\n\n"
-                                    "Answer the question in a few words, using the context."},
+        {"role": "user", "content": f"Question: {question.strip()}\n\nContext:\n{context}"},
     ]
 
 

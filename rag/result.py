@@ -24,6 +24,7 @@ class Metrics(msgspec.Struct, kw_only=True):
     retrieval_ms: float = 0.0  # embed + search
     compress_ms: float = 0.0
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # of prompt_tokens, served from the prefix cache (not prefilled)
     output_tokens: int = 0
     ttft_ms: float = 0.0  # from the question arriving to the first answer token
     tpot_ms: float = 0.0

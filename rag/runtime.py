@@ -9,6 +9,7 @@ from ingest.embedder import Embedder
 from ingest.store import IndexReader, validate_index_name
 from rag.answer import AnswerService
 from rag.generator import LocalGenerator, SamplingOptions
+from rag.prompt import build_messages
 from rag.retrieval import Retriever
 from rag.settings import Settings
 
@@ -18,7 +19,8 @@ def load_embedder(settings: Settings) -> Embedder:
 
 
 def load_generator(settings: Settings) -> LocalGenerator:
-    return LocalGenerator(settings.generator_path, settings.device, settings.threads)
+    return LocalGenerator(settings.generator_path, settings.device, settings.threads,
+                          settings.prefix_cache_slots, settings.prefix_cache_tokens)
 
 
 @dataclass
@@ -31,9 +33,10 @@ class Models:
         return cls(load_embedder(settings), load_generator(settings))
 
     def warm_up(self) -> None:
-        """Run each model once so the first user request does not pay for lazy initialisation."""
+        """Run each model once so the first user request does not pay for lazy initialisation; this also
+        leaves the answer prompt's fixed system part in the generator's prefix cache."""
         self.embedder.embed(["warm-up sentence one.", "a second, somewhat longer warm-up sentence."])
-        tokens = self.generator.encode(self.generator.chat_prompt([{"role": "user", "content": "Say hi."}]))
+        tokens = self.generator.encode(self.generator.chat_prompt(build_messages("Say hi.", [])))
         self.generator.generate(tokens, SamplingOptions(max_tokens=2))
 
 

@@ -52,6 +52,10 @@ class Settings:
     context_tokens: int = field(default=100, metadata={"doc": "prompt context budget (tokens)"})
     sentence_vectors: bool = field(
         default=False, metadata={"doc": "rank context sentences by embedding too (else word overlap only)"})
+    prefix_cache_slots: int = field(
+        default=4, metadata={"doc": "idle generators kept with their KV cache to reuse shared prompt prefixes; 0 = off"})
+    prefix_cache_tokens: int = field(
+        default=1024, metadata={"doc": "KV window of a cached generator (about 46 KB per token); longer requests skip it"})
     max_tokens: int = field(default=64, metadata={"doc": "max new tokens per answer"})
     temperature: float = field(default=0.0, metadata={"doc": "0 = greedy"})
     abstain_threshold: float = field(
@@ -159,4 +163,6 @@ def load_settings(
         raise ConfigError(f"device must be one of {', '.join(DEVICES)}, not {settings.device!r}")
     if settings.chunk_overlap >= settings.chunk_tokens:
         raise ConfigError("chunk_overlap must be smaller than chunk_tokens")
+    if settings.prefix_cache_slots < 0 or settings.prefix_cache_tokens < 1:
+        raise ConfigError("prefix_cache_slots must be >= 0 and prefix_cache_tokens >= 1")
     return settings

@@ -274,6 +274,14 @@ def test_openai_chat_completion_shape(client: TestClient):
     assert body["sources"]
 
 
+def test_openai_usage_reports_prefix_cache_hits(client: TestClient):
+    request = {"messages": [{"role": "user", "content": ROLLO_QUESTION}], "max_tokens": SHORT}
+    usages = [client.post("/v1/chat/completions", json=request).json()["usage"] for _ in range(2)]
+    # The same prompt again: all of it but the last token comes from the prefix cache.
+    assert usages[1]["prompt_tokens"] == usages[0]["prompt_tokens"]
+    assert usages[1]["prompt_tokens_details"]["cached_tokens"] == usages[1]["prompt_tokens"] - 1
+
+
 def test_openai_chat_completion_stream_shape(client: TestClient):
     response = client.post("/v1/chat/completions", json={
         "messages": [{"role": "user", "content": ROLLO_QUESTION}], "max_tokens": SHORT, "stream": True,

@@ -339,6 +339,7 @@ def test_build_messages():
     assert "[1] Rollo was a Viking.\n[3] Other." in user
     assert user.startswith("Question: Who was Rollo?\n")  # question first, stripped
     assert user.index("Question:") < user.index("Context:") < user.index("[1]")
+    assert user.endswith("[3] Other.")  # nothing after the context for the model to echo
 
 
 def test_normalise_and_contains_answer():

@@ -26,7 +26,8 @@ def finish_reason(result: AnswerResult) -> str:
 def usage(result: AnswerResult) -> dict:
     m = result.metrics
     return {"prompt_tokens": m.prompt_tokens, "completion_tokens": m.output_tokens,
-            "total_tokens": m.prompt_tokens + m.output_tokens}
+            "total_tokens": m.prompt_tokens + m.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": m.cached_prompt_tokens}}
 
 
 class OpenAIController(Controller):
