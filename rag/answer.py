@@ -18,7 +18,7 @@ from ingest.embedder import Embedder
 from rag.compress import Passage, candidate_sentences, score_sentences, select_passages
 from rag.errors import BadRequestError
 from rag.generator import GenerationStats, LocalGenerator, SamplingOptions
-from rag.prompt import ABSTENTION_MESSAGE, build_messages, cited_numbers, model_abstained
+from rag.prompt import ABSTENTION_MESSAGE, build_messages, cited_numbers, drop_repeated_tail, model_abstained
 from rag.result import AnswerResult, Metrics, Source
 from rag.retrieval import Retrieval, Retriever
 from rag.settings import Settings
@@ -115,7 +115,7 @@ class AnswerService:
 
     def finish(self, prepared: PreparedAnswer, reply: str, stats: GenerationStats | None) -> AnswerResult:
         total_ms = (time.perf_counter() - prepared.started) * 1000
-        reply = reply.strip()
+        reply = drop_repeated_tail(reply).strip()
         if prepared.retrieval is None:
             answer, abstained, reason, citations = reply, False, None, []
         elif prepared.abstain_early:

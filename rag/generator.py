@@ -110,6 +110,19 @@ def resolve_provider(device: str) -> str:
     return "cpu"
 
 
+LOOP_MIN_TOKENS = 8  # a block this long generated twice in a row is a loop, not an answer
+LOOP_MAX_TOKENS = 64
+
+
+def ends_in_loop(tokens: Sequence[int], min_period: int = LOOP_MIN_TOKENS, max_period: int = LOOP_MAX_TOKENS) -> int:
+    """Length of a block that ``tokens`` ends with twice in a row (0 if none). Small greedy models
+    fall into such loops ("The answer is: [1]\n\nThe answer is: [1]\n\n..."); nothing new follows."""
+    for period in range(min_period, min(max_period, len(tokens) // 2) + 1):
+        if tokens[-period:] == tokens[-2 * period:-period]:
+            return period
+    return 0
+
+
 def common_prefix_length(a: np.ndarray, b: np.ndarray) -> int:
     n = min(len(a), len(b))
     mismatch = np.flatnonzero(a[:n] != b[:n])
@@ -274,6 +287,7 @@ class GenerationSession:
             params.set_search_options(**search)
             self._generator = og.Generator(owner.model, params)
         self._decoder = owner.tokenizer.create_stream()
+        self._output: list[int] = []
         self._generator.append_tokens(prompt_tokens[stats.cached_tokens:])
         self._healthy = True
         stats.finish_reason = "length"
@@ -297,7 +311,11 @@ class GenerationSession:
         if stats.output_tokens == 1:
             stats.ttft_s = now
         piece = self._decoder.decode(token)
-        if generator.is_done() or stats.output_tokens >= self._options.max_tokens:
+        self._output.append(token)
+        if ends_in_loop(self._output):
+            stats.finish_reason = "stop"
+            self._close()
+        elif generator.is_done() or stats.output_tokens >= self._options.max_tokens:
             self._close()
         return piece
 

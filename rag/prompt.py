@@ -34,6 +34,18 @@ def build_messages(question: str, passages: Sequence[Passage]) -> list[dict[str,
     ]
 
 
+def drop_repeated_tail(reply: str, min_chars: int = 12, max_chars: int = 512) -> str:
+    """``reply`` without the copies of a block it ends with repeatedly (the generator stops such loops
+    at the second copy, so the block is already in the answer once)."""
+    while True:
+        for size in range(min_chars, min(max_chars, len(reply) // 2) + 1):
+            if reply[-size:] == reply[-2 * size:-size]:
+                reply = reply[:-size]
+                break
+        else:
+            return reply
+
+
 def model_abstained(reply: str) -> bool:
     return not reply.strip() or bool(MODEL_ABSTAINS.search(reply))
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rag.generator import GenerationStats, LocalGenerator, SamplingOptions, common_prefix_length
+from rag.generator import GenerationStats, LocalGenerator, SamplingOptions, common_prefix_length, ends_in_loop
+from rag.compress import Passage
+from rag.prompt import build_messages, drop_repeated_tail
 from rag.settings import Settings
 
 SYSTEM = "You answer questions using only the numbered context. Give a short answer."
@@ -107,3 +109,28 @@ def test_cancelled_generation_returns_its_generator_to_the_cache(cached: LocalGe
     stats = GenerationStats()
     text = "".join(cached.stream(tokens, SamplingOptions(max_tokens=24), stats))
     assert stats.cached_tokens == len(tokens) - 1 and text
+
+
+def test_ends_in_loop():
+    block = list(range(100, 110))
+    assert ends_in_loop([1, 2] + block + block) == 10
+    assert ends_in_loop([1, 2] + block) == 0
+    assert ends_in_loop([5] * 6 + [5] * 6) == 0  # shorter than the minimum block
+    assert ends_in_loop(list(range(40))) == 0
+
+
+def test_generation_stops_when_the_model_loops(uncached: LocalGenerator):
+    # A real loop of the default model (examples/docs passages; without the guard it repeats the line
+    # until max_tokens).
+    passages = [
+        Passage(1, "This relationship eventually produced closer ties of blood through the marriage of Emma, "
+                   "sister of Duke Richard II of Normandy, and King Ethelred II of England. Because of this, "
+                   "Ethelred fled to Normandy in 1013, when he was forced from his kingdom by Sweyn Forkbeard."),
+        Passage(5, "In 1066, Duke William II of Normandy conquered England killing King Harold II at the "
+                   "Battle of Hastings.")]
+    tokens = uncached.encode(uncached.chat_prompt(build_messages("Where is Normandy?", passages)))
+    stats = GenerationStats()
+    text = "".join(uncached.stream(tokens, SamplingOptions(max_tokens=120), stats))
+    assert stats.finish_reason == "stop" and stats.output_tokens < 60
+    block = text[: len(text) // 2]
+    assert text == block * 2 and drop_repeated_tail(text) == block

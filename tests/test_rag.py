@@ -23,7 +23,7 @@ from rag.compress import Passage, Sentence, candidate_sentences, score_sentences
 from rag.errors import BadRequestError
 from rag.evaluate import contains_answer, evaluate, normalise_answer
 from rag.generator import SamplingOptions
-from rag.prompt import ABSTENTION_MESSAGE, build_messages, cited_numbers, model_abstained
+from rag.prompt import ABSTENTION_MESSAGE, build_messages, cited_numbers, drop_repeated_tail, model_abstained
 from rag.result import AnswerResult
 from rag.retrieval import RRF_K, Retriever, rrf_fuse
 from rag.runtime import Models, answer_service
@@ -340,6 +340,14 @@ def test_build_messages():
     assert user.startswith("Question: Who was Rollo?\n")  # question first, stripped
     assert user.index("Question:") < user.index("Context:") < user.index("[1]")
     assert user.endswith("[3] Other.")  # nothing after the context for the model to echo
+
+
+def test_drop_repeated_tail():
+    loop = "The answer to this question is: [1]\n\n"
+    assert drop_repeated_tail("Melbourne [1]." + "\n\n" + loop + loop) == "Melbourne [1].\n\n" + loop
+    assert drop_repeated_tail(loop * 3) == loop
+    assert drop_repeated_tail("Rollo was a Viking leader [2].") == "Rollo was a Viking leader [2]."
+    assert drop_repeated_tail("ha ha ha") == "ha ha ha"  # blocks under 12 characters stay
 
 
 def test_normalise_and_contains_answer():
