@@ -50,7 +50,8 @@ def check_generator(settings: Settings) -> CheckResult:
 
     path = settings.generator_path
     try:
-        generator = load_generator(settings)
+        # No prefix cache: the check runs one prompt twice, and a cached second run would flatter TTFT.
+        generator = load_generator(settings.replace(prefix_cache_slots=0))
         tokens = generator.encode(generator.chat_prompt(CHECK_PROMPT))
         generator.generate(tokens, SamplingOptions(max_tokens=8))  # warm-up
         text, stats = generator.generate(tokens, SamplingOptions(max_tokens=48))

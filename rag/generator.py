@@ -110,6 +110,21 @@ def resolve_provider(device: str) -> str:
     return "cpu"
 
 
+def record_token(stats: GenerationStats, decoder: object, token: int, eos_token_ids: frozenset[int],
+                 started: float) -> str | None:
+    """Account one generated token in ``stats`` (the rule every generation path shares): None for EOS
+    (``finish_reason`` "stop"), else the token's text piece (may be empty mid-character)."""
+    now = time.perf_counter() - started
+    stats.total_s = now
+    if token in eos_token_ids:
+        stats.finish_reason = "stop"
+        return None
+    stats.output_tokens += 1
+    if stats.output_tokens == 1:
+        stats.ttft_s = now
+    return decoder.decode(token)
+
+
 LOOP_MIN_TOKENS = 8  # a block this long generated twice in a row is a loop, not an answer
 LOOP_MAX_TOKENS = 64
 
@@ -302,15 +317,9 @@ class GenerationSession:
         generator.generate_next_token()
         token = int(generator.get_next_tokens()[0])
         self._healthy = True
-        now = time.perf_counter() - self.started
-        stats.total_s = now
-        if token in self._owner.eos_token_ids:
-            stats.finish_reason = "stop"
+        piece = record_token(stats, self._decoder, token, self._owner.eos_token_ids, self.started)
+        if piece is None:
             return self._close()
-        stats.output_tokens += 1
-        if stats.output_tokens == 1:
-            stats.ttft_s = now
-        piece = self._decoder.decode(token)
         self._output.append(token)
         if ends_in_loop(self._output):
             stats.finish_reason = "stop"

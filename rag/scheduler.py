@@ -29,7 +29,7 @@ from typing import AsyncIterator
 import numpy as np
 
 from rag.errors import BadRequestError, ModelError, OverloadedError
-from rag.generator import GenerationSession, GenerationStats, LocalGenerator, SamplingOptions
+from rag.generator import GenerationSession, GenerationStats, LocalGenerator, SamplingOptions, record_token
 
 log = logging.getLogger(__name__)
 _DONE = object()
@@ -260,16 +260,10 @@ class GenerationScheduler:
         flags = self._og.EngineEventFlags
         value = int(event.flags.value) if hasattr(event.flags, "value") else int(event.flags)
         if value & int(flags.TOKEN.value) and event.token is not None:
-            token = int(event.token)
-            if token not in self.generator.eos_token_ids:
-                job.stats.output_tokens += 1
-                now = time.perf_counter() - job.submitted
-                if job.stats.output_tokens == 1:
-                    job.stats.ttft_s = now
-                job.stats.total_s = now
-                piece = job.decoder.decode(token)
-                if piece:
-                    job.emit(piece)
+            piece = record_token(job.stats, job.decoder, int(event.token), self.generator.eos_token_ids,
+                                 job.submitted)
+            if piece:
+                job.emit(piece)
         if value & int(flags.FAILED.value):
             self._finish(job, "error", ModelError(f"generation failed ({event.error_code})"))
         elif value & int(flags.TURN_FINISHED.value):
