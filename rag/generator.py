@@ -110,21 +110,6 @@ def resolve_provider(device: str) -> str:
     return "cpu"
 
 
-def record_token(stats: GenerationStats, decoder: object, token: int, eos_token_ids: frozenset[int],
-                 started: float) -> str | None:
-    """Account one generated token in ``stats`` (the rule every generation path shares): None for EOS
-    (``finish_reason`` "stop"), else the token's text piece (may be empty mid-character)."""
-    now = time.perf_counter() - started
-    stats.total_s = now
-    if token in eos_token_ids:
-        stats.finish_reason = "stop"
-        return None
-    stats.output_tokens += 1
-    if stats.output_tokens == 1:
-        stats.ttft_s = now
-    return decoder.decode(token)
-
-
 LOOP_MIN_TOKENS = 8  # a block this long generated twice in a row is a loop, not an answer
 LOOP_MAX_TOKENS = 64
 
@@ -136,6 +121,38 @@ def ends_in_loop(tokens: Sequence[int], min_period: int = LOOP_MIN_TOKENS, max_p
         if tokens[-period:] == tokens[-2 * period:-period]:
             return period
     return 0
+
+
+class TokenRecorder:
+    """Accounts one request's generated tokens: the rule every generation path (``GenerationSession``,
+    the scheduler's ``og.Engine`` path) shares for EOS, output count, TTFT, total time and loops."""
+
+    def __init__(self, stats: GenerationStats, decoder: object, eos_token_ids: frozenset[int],
+                 started: float) -> None:
+        self.stats = stats
+        self._decoder = decoder
+        self._eos = eos_token_ids
+        self._started = started
+        self._tokens: list[int] = []
+        self.looping = False  # the reply ends in a repeated block: stop generating, nothing new follows
+
+    def add(self, token: int) -> str | None:
+        """None for EOS (``finish_reason`` "stop"), else the token's text piece (may be empty
+        mid-character). A token that closes a loop still returns its piece, and sets ``looping``."""
+        stats = self.stats
+        now = time.perf_counter() - self._started
+        stats.total_s = now
+        if token in self._eos:
+            stats.finish_reason = "stop"
+            return None
+        stats.output_tokens += 1
+        if stats.output_tokens == 1:
+            stats.ttft_s = now
+        self._tokens.append(token)
+        if ends_in_loop(self._tokens):
+            self.looping = True
+            stats.finish_reason = "stop"
+        return self._decoder.decode(token)
 
 
 def common_prefix_length(a: np.ndarray, b: np.ndarray) -> int:
@@ -301,8 +318,7 @@ class GenerationSession:
                     search["top_k"] = options.top_k
             params.set_search_options(**search)
             self._generator = og.Generator(owner.model, params)
-        self._decoder = owner.tokenizer.create_stream()
-        self._output: list[int] = []
+        self._recorder = TokenRecorder(stats, owner.tokenizer.create_stream(), owner.eos_token_ids, self.started)
         self._generator.append_tokens(prompt_tokens[stats.cached_tokens:])
         self._healthy = True
         stats.finish_reason = "length"
@@ -317,14 +333,10 @@ class GenerationSession:
         generator.generate_next_token()
         token = int(generator.get_next_tokens()[0])
         self._healthy = True
-        piece = record_token(stats, self._decoder, token, self._owner.eos_token_ids, self.started)
+        piece = self._recorder.add(token)
         if piece is None:
             return self._close()
-        self._output.append(token)
-        if ends_in_loop(self._output):
-            stats.finish_reason = "stop"
-            self._close()
-        elif generator.is_done() or stats.output_tokens >= self._options.max_tokens:
+        if self._recorder.looping or generator.is_done() or stats.output_tokens >= self._options.max_tokens:
             self._close()
         return piece
 

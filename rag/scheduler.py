@@ -29,7 +29,7 @@ from typing import AsyncIterator
 import numpy as np
 
 from rag.errors import BadRequestError, ModelError, OverloadedError
-from rag.generator import GenerationSession, GenerationStats, LocalGenerator, SamplingOptions, record_token
+from rag.generator import GenerationSession, GenerationStats, LocalGenerator, SamplingOptions, TokenRecorder
 
 log = logging.getLogger(__name__)
 _DONE = object()
@@ -46,7 +46,7 @@ class Job:
     cancelled: threading.Event = field(default_factory=threading.Event)
     request: object = None
     turn_id: int = 0
-    decoder: object = None
+    recorder: TokenRecorder | None = None
 
     def emit(self, item: object) -> None:
         self.loop.call_soon_threadsafe(self.out.put_nowait, item)
@@ -253,17 +253,21 @@ class GenerationScheduler:
             self._fail(job, exc)
             return
         job.request = request
-        job.decoder = self.generator.tokenizer.create_stream()
+        job.recorder = TokenRecorder(job.stats, self.generator.tokenizer.create_stream(),
+                                     self.generator.eos_token_ids, job.submitted)
         self._active[id(request)] = job
 
     def _handle(self, job: Job, event) -> None:
         flags = self._og.EngineEventFlags
         value = int(event.flags.value) if hasattr(event.flags, "value") else int(event.flags)
         if value & int(flags.TOKEN.value) and event.token is not None:
-            piece = record_token(job.stats, job.decoder, int(event.token), self.generator.eos_token_ids,
-                                 job.submitted)
+            piece = job.recorder.add(int(event.token))
             if piece:
                 job.emit(piece)
+            if job.recorder.looping:
+                job.request.cancel_turn(job.turn_id)
+                self._finish(job, "stop")
+                return
         if value & int(flags.FAILED.value):
             self._finish(job, "error", ModelError(f"generation failed ({event.error_code})"))
         elif value & int(flags.TURN_FINISHED.value):

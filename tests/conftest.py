@@ -50,3 +50,17 @@ def generator(settings: Settings):
     from rag.runtime import load_generator
 
     return load_generator(settings)
+
+
+@pytest.fixture(scope="session")
+def engine_generator(models_dir: Path, settings: Settings):
+    """The default build without ``prune_lm_head``: a model ORT GenAI's ``og.Engine`` can run (the
+    scheduler's batching path; the pruned default always interleaves). Built once, cached under models/."""
+    from models.prepare import prepare_generator
+    from models.sources import GENERATOR_BUILDER_OPTIONS
+    from rag.generator import LocalGenerator
+
+    options = tuple(o for o in GENERATOR_BUILDER_OPTIONS if not o.startswith("prune_lm_head"))
+    built = prepare_generator(models_dir, "smollm2-135m-instruct-int4-full-logits", options,
+                              report=lambda message: None)
+    return LocalGenerator(built.path, settings.device, settings.threads)

@@ -1,4 +1,4 @@
-"""Helpers shared by tests that drive the CLI or a real server in a subprocess."""
+"""Helpers shared by tests: a prompt the real model loops on; the CLI or a real server in a subprocess."""
 
 from __future__ import annotations
 
@@ -14,7 +14,24 @@ from typing import Iterator
 import httpx
 import pytest
 
+from rag.compress import Passage
+from rag.prompt import build_messages
 from rag.settings import PROJECT_ROOT, Settings
+
+# A real loop of the default model (examples/docs passages): without the loop guard it repeats
+# "The answer to the question ... is:" until max_tokens.
+LOOPING_QUESTION = "Where is Normandy?"
+LOOPING_PASSAGES = (
+    Passage(1, "This relationship eventually produced closer ties of blood through the marriage of Emma, "
+               "sister of Duke Richard II of Normandy, and King Ethelred II of England. Because of this, "
+               "Ethelred fled to Normandy in 1013, when he was forced from his kingdom by Sweyn Forkbeard."),
+    Passage(5, "In 1066, Duke William II of Normandy conquered England killing King Harold II at the "
+               "Battle of Hastings."),
+)
+
+
+def looping_prompt(generator) -> "np.ndarray":
+    return generator.encode(generator.chat_prompt(build_messages(LOOPING_QUESTION, LOOPING_PASSAGES)))
 
 
 def cli_env(settings: Settings, **extra: str) -> dict[str, str]:

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from rag.generator import GenerationStats, LocalGenerator, SamplingOptions, common_prefix_length, ends_in_loop
-from rag.compress import Passage
-from rag.prompt import build_messages, drop_repeated_tail
+from rag.prompt import drop_repeated_tail
 from rag.settings import Settings
+from helpers import looping_prompt
 
 SYSTEM = "You answer questions using only the numbered context. Give a short answer."
 QUESTIONS = [
@@ -120,15 +120,7 @@ def test_ends_in_loop():
 
 
 def test_generation_stops_when_the_model_loops(uncached: LocalGenerator):
-    # A real loop of the default model (examples/docs passages; without the guard it repeats the line
-    # until max_tokens).
-    passages = [
-        Passage(1, "This relationship eventually produced closer ties of blood through the marriage of Emma, "
-                   "sister of Duke Richard II of Normandy, and King Ethelred II of England. Because of this, "
-                   "Ethelred fled to Normandy in 1013, when he was forced from his kingdom by Sweyn Forkbeard."),
-        Passage(5, "In 1066, Duke William II of Normandy conquered England killing King Harold II at the "
-                   "Battle of Hastings.")]
-    tokens = uncached.encode(uncached.chat_prompt(build_messages("Where is Normandy?", passages)))
+    tokens = looping_prompt(uncached)
     stats = GenerationStats()
     text = "".join(uncached.stream(tokens, SamplingOptions(max_tokens=120), stats))
     assert stats.finish_reason == "stop" and stats.output_tokens < 60

@@ -1,23 +1,37 @@
-"""The server's generation scheduler on the real default model (no HTTP)."""
+"""The server's generation scheduler on real models (no HTTP): the default model interleaves requests;
+a build without ``prune_lm_head`` runs through ORT GenAI's batching ``og.Engine``."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
-from rag.generator import GenerationStats, SamplingOptions
+import numpy as np
+
+from helpers import looping_prompt
+from rag.generator import GenerationStats, LocalGenerator, SamplingOptions
+from rag.prompt import drop_repeated_tail
 from rag.scheduler import GenerationScheduler
+
+
+async def collect(scheduler: GenerationScheduler, tokens: np.ndarray, max_tokens: int) -> tuple[str, GenerationStats]:
+    stats = GenerationStats()
+    pieces = [piece async for piece in scheduler.stream(tokens, SamplingOptions(max_tokens=max_tokens), stats)]
+    return "".join(pieces), stats
+
+
+def story_prompt(generator: LocalGenerator) -> np.ndarray:
+    return generator.encode(generator.chat_prompt([{"role": "user", "content": "Tell me a long story."}]))
 
 
 def test_interleaved_requests_finishing_out_of_order_all_complete(generator) -> None:
     """Short requests submitted after long ones finish first; the scheduler must keep serving."""
     scheduler = GenerationScheduler(generator, max_queue=8)
-    prompt = generator.encode(generator.chat_prompt([{"role": "user", "content": "Tell me a long story."}]))
+    assert scheduler.mode == "interleaved"  # og.Engine cannot run the default (pruned lm_head) build
+    prompt = story_prompt(generator)
 
     async def one(max_tokens: int) -> GenerationStats:
-        stats = GenerationStats()
-        async for _ in scheduler.stream(prompt, SamplingOptions(max_tokens=max_tokens), stats):
-            pass
-        return stats
+        return (await collect(scheduler, prompt, max_tokens))[1]
 
     async def run() -> list[GenerationStats]:
         first = await asyncio.wait_for(asyncio.gather(one(24), one(24), one(2), one(4)), 60)
@@ -34,3 +48,51 @@ def test_interleaved_requests_finishing_out_of_order_all_complete(generator) -> 
     assert all(s.finish_reason in ("stop", "length") and s.ttft_s > 0 for s in results)
     assert max(s.total_s for s in short_ones[:2]) < min(s.total_s for s in long_ones)  # out of order
     assert scheduler.depth == 0
+
+
+def test_engine_mode_serves_concurrent_requests_and_cancels(engine_generator: LocalGenerator) -> None:
+    scheduler = GenerationScheduler(engine_generator, max_queue=8)
+    prompt = story_prompt(engine_generator)
+    alone_reference = engine_generator.generate(prompt, SamplingOptions(max_tokens=16))[0]
+
+    async def cancel_after_two_pieces() -> GenerationStats:
+        stats = GenerationStats()
+        stream = scheduler.stream(prompt, SamplingOptions(max_tokens=200), stats)
+        for _ in range(2):
+            await stream.__anext__()
+        await stream.aclose()  # what the server does when the client goes away
+        return stats
+
+    async def run():
+        alone = await collect(scheduler, prompt, 16)
+        together = await asyncio.gather(collect(scheduler, prompt, 16), collect(scheduler, prompt, 3),
+                                        collect(scheduler, prompt, 8), cancel_after_two_pieces())
+        return alone, together
+
+    try:
+        assert scheduler.mode == "engine"
+        alone, together = asyncio.run(asyncio.wait_for(run(), 120))
+        deadline = time.monotonic() + 10
+        while scheduler.depth and time.monotonic() < deadline:  # the cancelled turn is dropped at its next step
+            time.sleep(0.05)
+    finally:
+        scheduler.close()
+    assert alone[0] == alone_reference  # one request through the engine = the plain generator, token for token
+    (_, long_stats), (short_text, short_stats), (_, mid_stats), cancelled = together
+    assert short_stats.output_tokens == 3 and short_stats.finish_reason == "length" and short_text
+    assert mid_stats.output_tokens == 8 and 8 <= long_stats.output_tokens <= 16
+    assert all(s.ttft_s > 0 for s in (long_stats, short_stats, mid_stats))
+    assert cancelled.finish_reason == "cancelled" and cancelled.output_tokens < 200
+    assert scheduler.depth == 0
+
+
+def test_engine_mode_stops_a_looping_reply(engine_generator: LocalGenerator) -> None:
+    scheduler = GenerationScheduler(engine_generator, max_queue=8)
+    try:
+        text, stats = asyncio.run(asyncio.wait_for(
+            collect(scheduler, looping_prompt(engine_generator), 120), 60))
+    finally:
+        scheduler.close()
+    assert stats.finish_reason == "stop" and stats.output_tokens < 60
+    block = text[: len(text) // 2]
+    assert text == block * 2 and drop_repeated_tail(text) == block
