@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import threading
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -24,13 +25,20 @@ from api.routes.openai import OpenAIController
 from api.state import AppState
 from rag.settings import Settings, load_settings
 
-OPEN_PATHS = ("/healthz", "/schema")
+OPEN_PATHS = ("/healthz",)
+JSON_BODY_LIMIT = 4 * 1024 * 1024  # JSON requests (questions, chats); uploads have their own limit
+
+
+def bearer_token(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """The token of an ``Authorization: Bearer <token>`` header (scheme case-insensitive), else b""."""
+    scheme, _, token = dict(headers).get(b"authorization", b"").partition(b" ")
+    return token.strip() if scheme.lower() == b"bearer" else b""
 
 
 def auth_and_logging(settings: Settings, state: AppState):
     """ASGI middleware: bearer auth (when RAG_API_KEY is set), request id, one JSON log line per request."""
     logger = configure_logging(settings.log_file)
-    expected = f"Bearer {settings.api_key}".encode() if settings.api_key else None
+    expected = settings.api_key.encode() if settings.api_key else None
 
     def middleware(app: ASGIApp) -> ASGIApp:
         async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
@@ -49,8 +57,7 @@ def auth_and_logging(settings: Settings, state: AppState):
                 await send(message)
 
             if expected is not None and not path.startswith(OPEN_PATHS):
-                supplied = dict(scope["headers"]).get(b"authorization", b"")
-                if not hmac.compare_digest(supplied, expected):
+                if not hmac.compare_digest(bearer_token(scope["headers"]), expected):
                     response = error_response(401, "unauthorized", "missing or wrong bearer token",
                                               {"WWW-Authenticate": "Bearer"})
                     await response.to_asgi_response(app=None, request=Request(scope))(scope, receive, send_wrapper)
@@ -80,19 +87,26 @@ def create_app(settings: Settings | None = None) -> Litestar:
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
-        await anyio.to_thread.run_sync(app_state.load)
+        # Models load in the background: the port opens at once and /healthz answers 503 "loading"
+        # (every model route answers 503 too) until they are ready.
+        loader = threading.Thread(target=app_state.load, name="model-loader", daemon=True)
+        loader.start()
         try:
             yield
         finally:
+            await anyio.to_thread.run_sync(loader.join)
             app_state.close()
 
+    # Uploads may carry several files of up to max_upload_mb each; every other route takes small JSON bodies.
+    documents = type("DocumentsController", (DocumentsController,),
+                     {"request_max_body_size": settings.max_upload_mb * 1024 * 1024 * 4})
     return Litestar(
-        route_handlers=[HealthController, AnswersController, ChatController, OpenAIController, DocumentsController],
+        route_handlers=[HealthController, AnswersController, ChatController, OpenAIController, documents],
         lifespan=[lifespan],
         state=State({"app": app_state}),
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=[auth_and_logging(settings, app_state)],
-        request_max_body_size=settings.max_upload_mb * 1024 * 1024 * 4,
+        request_max_body_size=JSON_BODY_LIMIT,
         openapi_config=OpenAPIConfig(title="Offline RAG", version="0.1.0", path="/schema"),
         debug=False,
     )

@@ -27,6 +27,8 @@ def validation_error_handler(_: Request, exc: ValidationException) -> Response:
     if isinstance(detail, list) and detail:
         first = detail[0]
         if isinstance(first, dict):
+            if first.get("key") == "data" and first.get("message") == "'data'":  # Litestar's word for "no body"
+                return error_response(400, "invalid_request", "a JSON object request body is required")
             message = f"{first.get('message', message)}" + (f" ({first.get('key')})" if first.get("key") else "")
     return error_response(400, "invalid_request", message)
 

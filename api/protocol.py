@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Annotated
 
 import msgspec
+from litestar.datastructures import UploadFile
 
 Text = Annotated[str, msgspec.Meta(max_length=20_000)]
 TopK = Annotated[int, msgspec.Meta(ge=1, le=50)]
@@ -12,6 +14,7 @@ MaxTokens = Annotated[int, msgspec.Meta(ge=1, le=4096)]
 Temperature = Annotated[float, msgspec.Meta(ge=0.0, le=2.0)]
 TopP = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
 SamplingTopK = Annotated[int, msgspec.Meta(ge=0, le=1000)]
+StopString = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 IndexName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
@@ -27,9 +30,16 @@ class AskRequest(msgspec.Struct, forbid_unknown_fields=True):
     stream: bool = False
 
 
+class ContentPart(msgspec.Struct):
+    """One part of an OpenAI-style list content; only ``text`` parts are understood."""
+
+    type: str
+    text: Text | None = None
+
+
 class ChatMessage(msgspec.Struct):
     role: Annotated[str, msgspec.Meta(pattern=r"^(system|user|assistant|developer|tool)$")]
-    content: Text | None = None
+    content: Text | Annotated[list[ContentPart], msgspec.Meta(max_length=100)] | None = None
 
 
 class ChatRequest(msgspec.Struct):
@@ -60,6 +70,7 @@ class ChatCompletionRequest(msgspec.Struct):
     temperature: Temperature | None = None
     top_p: TopP | None = None
     n: Annotated[int, msgspec.Meta(ge=1, le=1)] = 1
+    stop: StopString | Annotated[list[StopString], msgspec.Meta(max_length=4)] | None = None
     stream_options: StreamOptions | None = None
     use_context: bool = True
     index: IndexName | None = None
@@ -71,6 +82,13 @@ class RetrieveRequest(msgspec.Struct, forbid_unknown_fields=True):
     top_k: TopK | None = None
     documents: list[str] | None = None
     index: IndexName | None = None
+
+
+@dataclass
+class UploadForm:
+    """``POST /v1/documents`` multipart body: one or more files in the field ``data``."""
+
+    data: list[UploadFile] = field(default_factory=list)
 
 
 class ErrorBody(msgspec.Struct):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,8 @@ from rag.retrieval import Retriever
 from rag.runtime import Models
 from rag.scheduler import GenerationScheduler
 from rag.settings import Settings
+
+log = logging.getLogger("rag.api")
 
 
 @dataclass
@@ -36,6 +39,9 @@ class AppState:
             self.status = "ready"
         except ModelError as exc:
             self.status, self.error = "failed", exc.message
+        except Exception as exc:  # noqa: BLE001 - it runs in a background thread: report it on /healthz
+            log.exception("loading the models failed")
+            self.status, self.error = "failed", f"loading the models failed: {exc}"
 
     def close(self) -> None:
         if self.scheduler is not None:

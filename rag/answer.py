@@ -180,7 +180,8 @@ def answer_options_from(settings, **overrides) -> AnswerOptions:
         max_tokens=_first(overrides.pop("max_tokens", None), settings.max_tokens),
         temperature=_first(overrides.pop("temperature", None), settings.temperature),
         top_p=_first(overrides.pop("top_p", None), 1.0),
-        top_k=_first(overrides.pop("top_k_sampling", None), 0))
+        top_k=_first(overrides.pop("top_k_sampling", None), 0),
+        stop=tuple(overrides.pop("stop", None) or ()))
     documents: Sequence[str] | None = overrides.pop("documents", None)
     return AnswerOptions(
         top_k=_first(overrides.pop("top_k", None), settings.top_k),

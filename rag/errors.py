@@ -22,7 +22,7 @@ class RagError(Exception):
 
 class BadRequestError(RagError):
     status_code = 400
-    error_type = "bad_request"
+    error_type = "invalid_request"
     exit_code = 2
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from rag.errors import BadRequestError, ModelError
 from rag.settings import resolve_threads
+from rag.stopping import StopMatcher
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ class SamplingOptions:
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     top_k: int = 0  # 0 = no top-k cut
+    stop: tuple[str, ...] = ()  # generation ends where one of these strings appears; it is not returned
 
     def validate(self) -> "SamplingOptions":
         if not 1 <= self.max_tokens <= 4096:
@@ -41,6 +43,8 @@ class SamplingOptions:
             raise BadRequestError("top_p must be in (0, 1]")
         if not 0 <= self.top_k <= 1000:
             raise BadRequestError("top_k must be between 0 and 1000")
+        if len(self.stop) > 4 or not all(self.stop):
+            raise BadRequestError("stop takes at most 4 non-empty strings")
         return self
 
     @property
@@ -125,20 +129,23 @@ def ends_in_loop(tokens: Sequence[int], min_period: int = LOOP_MIN_TOKENS, max_p
 
 class TokenRecorder:
     """Accounts one request's generated tokens: the rule every generation path (``GenerationSession``,
-    the scheduler's ``og.Engine`` path) shares for EOS, output count, TTFT, total time and loops."""
+    the scheduler's ``og.Engine`` path) shares for EOS, output count, TTFT, total time, loops and stop
+    strings."""
 
     def __init__(self, stats: GenerationStats, decoder: object, eos_token_ids: frozenset[int],
-                 started: float) -> None:
+                 started: float, stop: Sequence[str] = ()) -> None:
         self.stats = stats
         self._decoder = decoder
         self._eos = eos_token_ids
         self._started = started
         self._tokens: list[int] = []
-        self.looping = False  # the reply ends in a repeated block: stop generating, nothing new follows
+        self._stop = StopMatcher(stop) if stop else None
+        self.finished = False  # a loop or a stop string ended the reply: generate no more
 
     def add(self, token: int) -> str | None:
-        """None for EOS (``finish_reason`` "stop"), else the token's text piece (may be empty
-        mid-character). A token that closes a loop still returns its piece, and sets ``looping``."""
+        """None for EOS (``finish_reason`` "stop"), else the text to emit for this token (may be empty
+        mid-character or while it may begin a stop string). A token that closes a loop still returns its
+        piece; one that completes a stop string returns only the text before it."""
         stats = self.stats
         now = time.perf_counter() - self._started
         stats.total_s = now
@@ -149,10 +156,17 @@ class TokenRecorder:
         if stats.output_tokens == 1:
             stats.ttft_s = now
         self._tokens.append(token)
-        if ends_in_loop(self._tokens):
-            self.looping = True
+        piece = self._decoder.decode(token)
+        if self._stop is not None:
+            piece = self._stop.feed(piece)
+        if ends_in_loop(self._tokens) or (self._stop is not None and self._stop.stopped):
+            self.finished = True
             stats.finish_reason = "stop"
-        return self._decoder.decode(token)
+        return piece
+
+    def flush(self) -> str:
+        """Text held back as a possible stop string's start, once generation has ended without one."""
+        return self._stop.flush() if self._stop is not None else ""
 
 
 def common_prefix_length(a: np.ndarray, b: np.ndarray) -> int:
@@ -318,7 +332,8 @@ class GenerationSession:
                     search["top_k"] = options.top_k
             params.set_search_options(**search)
             self._generator = og.Generator(owner.model, params)
-        self._recorder = TokenRecorder(stats, owner.tokenizer.create_stream(), owner.eos_token_ids, self.started)
+        self._recorder = TokenRecorder(stats, owner.tokenizer.create_stream(), owner.eos_token_ids, self.started,
+                                       options.stop)
         self._generator.append_tokens(prompt_tokens[stats.cached_tokens:])
         self._healthy = True
         stats.finish_reason = "length"
@@ -336,8 +351,8 @@ class GenerationSession:
         piece = self._recorder.add(token)
         if piece is None:
             return self._close()
-        if self._recorder.looping or generator.is_done() or stats.output_tokens >= self._options.max_tokens:
-            self._close()
+        if self._recorder.finished or generator.is_done() or stats.output_tokens >= self._options.max_tokens:
+            return piece + self._close()
         return piece
 
     def cancel(self) -> None:
@@ -345,10 +360,12 @@ class GenerationSession:
         self._close()
 
     def _close(self) -> str:
+        """Ends the session; returns the text still held back (see ``TokenRecorder.flush``)."""
         if not self.done:
             self.done = True
             self.stats.total_s = time.perf_counter() - self.started
             if self._cache is not None and self._healthy:
                 self._cache.release(self._generator, self._prompt_tokens)
             self._generator = None  # an uncached generator's KV cache is freed now, not at garbage collection
+            return self._recorder.flush() if self.stats.finish_reason != "cancelled" else ""
         return ""

@@ -10,6 +10,7 @@ import numpy as np
 
 from ingest.embedder import Embedder
 from ingest.store import ChunkRecord, IndexReader
+from rag.errors import DocumentNotFoundError
 
 RRF_K = 60  # the usual constant from Cormack et al.; rank differences matter, scores don't
 CANDIDATES_PER_SIDE = 4  # each side proposes k * this many before fusion
@@ -50,6 +51,7 @@ class Retriever:
     def retrieve(self, question: str, k: int = 5, doc_ids: Sequence[str] | None = None,
                  mode: str = "hybrid") -> Retrieval:
         start = time.perf_counter()
+        doc_ids = self.resolve_documents(doc_ids) if doc_ids else None
         query = self.embedder.embed_query(question)
         embedded = time.perf_counter()
         pool = max(k * CANDIDATES_PER_SIDE, 20)
@@ -63,3 +65,13 @@ class Retriever:
         done = time.perf_counter()
         best = max((s for _, s in dense), default=0.0)
         return Retrieval(hits, best, (embedded - start) * 1000, (done - embedded) * 1000, query)
+
+    def resolve_documents(self, ids_or_paths: Sequence[str]) -> list[str]:
+        """Document ids for a filter given as ids or paths; an unknown one is an error, not an empty search."""
+        resolved: list[str] = []
+        for item in ids_or_paths:
+            record = self.reader.find_document(item)
+            if record is None:
+                raise DocumentNotFoundError(f"no document {item!r} in index {self.reader.root.name!r}")
+            resolved.append(record.id)
+        return resolved

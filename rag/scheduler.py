@@ -254,7 +254,7 @@ class GenerationScheduler:
             return
         job.request = request
         job.recorder = TokenRecorder(job.stats, self.generator.tokenizer.create_stream(),
-                                     self.generator.eos_token_ids, job.submitted)
+                                     self.generator.eos_token_ids, job.submitted, job.options.stop)
         self._active[id(request)] = job
 
     def _handle(self, job: Job, event) -> None:
@@ -264,7 +264,7 @@ class GenerationScheduler:
             piece = job.recorder.add(int(event.token))
             if piece:
                 job.emit(piece)
-            if job.recorder.looping:
+            if job.recorder.finished:
                 job.request.cancel_turn(job.turn_id)
                 self._finish(job, "stop")
                 return
@@ -276,6 +276,10 @@ class GenerationScheduler:
                 getattr(reason, "name", ""), "length"))
 
     def _finish(self, job: Job, reason: str, error: BaseException | None = None) -> None:
+        if job.recorder is not None and error is None and reason != "cancelled":
+            tail = job.recorder.flush()  # engine path: text held back as a possible stop string's start
+            if tail:
+                job.emit(tail)
         job.stats.finish_reason = reason
         job.stats.total_s = time.perf_counter() - job.submitted
         if job.request is not None:

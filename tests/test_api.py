@@ -13,7 +13,9 @@ import re
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import pytest
@@ -115,9 +117,19 @@ def app_settings(settings: Settings, api_home: Path) -> Settings:
     return settings.replace(home=api_home)
 
 
+@contextmanager
+def ready_client(app_settings: Settings) -> Iterator[TestClient]:
+    """The app in-process, once its background model loading has finished."""
+    with TestClient(create_app(app_settings), timeout=120) as test_client:
+        deadline = time.monotonic() + 120
+        while test_client.get("/healthz").status_code == 503 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        yield test_client
+
+
 @pytest.fixture(scope="module")
 def client(app_settings: Settings):
-    with TestClient(create_app(app_settings), timeout=120) as test_client:
+    with ready_client(app_settings) as test_client:
         yield test_client
 
 
@@ -129,6 +141,17 @@ def server(app_settings: Settings, api_home: Path, tmp_path_factory: pytest.Temp
 
 
 # --------------------------------------------------------------------------- health and metrics
+def test_models_load_in_the_background_behind_a_503(app_settings: Settings):
+    with TestClient(create_app(app_settings), timeout=120) as loading:
+        health = loading.get("/healthz")  # the app is up before its models (loading takes seconds)
+        assert health.status_code == 503 and health.json()["status"] == "loading", health.text
+        assert health.json()["reason"] and health.headers["retry-after"]
+        asked = loading.post("/v1/ask", json={"question": ROLLO_QUESTION})
+        assert asked.status_code == 503 and asked.json()["error"]["type"] == "model_unavailable", asked.text
+    with ready_client(app_settings) as ready:
+        assert ready.get("/healthz").json()["status"] == "ok"
+
+
 def test_healthz_reports_ready_backend_and_index(client: TestClient):
     response = client.get("/healthz")
     assert response.status_code == 200, response.text
@@ -274,6 +297,37 @@ def test_openai_chat_completion_shape(client: TestClient):
     assert body["sources"]
 
 
+def test_openai_stop_strings_cut_the_reply(client: TestClient):
+    request = {"messages": [{"role": "user", "content": "Write two sentences about the sea."}],
+               "max_tokens": 40, "use_context": False}
+    full = client.post("/v1/chat/completions", json=request).json()["choices"][0]["message"]["content"]
+    words = full.split()
+    assert len(words) > 4, full
+    stop = " " + words[3]  # a word inside the reply: everything from it on is cut
+    expected = full[:full.index(stop)]
+    body = client.post("/v1/chat/completions", json={**request, "stop": [stop, "never-said-zzz"]}).json()
+    assert body["choices"][0]["message"]["content"] == expected
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert body["usage"]["completion_tokens"] < len(words) + 40
+    events = sse_response(client.post("/v1/chat/completions", json={**request, "stop": stop, "stream": True}))
+    chunks = [e for e in events[:-1] if e["choices"]]
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == expected
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert_error(client.post("/v1/chat/completions", json={**request, "stop": ["a", "b", "c", "d", "e"]}), 400)
+
+
+def test_openai_text_content_parts_equal_plain_content(client: TestClient):
+    plain = {"messages": [{"role": "user", "content": ROLLO_QUESTION}], "max_tokens": SHORT}
+    parts = {"messages": [{"role": "user", "content": [{"type": "text", "text": ROLLO_QUESTION}]}],
+             "max_tokens": SHORT}
+    answers = [client.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]["content"]
+               for body in (plain, parts)]
+    assert answers[0].strip() and answers[0] == answers[1]
+    image = {"messages": [{"role": "user", "content": [
+        {"type": "text", "text": ROLLO_QUESTION}, {"type": "image_url", "image_url": {"url": "x"}}]}]}
+    assert "image_url" in assert_error(client.post("/v1/chat/completions", json=image), 400)["message"]
+
+
 def test_openai_usage_reports_prefix_cache_hits(client: TestClient):
     request = {"messages": [{"role": "user", "content": ROLLO_QUESTION}], "max_tokens": SHORT}
     usages = [client.post("/v1/chat/completions", json=request).json()["usage"] for _ in range(2)]
@@ -355,7 +409,36 @@ def test_upload_unsupported_type_is_rejected(client: TestClient, api_home: Path)
 
 def test_upload_without_extension_or_files_is_a_client_error(client: TestClient):
     assert_error(upload(client, "README", b"no extension here"), 400)
-    assert_error(client.post("/v1/documents", data={"note": "no file"}))
+    assert_error(client.post("/v1/documents", data={"note": "no file"}), 400)
+    assert_error(client.post("/v1/documents"), 400)  # no body at all
+    assert_error(client.post("/v1/documents", content=b"",
+                             headers={"Content-Type": "multipart/form-data; boundary=xyz"}), 400)
+    assert_error(client.post("/v1/documents", files={"other": ("a.txt", b"wrong field", "text/plain")}), 400)
+
+
+def test_upload_of_two_files_with_one_name_is_refused(client: TestClient):
+    before = doc_ids(client)
+    response = client.post("/v1/documents", files=[("data", ("twin.txt", b"The first twin.", "text/plain")),
+                                                   ("data", ("../twin.txt", b"The second twin.", "text/plain"))])
+    assert "twin.txt" in assert_error(response, 400)["message"]
+    assert doc_ids(client) == before
+
+
+def test_upload_refused_by_a_locked_index_keeps_the_stored_file(client: TestClient, app_settings: Settings,
+                                                                 embedder):
+    from ingest.store import IndexWriter
+
+    first = upload(client, "wombat.txt", b"Wombats are marsupials that dig burrows in Australia.\n")
+    assert first.status_code == 200, first.text
+    stored = app_settings.home / "uploads" / "default" / "wombat.txt"
+    with IndexWriter(app_settings.index_path(), embedder.config.identity, embedder.dimension):
+        locked = upload(client, "wombat.txt", b"Kangaroos replaced the wombats in this version.\n")
+    assert assert_error(locked, 409)["type"] == "index_locked"
+    assert stored.read_text() == "Wombats are marsupials that dig burrows in Australia.\n"
+    assert sorted(p.name for p in stored.parent.iterdir() if p.name.startswith(".")) == []
+    hits = client.post("/v1/retrieve", json={"query": "What do wombats dig?", "top_k": 1}).json()["chunks"]
+    assert "burrows" in hits[0]["text"]
+    assert client.delete(f"/v1/documents/{first.json()['files'][0]['document_id']}").status_code == 200
 
 
 def test_upload_path_traversal_is_stored_inside_uploads(client: TestClient, api_home: Path):
@@ -374,11 +457,23 @@ def test_upload_path_traversal_is_stored_inside_uploads(client: TestClient, api_
     assert not path.exists()
 
 
+def test_unknown_document_filter_is_not_found(client: TestClient):
+    for path, body in (("/v1/ask", {"question": ROLLO_QUESTION, "documents": ["no-such-doc"]}),
+                       ("/v1/retrieve", {"query": ROLLO_QUESTION, "documents": ["no-such-doc"]})):
+        error = assert_error(client.post(path, json=body), 404)
+        assert error["type"] == "document_not_found" and "no-such-doc" in error["message"]
+    some_id = next(iter(doc_ids(client)))
+    by_id = client.post("/v1/retrieve", json={"query": ROLLO_QUESTION, "documents": [some_id]})
+    assert by_id.status_code == 200 and {c["document_id"] for c in by_id.json()["chunks"]} == {some_id}
+
+
 # --------------------------------------------------------------------------- errors
 LONG_QUESTION = "Normans " * 400  # far beyond max_question_tokens (256) yet under the 20,000-char body limit
 BAD_REQUESTS = [
     ("malformed-json", "/v1/ask", b'{"question": "Who was Rollo?"', 400),
     ("not-an-object", "/v1/ask", b'["Who was Rollo?"]', 400),
+    ("empty-body", "/v1/ask", b"", 400),
+    ("body-over-the-json-limit", "/v1/ask", b'{"question": "' + b"a" * (5 * 1024 * 1024) + b'"}', 413),
     ("question-wrong-type", "/v1/ask", {"question": 42}, 400),
     ("stream-wrong-type", "/v1/ask", {"question": "Who?", "stream": "yes"}, 400),
     ("missing-question", "/v1/ask", {}, 400),
@@ -435,7 +530,7 @@ def test_unknown_route_and_method(client: TestClient):
 # --------------------------------------------------------------------------- auth
 def test_bearer_auth(app_settings: Settings):
     key = "s3cret-token"
-    with TestClient(create_app(app_settings.replace(api_key=key)), timeout=120) as auth_client:
+    with ready_client(app_settings.replace(api_key=key)) as auth_client:
         assert auth_client.get("/healthz").status_code == 200
         question = {"question": ROLLO_QUESTION, "max_tokens": 8}
         missing = auth_client.post("/v1/ask", json=question)
@@ -445,9 +540,12 @@ def test_bearer_auth(app_settings: Settings):
         assert_error(auth_client.post("/v1/ask", json=question, headers={"Authorization": key}), 401)
         assert_error(auth_client.get("/metrics"), 401)
         assert_error(auth_client.get("/v1/documents"), 401)
+        assert_error(auth_client.get("/schema/openapi.json"), 401)
         ok = auth_client.post("/v1/ask", json=question, headers={"Authorization": f"Bearer {key}"})
         assert ok.status_code == 200, ok.text
         assert ok.json()["answer"].strip()
+        # The scheme name is case-insensitive (RFC 7235).
+        assert auth_client.get("/schema/openapi.json", headers={"Authorization": f"bearer {key}"}).status_code == 200
 
 
 # --------------------------------------------------------------------------- concurrency

@@ -9,6 +9,7 @@ from rag.generator import GenerationStats, LocalGenerator, SamplingOptions, comm
 from rag.prompt import drop_repeated_tail
 from rag.settings import Settings
 from helpers import looping_prompt
+from rag.stopping import StopMatcher
 
 SYSTEM = "You answer questions using only the numbered context. Give a short answer."
 QUESTIONS = [
@@ -126,3 +127,25 @@ def test_generation_stops_when_the_model_loops(uncached: LocalGenerator):
     assert stats.finish_reason == "stop" and stats.output_tokens < 60
     block = text[: len(text) // 2]
     assert text == block * 2 and drop_repeated_tail(text) == block
+
+
+def streamed_through(stops: list[str], pieces: list[str]) -> tuple[str, bool]:
+    matcher = StopMatcher(stops)
+    text = "".join(matcher.feed(piece) for piece in pieces)
+    return (text if matcher.stopped else text + matcher.flush()), matcher.stopped
+
+
+def test_stop_matcher_cuts_at_the_first_stop_string_across_pieces():
+    assert streamed_through([","], ["Paris", ", the", " capital"]) == ("Paris", True)
+    assert streamed_through(["END"], ["abc E", "N", "D more"]) == ("abc ", True)  # split over three pieces
+    assert streamed_through(["END"], ["abc E", "N", "x more"]) == ("abc ENx more", False)  # held back, then let go
+    assert streamed_through(["\n\n", "Q:"], ["one\n", "\ntwo Q:"]) == ("one", True)  # the earliest one wins
+
+
+def test_generation_ends_at_a_stop_string(uncached: LocalGenerator):
+    tokens = prompt(uncached, *QUESTIONS[0])
+    full = uncached.generate(tokens, SamplingOptions(max_tokens=24))[0]
+    stop = full.split()[2]
+    stats = GenerationStats()
+    text = "".join(uncached.stream(tokens, SamplingOptions(max_tokens=24, stop=(stop,)), stats))
+    assert text == full[:full.index(stop)] and stats.finish_reason == "stop"

@@ -14,9 +14,11 @@ from rag.prompt import drop_repeated_tail
 from rag.scheduler import GenerationScheduler
 
 
-async def collect(scheduler: GenerationScheduler, tokens: np.ndarray, max_tokens: int) -> tuple[str, GenerationStats]:
+async def collect(scheduler: GenerationScheduler, tokens: np.ndarray, max_tokens: int,
+                  stop: tuple[str, ...] = ()) -> tuple[str, GenerationStats]:
     stats = GenerationStats()
-    pieces = [piece async for piece in scheduler.stream(tokens, SamplingOptions(max_tokens=max_tokens), stats)]
+    options = SamplingOptions(max_tokens=max_tokens, stop=stop)
+    pieces = [piece async for piece in scheduler.stream(tokens, options, stats)]
     return "".join(pieces), stats
 
 
@@ -63,21 +65,25 @@ def test_engine_mode_serves_concurrent_requests_and_cancels(engine_generator: Lo
         await stream.aclose()  # what the server does when the client goes away
         return stats
 
+    stop = alone_reference.split()[3]
+
     async def run():
         alone = await collect(scheduler, prompt, 16)
+        stopped = await collect(scheduler, prompt, 16, stop=(stop,))
         together = await asyncio.gather(collect(scheduler, prompt, 16), collect(scheduler, prompt, 3),
                                         collect(scheduler, prompt, 8), cancel_after_two_pieces())
-        return alone, together
+        return alone, stopped, together
 
     try:
         assert scheduler.mode == "engine"
-        alone, together = asyncio.run(asyncio.wait_for(run(), 120))
+        alone, stopped, together = asyncio.run(asyncio.wait_for(run(), 120))
         deadline = time.monotonic() + 10
         while scheduler.depth and time.monotonic() < deadline:  # the cancelled turn is dropped at its next step
             time.sleep(0.05)
     finally:
         scheduler.close()
     assert alone[0] == alone_reference  # one request through the engine = the plain generator, token for token
+    assert stopped[0] == alone_reference[:alone_reference.index(stop)] and stopped[1].finish_reason == "stop"
     (_, long_stats), (short_text, short_stats), (_, mid_stats), cancelled = together
     assert short_stats.output_tokens == 3 and short_stats.finish_reason == "length" and short_text
     assert mid_stats.output_tokens == 8 and 8 <= long_stats.output_tokens <= 16

@@ -15,15 +15,25 @@ from rag.errors import BadRequestError, RagError
 from rag.result import AnswerResult
 
 
+def message_text(message: ChatMessage) -> str:
+    """A message's text; list content (OpenAI's content parts) is joined, and must be text only."""
+    if not isinstance(message.content, list):
+        return message.content or ""
+    unsupported = sorted({part.type for part in message.content if part.type != "text"})
+    if unsupported:
+        raise BadRequestError(f"only text content parts are supported, not {', '.join(unsupported)}")
+    return "\n".join(part.text or "" for part in message.content)
+
+
 def last_user_message(messages: list[ChatMessage]) -> str:
     for message in reversed(messages):
-        if message.role == "user" and message.content and message.content.strip():
-            return message.content
+        if message.role == "user" and message_text(message).strip():
+            return message_text(message)
     raise BadRequestError("messages contain no non-empty user message")
 
 
 def as_dicts(messages: list[ChatMessage]) -> list[dict[str, str]]:
-    return [{"role": "system" if m.role == "developer" else m.role, "content": m.content or ""} for m in messages]
+    return [{"role": "system" if m.role == "developer" else m.role, "content": message_text(m)} for m in messages]
 
 
 def seed_metrics(result: AnswerResult) -> dict:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import re
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import anyio.to_thread
 from litestar import Controller, Response, delete, get, post
-from litestar.datastructures import State, UploadFile
+from litestar.datastructures import State
 from litestar.enums import RequestEncodingType
 from litestar.params import Body, FromPath, FromQuery
 
+from api.protocol import UploadForm
 from api.state import AppState
 from ingest.loaders import load_document
 from ingest.pipeline import delete_document, ingest_paths
@@ -35,28 +37,73 @@ def uploads_dir(app: AppState, index: str) -> Path:
     return app.settings.home / "uploads" / index
 
 
+@dataclass(frozen=True)
+class StagedUpload:
+    staged: Path  # the upload, written beside its final name
+    final: Path  # where it is stored (and indexed from) once accepted
+
+
+def ingest_uploads(uploads: list[StagedUpload], index_root: Path, embedder, chunk_tokens: int,
+                   chunk_overlap: int) -> list[dict]:
+    """Move the uploads into place and ingest them. A file that then fails to ingest, or every file when
+    the ingest itself fails (e.g. the index is locked), gets its previous stored version back."""
+    previous: dict[Path, Path] = {}
+    for upload in uploads:
+        if upload.final.exists():
+            kept = upload.final.with_name(f".previous-{uuid.uuid4().hex}-{upload.final.name}")
+            upload.final.replace(kept)
+            previous[upload.final] = kept
+        upload.staged.replace(upload.final)
+
+    def restore(final: Path) -> None:
+        if final in previous:
+            previous.pop(final).replace(final)
+        else:
+            final.unlink(missing_ok=True)
+
+    try:
+        summary = ingest_paths([u.final for u in uploads], index_root, embedder, chunk_tokens, chunk_overlap)
+    except BaseException:
+        for upload in uploads:
+            restore(upload.final)
+        raise
+    stored = {upload.final.name: upload.final for upload in uploads}
+    outcomes = []
+    for outcome in summary.outcomes:
+        name = Path(outcome.path).name
+        if outcome.status == "failed" and name in stored:
+            restore(stored[name])
+        outcomes.append({"file": name, "status": outcome.status, "document_id": outcome.document_id,
+                         "chunks": outcome.chunks, "reason": outcome.reason, "reason_type": outcome.reason_type})
+    for kept in previous.values():
+        kept.unlink(missing_ok=True)
+    return outcomes
+
+
 class DocumentsController(Controller):
     path = "/v1/documents"
     tags = ["documents"]
 
-    @post("", summary="Upload and ingest one or more files (multipart)")
-    async def upload(self, state: State,
-                     data: Annotated[list[UploadFile], Body(media_type=RequestEncodingType.MULTI_PART)],
+    @post("", summary="Upload and ingest one or more files (multipart field `data`)")
+    async def upload(self, state: State, data: Annotated[UploadForm, Body(media_type=RequestEncodingType.MULTI_PART)],
                      index: FromQuery[str | None] = None) -> Response:
         app: AppState = state.app
         models = app.require_ready()
         name = app.index_name(index)
         limit = app.settings.max_upload_mb * 1024 * 1024
-        files = data if isinstance(data, list) else [data]
-        if not files:
-            raise BadRequestError("no files in the upload (use multipart field 'data')")
+        if not data.data:
+            raise BadRequestError("no files in the upload (send them in the multipart field 'data')")
+        filenames = [safe_filename(upload.filename) for upload in data.data]
+        repeated = sorted({f for f in filenames if filenames.count(f) > 1})
+        if repeated:
+            raise BadRequestError(f"one upload holds several files named {', '.join(repeated)}; "
+                                  "stored names must differ")
         folder = uploads_dir(app, name)
         folder.mkdir(parents=True, exist_ok=True)
         outcomes: list[dict] = []
-        accepted: list[tuple[Path, Path]] = []
-        for upload in files:
+        accepted: list[StagedUpload] = []
+        for upload, filename in zip(data.data, filenames):
             content = await upload.read()
-            filename = safe_filename(upload.filename)
             if len(content) > limit:
                 outcomes.append({"file": filename, "status": "failed", "reason_type": "payload_too_large",
                                  "reason": f"file is larger than {app.settings.max_upload_mb} MB"})
@@ -70,17 +117,11 @@ class DocumentsController(Controller):
                 outcomes.append({"file": filename, "status": "failed", "reason_type": exc.error_type,
                                  "reason": exc.message})
                 continue
-            accepted.append((staged, folder / filename))
+            accepted.append(StagedUpload(staged, folder / filename))
         if accepted:
-            for staged, final in accepted:
-                staged.replace(final)
-            summary = await anyio.to_thread.run_sync(
-                lambda: ingest_paths([final for _, final in accepted], app.settings.index_path(name),
-                                     models.embedder, app.settings.chunk_tokens, app.settings.chunk_overlap))
-            for outcome in summary.outcomes:
-                outcomes.append({"file": Path(outcome.path).name, "status": outcome.status,
-                                 "document_id": outcome.document_id, "chunks": outcome.chunks,
-                                 "reason": outcome.reason, "reason_type": outcome.reason_type})
+            outcomes += await anyio.to_thread.run_sync(
+                lambda: ingest_uploads(accepted, app.settings.index_path(name), models.embedder,
+                                       app.settings.chunk_tokens, app.settings.chunk_overlap))
         ok = [o for o in outcomes if o["status"] in ("added", "updated", "unchanged")]
         status = 200 if ok else (413 if all(o["reason_type"] == "payload_too_large" for o in outcomes) else 422)
         body = {"index": name, "files": outcomes}

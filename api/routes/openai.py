@@ -45,7 +45,8 @@ class OpenAIController(Controller):
         app = state.app
         question = last_user_message(data.messages)
         options = answer_options_from(app.settings, max_tokens=data.max_completion_tokens or data.max_tokens,
-                                      temperature=data.temperature, top_p=data.top_p, documents=data.documents)
+                                      temperature=data.temperature, top_p=data.top_p, documents=data.documents,
+                                      stop=[data.stop] if isinstance(data.stop, str) else data.stop)
         args = (app, options, data.index, question, as_dicts(data.messages), data.use_context)
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
