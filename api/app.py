@@ -108,5 +108,6 @@ def create_app(settings: Settings | None = None) -> Litestar:
         middleware=[auth_and_logging(settings, app_state)],
         request_max_body_size=JSON_BODY_LIMIT,
         openapi_config=OpenAPIConfig(title="Offline RAG", version="0.1.0", path="/schema"),
+        logging_config=None,  # the product's own JSON logging (api/observability.py); no second plain-text format
         debug=False,
     )

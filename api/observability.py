@@ -52,7 +52,9 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure_logging(log_file: Path | None) -> logging.Logger:
-    logger = logging.getLogger("rag.api")
+    """JSON lines for everything the product logs (the ``rag`` logger tree: API, scheduler, generator);
+    returns the API's request logger."""
+    logger = logging.getLogger("rag")
     logger.setLevel(logging.INFO)
     logger.propagate = False
     if not logger.handlers:
@@ -65,4 +67,4 @@ def configure_logging(log_file: Path | None) -> logging.Logger:
                                                             encoding="utf-8")
             rotating.setFormatter(JsonFormatter())
             logger.addHandler(rotating)
-    return logger
+    return logging.getLogger("rag.api")

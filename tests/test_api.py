@@ -134,9 +134,14 @@ def client(app_settings: Settings):
 
 
 @pytest.fixture(scope="module")
-def server(app_settings: Settings, api_home: Path, tmp_path_factory: pytest.TempPathFactory):
+def server_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("server") / "serve.log"
+
+
+@pytest.fixture(scope="module")
+def server(app_settings: Settings, api_home: Path, server_log: Path):
     """``rag serve`` (uvicorn) in a subprocess on a free port; yields its base URL."""
-    with running_server(app_settings, api_home, tmp_path_factory.mktemp("server") / "serve.log") as base:
+    with running_server(app_settings, api_home, server_log) as base:
         yield base
 
 
@@ -629,3 +634,14 @@ def test_openai_client_against_real_server(server: str):
             reasons.append(chunk.choices[0].finish_reason)
     assert "".join(pieces).strip()
     assert reasons[-1] in ("stop", "length") and all(r is None for r in reasons[:-1])
+
+
+def test_server_logs_are_json_lines(server: str, server_log: Path):
+    assert httpx.get(f"{server}/healthz", timeout=10).status_code == 200
+    lines = [line for line in server_log.read_text(encoding="utf-8").splitlines()
+             if line.strip() and not line.startswith("serving on ")]  # the CLI's one console line
+    records = [json.loads(line) for line in lines]  # fails on any plain-text line
+    assert all({"ts", "level", "logger", "message"} <= set(r) for r in records)
+    requests = [r for r in records if r["message"] == "request" and r["route"] == "/healthz"]
+    assert requests and all(r["request_id"] and r["status"] in (200, 503) for r in requests)
+    assert any(r["logger"] == "rag.scheduler" for r in records)  # not only the API's own logger
