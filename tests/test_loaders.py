@@ -172,6 +172,36 @@ def test_empty_documents_have_no_text(tmp_path: Path, name: str):
     assert info.value.error_type == "no_text" and info.value.message
 
 
-def test_binary_text_file_is_broken(tmp_path: Path):
-    with pytest.raises(BrokenDocument):
-        load_document(tmp_path / "x.txt", data=b"\x89PNG\r\n\x1a\n\x00\x00\x00")
+@pytest.mark.parametrize("data", [
+    b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",  # NUL bytes
+    b"\xff\xfegarbage",  # a UTF-16 BOM, then an odd byte count: was indexed as the title '慧扲条e\ufffd'
+    b"\xff\xfe" + bytes(range(256)) * 8,  # a UTF-16 BOM, then binary
+    bytes(range(1, 256)) * 4,  # no NUL, but mostly control bytes whatever the 8-bit encoding
+    "\ufeff".encode("utf-8") + bytes(range(0x80, 0x100)) * 4,  # a UTF-8 BOM, then bytes that are not UTF-8
+], ids=["nul", "utf16-bom-odd", "utf16-bom-binary", "controls", "utf8-bom-binary"])
+@pytest.mark.parametrize("name", ["x.txt", "x.md", "x.html"])
+def test_binary_text_file_is_broken(tmp_path: Path, data: bytes, name: str):
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(BrokenDocument, match=r"^not a text file \(binary content\)$") as info:
+        load_document(path)
+    assert info.value.status_code == 422
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be-bom", "utf-32", "utf-8-sig"])
+def test_text_with_a_bom_still_loads(tmp_path: Path, encoding: str):
+    text = "# Überblick\n\nGarçon, привет, 中文 — straße.\n"
+    data = b"\xfe\xff" + text.encode("utf-16-be") if encoding == "utf-16-be-bom" else text.encode(encoding)
+    path = tmp_path / "notes.md"
+    path.write_bytes(data)
+    doc = load_document(path)
+    assert doc.title == "Überblick" and doc.text == "Garçon, привет, 中文 — straße."
+    # One stray byte (a truncated UTF-16 file) is not "binary": the rest still loads.
+    path.write_bytes(("\ufeff" + "Plain words here. " * 20).encode("utf-16-le")[:-1])
+    assert load_document(path).text.startswith("Plain words here. Plain words here.")
+
+
+def test_ansi_coloured_log_is_text(tmp_path: Path):
+    path = tmp_path / "build.txt"
+    path.write_bytes(b"\x1b[31mERROR\x1b[0m the harbour ferry build failed\n" * 30)
+    assert "harbour ferry" in load_document(path).text

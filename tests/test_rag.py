@@ -545,3 +545,22 @@ def test_ask_cli_missing_index(settings: Settings, tmp_path: Path):
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     assert "does not exist" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_ask_cli_prints_sources_literally(settings: Settings, embedder, tmp_path: Path):
+    # Markup and emoji codes in a document's title, path and text are printed as they are.
+    docs = tmp_path / "docs [b]"
+    docs.mkdir()
+    (docs / "rocket :x:.md").write_text(
+        "# Rocket [/bold] notes :rocket: [red]x\n\nThe zorblat rocket :rocket: launches from the "
+        "[bold]harbour[/bold] every Tuesday at noon.\n", encoding="utf-8")
+    home = tmp_path / "home"
+    summary = ingest_paths([docs], settings.replace(home=home).index_path(), embedder)
+    assert summary.count("added") == 1
+    proc = run_cli(settings, "--home", str(home), "ask", "When does the zorblat rocket launch?", "--max-tokens", "4",
+                   COLUMNS="200")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    source_line = next(line for line in proc.stdout.splitlines() if "[1]" in line)
+    assert "Rocket [/bold] notes :rocket: [red]x" in source_line
+    assert str(docs / "rocket :x:.md") in source_line
+    assert "\N{ROCKET}" not in proc.stdout and "\N{CROSS MARK}" not in proc.stdout

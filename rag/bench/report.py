@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from rag.errors import BadRequestError
 
@@ -163,7 +164,8 @@ def table(result: dict) -> Table:
     elif kind == "serve":
         t = Table("scenario", "C", "ok", "err", "shed", "t/o", "req/s", "agg tok/s", "TTFT p50", "TTFT p99",
                   "ITL p50", "ITL p99", "TPOT p50", "E2E p50", "E2E p99",
-                  title=f"serve · {result.get('config', {}).get('url')} · {result.get('model')} · latency in ms")
+                  # The URL and model name come from the user and the server: plain text, never markup.
+                  title=Text(f"serve · {result.get('config', {}).get('url')} · {result.get('model')} · latency in ms"))
         for r in rows:
             t.add_row(r["scenario"], str(r["concurrency"]), str(r["ok"]), str(r["errors"]), str(r["shed"]),
                       str(r["timeouts"]), fmt(r["requests_per_s"], 2), fmt(r["aggregate_tokens_per_s"]),
