@@ -223,15 +223,16 @@ async def run_level(url: str, model: str | None, scenario: str, input_tokens: in
         async def worker() -> None:
             nonlocal issued
             while True:
-                if deadline is not None:
-                    if time.perf_counter() >= deadline:
-                        return
-                elif issued >= (requests or 0):
+                if deadline is None and issued >= (requests or 0):
                     return
                 number = issued
                 issued += 1
                 body = request_body(model, synthetic_prompt(input_tokens, output_tokens, number), output_tokens,
                                     no_retrieval)
+                # Checked after building the body, right before sending (one_request stamps its start before
+                # its first await), so no request starts after the deadline.
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return
                 records.append(await one_request(client, endpoint, body, timeout_s))
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
