@@ -52,19 +52,21 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure_logging(log_file: Path | None) -> logging.Logger:
-    """JSON lines for everything the product logs (the ``rag`` logger tree: API, scheduler, generator);
-    returns the API's request logger."""
-    logger = logging.getLogger("rag")
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    if not logger.handlers:
+    """JSON lines for everything the server process logs: the product's ``rag`` loggers at INFO, and
+    warnings from libraries (asyncio, uvicorn, faiss) through the root logger; returns the API's request
+    logger. Idempotent: a second app in the same process adds no second set of handlers."""
+    root = logging.getLogger()
+    if not any(isinstance(h.formatter, JsonFormatter) for h in root.handlers):
         stderr = logging.StreamHandler(sys.stderr)
         stderr.setFormatter(JsonFormatter())
-        logger.addHandler(stderr)
+        root.addHandler(stderr)
         if log_file is not None:
             log_file.parent.mkdir(parents=True, exist_ok=True)
             rotating = logging.handlers.RotatingFileHandler(log_file, maxBytes=10_000_000, backupCount=5,
                                                             encoding="utf-8")
             rotating.setFormatter(JsonFormatter())
-            logger.addHandler(rotating)
+            root.addHandler(rotating)
+    if root.level == logging.NOTSET or root.level > logging.WARNING:
+        root.setLevel(logging.WARNING)
+    logging.getLogger("rag").setLevel(logging.INFO)
     return logging.getLogger("rag.api")

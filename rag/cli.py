@@ -577,11 +577,13 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, index: str
         # Worker processes rebuild the app from the environment, so pass the effective settings there.
         os.environ.update({"RAG_HOME": str(settings.home), "RAG_INDEX": settings.index})
         uvicorn.run("api.app:create_app", factory=True, host=settings.host, port=settings.port, workers=workers,
-                    log_level="warning")
+                    log_level="warning", log_config=None)
     else:
         from api.app import create_app
 
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
+        # log_config=None: uvicorn's own messages go through the app's JSON logging (api/observability.py).
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
+                    log_config=None)
 
 
 if __name__ == "__main__":  # pragma: no cover
