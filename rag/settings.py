@@ -160,7 +160,7 @@ def load_settings(
         for key, raw in layer.items():
             if key not in known:
                 if strict:
-                    raise ConfigError(f"unknown setting {key!r}")
+                    raise ConfigError(f"unknown setting {key!r} ({source(key)})")
                 continue
             values[key] = _coerce(key, raw, known[key])
             sources[key] = source(key)
@@ -177,7 +177,7 @@ def load_settings(
                 data = tomllib.loads(config_file.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
                 raise ConfigError(f"{config_file}: {exc}") from exc
-            apply(data, lambda key: str(config_file), strict=False)
+            apply(data, lambda key: str(config_file), strict=True)  # a typo there must not pass unnoticed
         env = {k[4:].lower(): v for k, v in environ.items() if k.startswith("RAG_") and k != "RAG_CONFIG"}
         apply(env, lambda key: f"env RAG_{key.upper()}", strict=False)
     apply(overrides, lambda key: "command line", strict=True)

@@ -55,6 +55,13 @@ def test_rag_config_that_cannot_be_read_is_an_error(tmp_path: Path, kind: str) -
     assert str(named) in info.value.message
 
 
+def test_unknown_key_in_rag_toml_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "rag.toml").write_text("top-k = 3\n", encoding="utf-8")  # a typo of top_k
+    with pytest.raises(ConfigError, match="unknown setting 'top-k'") as info:
+        load_settings(environ={"RAG_HOME": str(tmp_path)})
+    assert str(tmp_path / "rag.toml") in info.value.message
+
+
 def test_sources_name_each_layer_and_replace_keeps_them(tmp_path: Path) -> None:
     config = tmp_path / "custom.toml"
     config.write_text("top_k = 7\nthreads = 3\n", encoding="utf-8")
