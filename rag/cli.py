@@ -351,7 +351,7 @@ def ask_cmd(ctx: click.Context, question: str, index: str | None, top_k: int | N
         print_json(result.to_dict())
         return
     if result.abstained:
-        out.print(("\n→ " if result.abstain_reason == "model_declined" else "") + result.answer, highlight=False,
+        out.print(("\n→ " if result.abstain_reason in ("model_declined", "ungrounded") else "") + result.answer, highlight=False,
                   markup=False)
     else:
         out.print()

@@ -50,6 +50,16 @@ def model_abstained(reply: str) -> bool:
     return not reply.strip() or bool(MODEL_ABSTAINS.search(reply))
 
 
+def grounded_share(reply: str, question: str, passages: Sequence[Passage]) -> float:
+    """The share of the reply's content words, beyond the question's own, that occur in the passages:
+    how much of the answer comes from the documents (1.0 when the reply adds no words of its own)."""
+    words = content_words(CITATION.sub(" ", reply)) - content_words(question)
+    if not words:
+        return 1.0
+    context = set().union(*(content_words(p.text) for p in passages))
+    return len(words & context) / len(words)
+
+
 def cited_numbers(reply: str, passages: Sequence[Passage]) -> list[int]:
     """Citations the reply makes explicitly, else the passages that best support its words."""
     valid = {p.number for p in passages}

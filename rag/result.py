@@ -36,7 +36,7 @@ class AnswerResult(msgspec.Struct, kw_only=True):
     question: str
     answer: str
     abstained: bool
-    abstain_reason: str | None  # "weak_evidence" | "model_declined" | None
+    abstain_reason: str | None  # "weak_evidence" | "model_declined" | "ungrounded" | None
     citations: list[int]
     sources: list[Source]
     context: list[str]  # the passages the model saw, "[n] text"

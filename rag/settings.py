@@ -61,6 +61,9 @@ class Settings:
     abstain_threshold: float = field(
         default=0.35, metadata={"doc": "best dense score under which the answer is an abstention"}
     )
+    min_grounding: float = field(
+        default=0.0, metadata={"doc": "share of the reply's own content words that must occur in the passages, "
+                                      "else the answer is an abstention (0 = off)"})
     max_question_tokens: int = field(default=256, metadata={"doc": "longest accepted question"})
     host: str = field(default="127.0.0.1", metadata={"doc": "API bind address"})
     port: int = field(default=8000, metadata={"doc": "API port"})

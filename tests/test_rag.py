@@ -23,7 +23,8 @@ from rag.compress import Passage, Sentence, candidate_sentences, score_sentences
 from rag.errors import BadRequestError
 from rag.evaluate import contains_answer, evaluate, normalise_answer
 from rag.generator import SamplingOptions
-from rag.prompt import ABSTENTION_MESSAGE, build_messages, cited_numbers, drop_repeated_tail, model_abstained
+from rag.prompt import (ABSTENTION_MESSAGE, build_messages, cited_numbers, drop_repeated_tail, grounded_share,
+                        model_abstained)
 from rag.result import AnswerResult
 from rag.retrieval import RRF_K, Retriever, rrf_fuse
 from rag.runtime import Models, answer_service
@@ -332,6 +333,15 @@ def test_cited_numbers():
     assert cited_numbers("", passages) == []
 
 
+def test_grounded_share():
+    passages = [Passage(1, "Rollo agreed to swear fealty to King Charles III of West Francia.")]
+    question = "Who swore fealty to Charles III?"
+    assert grounded_share("Rollo [1]", question, passages) == 1.0
+    assert grounded_share("King Charles III", question, passages) == 1.0  # adds no words of its own
+    assert grounded_share("Rollo, a Viking chieftain", question, passages) == 1 / 3  # rollo of rollo/viking/chieftain
+    assert grounded_share("Paris is the capital of France.", question, passages) == 0.0
+
+
 def test_build_messages():
     messages = build_messages("  Who was Rollo?  ", [Passage(1, "Rollo was a Viking."), Passage(3, "Other.")])
     assert [m["role"] for m in messages] == ["system", "user"]
@@ -424,6 +434,14 @@ def test_prepare_finish_split(service: AnswerService):
     declined = service.finish(prepared, "I don't know.", None)
     assert declined.abstained and declined.abstain_reason == "model_declined"
     assert declined.answer == ABSTENTION_MESSAGE
+    # With min_grounding, a reply made of the model's own words is withheld; one from the passages is not.
+    strict = service.prepare(ROLLO_QUESTION, options(min_grounding=0.2))
+    invented = service.finish(strict, "A famous painter who lived in Florence during the Renaissance.", None)
+    assert invented.abstained and invented.abstain_reason == "ungrounded" and invented.answer == ABSTENTION_MESSAGE
+    assert invented.sources, "sources are still reported when abstaining"
+    copied = " ".join(strict.passages[0].text.split()[:8])
+    assert not service.finish(strict, copied, None).abstained
+    assert not service.finish(prepared, "A famous painter who lived in Florence.", None).abstained  # default: off
 
 
 # --------------------------------------------------------------------------- 9. options validation

@@ -80,6 +80,7 @@ def bench_rag(settings: Any, questions_file: Path, n: int, seed: int,
         "total": len(abstained),
         "weak_evidence": sum(s["abstain_reason"] == "weak_evidence" for s in abstained),
         "model_declined": sum(s["abstain_reason"] == "model_declined" for s in abstained),
+        "ungrounded": sum(s["abstain_reason"] == "ungrounded" for s in abstained),
         "on_unanswerable": sum(s["unanswerable"] for s in abstained),
         "unanswerable_questions": sum(s["unanswerable"] for s in samples),
     }

@@ -177,7 +177,7 @@ def table(result: dict) -> Table:
         t = Table("stage", "n", "p50 ms", "p95 ms", "mean ms",
                   title=f"RAG latency over {result['questions']} questions",
                   caption=f"abstained {a['total']}: weak evidence {a['weak_evidence']}, declined "
-                          f"{a['model_declined']}; on unanswerable {a['on_unanswerable']}/{a['unanswerable_questions']}"
+                          f"{a['model_declined']}, ungrounded {a.get('ungrounded', 0)}; on unanswerable {a['on_unanswerable']}/{a['unanswerable_questions']}"
                           + (f"; skipped {result['skipped']}" if result.get("skipped") else ""))
         for r in rows:
             t.add_row(r["stage"], str(r["n"]), fmt(r["p50"]), fmt(r["p95"]), fmt(r["mean"]))
