@@ -7,7 +7,7 @@ import logging
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
-from rag.errors import OverloadedError, RagError
+from rag.errors import BadRequestError, OverloadedError, RagError
 
 log = logging.getLogger("rag.api")
 
@@ -28,13 +28,13 @@ def validation_error_handler(_: Request, exc: ValidationException) -> Response:
         first = detail[0]
         if isinstance(first, dict):
             if first.get("key") == "data" and first.get("message") == "'data'":  # Litestar's word for "no body"
-                return error_response(400, "invalid_request", "a JSON object request body is required")
+                return error_response(400, BadRequestError.error_type, "a JSON object request body is required")
             message = f"{first.get('message', message)}" + (f" ({first.get('key')})" if first.get("key") else "")
-    return error_response(400, "invalid_request", message)
+    return error_response(400, BadRequestError.error_type, message)
 
 
 def http_error_handler(_: Request, exc: HTTPException) -> Response:
-    types = {400: "invalid_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+    types = {400: BadRequestError.error_type, 401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
     return error_response(exc.status_code, types.get(exc.status_code, "http_error"), exc.detail, exc.headers)
 
 

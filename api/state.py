@@ -28,6 +28,7 @@ class AppState:
     models: Models | None = None
     scheduler: GenerationScheduler | None = None
     _services: dict[str, AnswerService] = field(default_factory=dict)
+    _uploads_locks: dict[str, threading.Lock] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def load(self) -> None:
@@ -54,6 +55,11 @@ class AppState:
         if self.status != "ready" or self.models is None:
             raise ModelError(self.error or "models are still loading")
         return self.models
+
+    def uploads_lock(self, index: str) -> threading.Lock:
+        """Serialises the uploads of one index (they move stored files before the index lock is taken)."""
+        with self._lock:
+            return self._uploads_locks.setdefault(index, threading.Lock())
 
     def index_name(self, name: str | None) -> str:
         return validate_index_name(name or self.settings.index)

@@ -86,7 +86,7 @@ def main(ctx: click.Context, home: Path | None) -> None:
 def config_cmd(settings: Settings, as_json: bool) -> None:
     """Show the effective settings and where each came from (defaults < rag.toml < RAG_* env < flags)."""
     data = settings.as_dict()
-    sources = {key: settings.source(key) for key in data if key not in ("generator_path", "embedder_path")}
+    sources = {key: settings.source(key) for key in data}
     if as_json:
         print_json({**data, "sources": sources})
         return

@@ -47,6 +47,7 @@ class Job:
     request: object = None
     turn_id: int = 0
     recorder: TokenRecorder | None = None
+    ended: str | None = None  # engine path: the reply ended by a loop or stop string; its turn is being cancelled
 
     def emit(self, item: object) -> None:
         self.loop.call_soon_threadsafe(self.out.put_nowait, item)
@@ -260,22 +261,27 @@ class GenerationScheduler:
     def _handle(self, job: Job, event) -> None:
         flags = self._og.EngineEventFlags
         value = int(event.flags.value) if hasattr(event.flags, "value") else int(event.flags)
-        if value & int(flags.TOKEN.value) and event.token is not None:
+        finished = bool(value & int(flags.TURN_FINISHED.value))
+        if value & int(flags.TOKEN.value) and event.token is not None and job.ended is None \
+                and not job.cancelled.is_set():
             piece = job.recorder.add(int(event.token))
             if piece:
                 job.emit(piece)
             if job.recorder.finished:
-                job.request.cancel_turn(job.turn_id)
-                self._finish(job, "stop")
-                return
+                # Like a client's cancel: the request stays active until the engine reports the turn finished.
+                job.ended = "stop"
+                if not finished:
+                    job.request.cancel_turn(job.turn_id)
         if value & int(flags.FAILED.value):
             self._finish(job, "error", ModelError(f"generation failed ({event.error_code})"))
-        elif value & int(flags.TURN_FINISHED.value):
+        elif finished:
             reason = event.finish_reason
-            self._finish(job, {"EOS": "stop", "STOP_STRING": "stop", "CANCELLED": "cancelled"}.get(
+            self._finish(job, job.ended or {"EOS": "stop", "STOP_STRING": "stop", "CANCELLED": "cancelled"}.get(
                 getattr(reason, "name", ""), "length"))
 
     def _finish(self, job: Job, reason: str, error: BaseException | None = None) -> None:
+        if job.cancelled.is_set() and error is None:
+            reason = "cancelled"  # the client left: nothing more goes out, whatever ended the turn
         if job.recorder is not None and error is None and reason != "cancelled":
             tail = job.recorder.flush()  # engine path: text held back as a possible stop string's start
             if tail:

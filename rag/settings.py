@@ -113,8 +113,8 @@ class Settings:
             if f.name == "api_key" and value:
                 value = "***"
             out[f.name] = str(value) if isinstance(value, Path) else value
-        out["generator_dir"] = out["generator_path"] = str(self.generator_path)
-        out["embedder_dir"] = out["embedder_path"] = str(self.embedder_path)
+        out["generator_dir"] = str(self.generator_path)
+        out["embedder_dir"] = str(self.embedder_path)
         return out
 
 

@@ -122,7 +122,7 @@ def ready_client(app_settings: Settings) -> Iterator[TestClient]:
     """The app in-process, once its background model loading has finished."""
     with TestClient(create_app(app_settings), timeout=120) as test_client:
         deadline = time.monotonic() + 120
-        while test_client.get("/healthz").status_code == 503 and time.monotonic() < deadline:
+        while test_client.get("/healthz").json()["status"] == "loading" and time.monotonic() < deadline:
             time.sleep(0.1)
         yield test_client
 

@@ -27,8 +27,9 @@ def message_text(message: ChatMessage) -> str:
 
 def last_user_message(messages: list[ChatMessage]) -> str:
     for message in reversed(messages):
-        if message.role == "user" and message_text(message).strip():
-            return message_text(message)
+        text = message_text(message) if message.role == "user" else ""
+        if text.strip():
+            return text
     raise BadRequestError("messages contain no non-empty user message")
 
 

@@ -48,12 +48,7 @@ def ingest_uploads(uploads: list[StagedUpload], index_root: Path, embedder, chun
     """Move the uploads into place and ingest them. A file that then fails to ingest, or every file when
     the ingest itself fails (e.g. the index is locked), gets its previous stored version back."""
     previous: dict[Path, Path] = {}
-    for upload in uploads:
-        if upload.final.exists():
-            kept = upload.final.with_name(f".previous-{uuid.uuid4().hex}-{upload.final.name}")
-            upload.final.replace(kept)
-            previous[upload.final] = kept
-        upload.staged.replace(upload.final)
+    moved: list[Path] = []
 
     def restore(final: Path) -> None:
         if final in previous:
@@ -62,10 +57,21 @@ def ingest_uploads(uploads: list[StagedUpload], index_root: Path, embedder, chun
             final.unlink(missing_ok=True)
 
     try:
-        summary = ingest_paths([u.final for u in uploads], index_root, embedder, chunk_tokens, chunk_overlap)
-    except BaseException:
         for upload in uploads:
-            restore(upload.final)
+            if upload.final.exists():
+                kept = upload.final.with_name(f".previous-{uuid.uuid4().hex}-{upload.final.name}")
+                upload.final.replace(kept)
+                previous[upload.final] = kept
+            upload.staged.replace(upload.final)
+            moved.append(upload.final)
+        summary = ingest_paths(moved, index_root, embedder, chunk_tokens, chunk_overlap)
+    except BaseException:
+        for final in moved:
+            restore(final)
+        for final in [f for f in previous if f not in moved]:  # moved aside, its upload not yet in place
+            restore(final)
+        for upload in uploads:
+            upload.staged.unlink(missing_ok=True)
         raise
     stored = {upload.final.name: upload.final for upload in uploads}
     outcomes = []
@@ -119,9 +125,13 @@ class DocumentsController(Controller):
                 continue
             accepted.append(StagedUpload(staged, folder / filename))
         if accepted:
-            outcomes += await anyio.to_thread.run_sync(
-                lambda: ingest_uploads(accepted, app.settings.index_path(name), models.embedder,
-                                       app.settings.chunk_tokens, app.settings.chunk_overlap))
+            def ingest() -> list[dict]:
+                # One upload at a time per index: a second one must not move files while the first may restore.
+                with app.uploads_lock(name):
+                    return ingest_uploads(accepted, app.settings.index_path(name), models.embedder,
+                                          app.settings.chunk_tokens, app.settings.chunk_overlap)
+
+            outcomes += await anyio.to_thread.run_sync(ingest)
         ok = [o for o in outcomes if o["status"] in ("added", "updated", "unchanged")]
         status = 200 if ok else (413 if all(o["reason_type"] == "payload_too_large" for o in outcomes) else 422)
         body = {"index": name, "files": outcomes}
