@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 import anyio.to_thread
-from litestar import Litestar, Request
+from litestar import Litestar, Request, Router
 from litestar.datastructures import MutableScopeHeaders, State
 from litestar.openapi import OpenAPIConfig
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
@@ -98,8 +98,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
             app_state.close()
 
     # Uploads may carry several files of up to max_upload_mb each; every other route takes small JSON bodies.
-    documents = type("DocumentsController", (DocumentsController,),
-                     {"request_max_body_size": settings.max_upload_mb * 1024 * 1024 * 4})
+    documents = Router(path="/", route_handlers=[DocumentsController],
+                       request_max_body_size=settings.max_upload_mb * 1024 * 1024 * 4)
     return Litestar(
         route_handlers=[HealthController, AnswersController, ChatController, OpenAIController, documents],
         lifespan=[lifespan],

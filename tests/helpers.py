@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Iterator
 
 import httpx
+import numpy as np
 import pytest
 
 from rag.compress import Passage
+from rag.generator import LocalGenerator
 from rag.prompt import build_messages
 from rag.settings import PROJECT_ROOT, Settings
 
@@ -30,7 +32,7 @@ LOOPING_PASSAGES = (
 )
 
 
-def looping_prompt(generator) -> "np.ndarray":
+def looping_prompt(generator: LocalGenerator) -> np.ndarray:
     return generator.encode(generator.chat_prompt(build_messages(LOOPING_QUESTION, LOOPING_PASSAGES)))
 
 

@@ -17,7 +17,7 @@ from litestar.params import Body, FromPath, FromQuery
 from api.protocol import UploadForm
 from api.state import AppState
 from ingest.loaders import load_document
-from ingest.pipeline import delete_document, ingest_paths
+from ingest.pipeline import FileOutcome, delete_document, ingest_paths
 from ingest.store import IndexReader, normalise_path
 from rag.errors import BadRequestError, UnprocessableDocumentError
 
@@ -43,8 +43,14 @@ class StagedUpload:
     final: Path  # where it is stored (and indexed from) once accepted
 
 
+def outcome_body(outcome: FileOutcome) -> dict:
+    """One file's line in the upload response."""
+    return {"file": Path(outcome.path).name, "status": outcome.status, "document_id": outcome.document_id,
+            "chunks": outcome.chunks, "reason": outcome.reason, "reason_type": outcome.reason_type}
+
+
 def ingest_uploads(uploads: list[StagedUpload], index_root: Path, embedder, chunk_tokens: int,
-                   chunk_overlap: int) -> list[dict]:
+                   chunk_overlap: int) -> list[FileOutcome]:
     """Move the uploads into place and ingest them. A file that then fails to ingest, or every file when
     the ingest itself fails (e.g. the index is locked), gets its previous stored version back."""
     previous: dict[Path, Path] = {}
@@ -66,24 +72,19 @@ def ingest_uploads(uploads: list[StagedUpload], index_root: Path, embedder, chun
             moved.append(upload.final)
         summary = ingest_paths(moved, index_root, embedder, chunk_tokens, chunk_overlap)
     except BaseException:
-        for final in moved:
-            restore(final)
-        for final in [f for f in previous if f not in moved]:  # moved aside, its upload not yet in place
+        for final in moved + list(previous.keys() - set(moved)):  # the rest: moved aside, upload not in place
             restore(final)
         for upload in uploads:
             upload.staged.unlink(missing_ok=True)
         raise
     stored = {upload.final.name: upload.final for upload in uploads}
-    outcomes = []
     for outcome in summary.outcomes:
         name = Path(outcome.path).name
         if outcome.status == "failed" and name in stored:
             restore(stored[name])
-        outcomes.append({"file": name, "status": outcome.status, "document_id": outcome.document_id,
-                         "chunks": outcome.chunks, "reason": outcome.reason, "reason_type": outcome.reason_type})
     for kept in previous.values():
         kept.unlink(missing_ok=True)
-    return outcomes
+    return summary.outcomes
 
 
 class DocumentsController(Controller):
@@ -106,13 +107,13 @@ class DocumentsController(Controller):
                                   "stored names must differ")
         folder = uploads_dir(app, name)
         folder.mkdir(parents=True, exist_ok=True)
-        outcomes: list[dict] = []
+        outcomes: list[FileOutcome] = []
         accepted: list[StagedUpload] = []
         for upload, filename in zip(data.data, filenames):
             content = await upload.read()
             if len(content) > limit:
-                outcomes.append({"file": filename, "status": "failed", "reason_type": "payload_too_large",
-                                 "reason": f"file is larger than {app.settings.max_upload_mb} MB"})
+                outcomes.append(FileOutcome(filename, "failed", reason_type="payload_too_large",
+                                            reason=f"file is larger than {app.settings.max_upload_mb} MB"))
                 continue
             staged = folder / f".incoming-{uuid.uuid4().hex}-{filename}"
             staged.write_bytes(content)
@@ -120,24 +121,23 @@ class DocumentsController(Controller):
                 await anyio.to_thread.run_sync(load_document, folder / filename, content)
             except UnprocessableDocumentError as exc:
                 staged.unlink(missing_ok=True)
-                outcomes.append({"file": filename, "status": "failed", "reason_type": exc.error_type,
-                                 "reason": exc.message})
+                outcomes.append(FileOutcome(filename, "failed", reason_type=exc.error_type, reason=exc.message))
                 continue
             accepted.append(StagedUpload(staged, folder / filename))
         if accepted:
-            def ingest() -> list[dict]:
+            def ingest() -> list[FileOutcome]:
                 # One upload at a time per index: a second one must not move files while the first may restore.
                 with app.uploads_lock(name):
                     return ingest_uploads(accepted, app.settings.index_path(name), models.embedder,
                                           app.settings.chunk_tokens, app.settings.chunk_overlap)
 
             outcomes += await anyio.to_thread.run_sync(ingest)
-        ok = [o for o in outcomes if o["status"] in ("added", "updated", "unchanged")]
-        status = 200 if ok else (413 if all(o["reason_type"] == "payload_too_large" for o in outcomes) else 422)
-        body = {"index": name, "files": outcomes}
+        ok = [o for o in outcomes if o.status in ("added", "updated", "unchanged")]
+        status = 200 if ok else (413 if all(o.reason_type == "payload_too_large" for o in outcomes) else 422)
+        body = {"index": name, "files": [outcome_body(o) for o in outcomes]}
         if not ok:
             first = outcomes[0]
-            body["error"] = {"type": first["reason_type"], "message": f"{first['file']}: {first['reason']}"}
+            body["error"] = {"type": first.reason_type, "message": f"{Path(first.path).name}: {first.reason}"}
         return Response(body, status_code=status)
 
     @get("", summary="Documents in an index")
