@@ -28,4 +28,5 @@ serve: examples
 	$(BIN)/rag serve --host $(HOST) --port $(PORT)
 
 test: models
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest

@@ -23,7 +23,7 @@ from api.routes.documents import DocumentsController
 from api.routes.health import HealthController
 from api.routes.openai import OpenAIController
 from api.state import AppState
-from rag.settings import Settings, load_settings
+from rag.core.settings import Settings, load_settings
 
 OPEN_PATHS = ("/healthz",)
 JSON_BODY_LIMIT = 4 * 1024 * 1024  # JSON requests (questions, chats); uploads have their own limit

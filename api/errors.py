@@ -7,7 +7,7 @@ import logging
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
-from rag.errors import BadRequestError, OverloadedError, RagError
+from rag.core.errors import BadRequestError, OverloadedError, RagError
 
 log = logging.getLogger("rag.api")
 

@@ -1,4 +1,4 @@
-"""Wire schemas (request bodies) for every endpoint. Responses are built from ``rag.result``."""
+"""Wire schemas: the request and response bodies of every endpoint (the OpenAPI schema is made from these)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ from typing import Annotated
 import msgspec
 from litestar.datastructures import UploadFile
 
+from ingest.records import DocumentRecord
+from rag.answering.result import AnswerResult, Source
+from rag.core.names import INDEX_NAME_PATTERN
+
 Text = Annotated[str, msgspec.Meta(max_length=20_000)]
 TopK = Annotated[int, msgspec.Meta(ge=1, le=50)]
 MaxTokens = Annotated[int, msgspec.Meta(ge=1, le=4096)]
@@ -15,7 +19,7 @@ Temperature = Annotated[float, msgspec.Meta(ge=0.0, le=2.0)]
 TopP = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
 SamplingTopK = Annotated[int, msgspec.Meta(ge=0, le=1000)]
 StopString = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-IndexName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+IndexName = Annotated[str, msgspec.Meta(pattern=INDEX_NAME_PATTERN)]
 
 
 class AskRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -43,7 +47,8 @@ class ChatMessage(msgspec.Struct):
 
 
 class ChatRequest(msgspec.Struct):
-    """The seed backend's /v1/chat body (+ retrieval controls)."""
+    """The seed backend's /v1/chat body (+ retrieval controls). As in the seed, ``top_k`` here is sampling
+    top-k (the number of chunks retrieved is the ``top_k`` setting)."""
 
     messages: Annotated[list[ChatMessage], msgspec.Meta(min_length=1, max_length=100)]
     temperature: Temperature | None = None
@@ -98,3 +103,126 @@ class ErrorBody(msgspec.Struct):
 
 class ErrorResponse(msgspec.Struct):
     error: ErrorBody
+
+
+# --------------------------------------------------------------------------- responses
+AskResponse = AnswerResult
+
+
+class RetrieveMetrics(msgspec.Struct):
+    embed_ms: float
+    search_ms: float
+
+
+class RetrieveResponse(msgspec.Struct):
+    query: str
+    chunks: list[Source]
+    metrics: RetrieveMetrics
+
+
+class SeedMetrics(msgspec.Struct):
+    ttft: float
+    total_latency: float
+    tokens_per_second: float
+    output_tokens_per_second: float
+    input_tokens: int
+    output_tokens: int
+    tpot: float
+    model: str
+
+
+class ChatResponse(msgspec.Struct):
+    content: str
+    metrics: SeedMetrics
+    sources: list[Source]
+    citations: list[int]
+    abstained: bool
+
+
+class AssistantMessage(msgspec.Struct):
+    role: str
+    content: str
+
+
+class Choice(msgspec.Struct):
+    index: int
+    message: AssistantMessage
+    finish_reason: str
+
+
+class PromptTokensDetails(msgspec.Struct):
+    cached_tokens: int
+
+
+class Usage(msgspec.Struct):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails
+
+
+class ChatCompletion(msgspec.Struct):
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    sources: list[Source]
+    citations: list[int]
+    abstained: bool
+
+
+class ModelCard(msgspec.Struct):
+    id: str
+    object: str
+    created: int
+    owned_by: str
+
+
+class ModelList(msgspec.Struct):
+    object: str
+    data: list[ModelCard]
+
+
+class DocumentList(msgspec.Struct):
+    index: str
+    documents: list[DocumentRecord]
+
+
+class FileResult(msgspec.Struct):
+    file: str
+    status: str  # added | updated | unchanged | skipped | failed
+    document_id: str | None
+    chunks: int
+    reason: str | None
+    reason_type: str | None
+
+
+class UploadResponse(msgspec.Struct, omit_defaults=True):
+    index: str
+    files: list[FileResult]
+    error: ErrorBody | None = None  # set when no file was accepted (status 413 or 422)
+
+
+class DeleteResponse(msgspec.Struct):
+    deleted: str
+    path: str
+    chunks: int
+
+
+class IndexSummary(msgspec.Struct):
+    name: str
+    documents: int
+    chunks: int
+
+
+class HealthResponse(msgspec.Struct, omit_defaults=True):
+    status: str  # ok | loading | failed
+    backend: str
+    scheduler: str | None
+    device: str
+    generator: str
+    embedder: str
+    index: IndexSummary
+    reason: str | None = None

@@ -7,7 +7,7 @@ from typing import Any, AsyncIterator
 
 from litestar.response import Stream
 
-from rag.errors import RagError
+from rag.core.errors import RagError
 
 
 def sse(data: Any) -> bytes:

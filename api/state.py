@@ -1,20 +1,22 @@
-"""What the app holds for its lifetime: settings, loaded models, the generation scheduler, metrics."""
+"""What the app holds for its lifetime: settings, metrics, and once loaded, the models, the generation
+scheduler and the one answer service (all built by the composition root, ``rag.runtime``)."""
 
 from __future__ import annotations
 
 import logging
-import threading
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
+from typing import AsyncIterator
 
 from api.observability import ServiceMetrics
-from ingest.store import IndexReader, validate_index_name
-from rag.answer import AnswerService
-from rag.errors import ModelError
-from rag.retrieval import Retriever
-from rag.runtime import Models
-from rag.scheduler import GenerationScheduler
-from rag.settings import Settings
+from ingest.store import Store, StoredIndex
+from ingest.uploads import Uploads
+from rag.answering.result import AnswerResult
+from rag.answering.service import AnswerRequest, AnswerService, final_result
+from rag.core.errors import ModelError
+from rag.core.names import validate_index_name
+from rag.core.settings import Settings
+from rag.generation.scheduler import GenerationScheduler
+from rag.runtime import Models, answer_service, open_store, open_uploads
 
 log = logging.getLogger("rag.api")
 
@@ -27,9 +29,13 @@ class AppState:
     error: str | None = None
     models: Models | None = None
     scheduler: GenerationScheduler | None = None
-    _services: dict[str, AnswerService] = field(default_factory=dict)
-    _uploads_locks: dict[str, threading.Lock] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    answers: AnswerService | None = None
+    store: Store | None = None
+    uploads: Uploads | None = None
+
+    def __post_init__(self) -> None:
+        self.store = open_store(self.settings)
+        self.uploads = open_uploads(self.settings)
 
     def load(self) -> None:
         """Load models once (called from the lifespan, off the event loop)."""
@@ -37,6 +43,7 @@ class AppState:
             self.models = Models.load(self.settings)
             self.scheduler = GenerationScheduler(self.models.generator, self.settings.max_queue)
             self.models.warm_up()
+            self.answers = answer_service(self.settings, self.models, generator=self.scheduler, store=self.store)
             self.status = "ready"
         except ModelError as exc:
             self.status, self.error = "failed", exc.message
@@ -47,42 +54,39 @@ class AppState:
     def close(self) -> None:
         if self.scheduler is not None:
             self.scheduler.close()
-        for service in self._services.values():
-            if service.retriever is not None:
-                service.retriever.reader.close()
+        if self.answers is not None:
+            self.answers.close()
+
+    def service(self) -> AnswerService:
+        if self.status != "ready" or self.answers is None:
+            raise ModelError(self.error or "models are still loading")
+        return self.answers
 
     def require_ready(self) -> Models:
-        if self.status != "ready" or self.models is None:
-            raise ModelError(self.error or "models are still loading")
+        self.service()
+        assert self.models is not None
         return self.models
 
-    def uploads_lock(self, index: str) -> threading.Lock:
-        """Serialises the uploads of one index (they move stored files before the index lock is taken)."""
-        with self._lock:
-            return self._uploads_locks.setdefault(index, threading.Lock())
+    def index(self, name: str | None) -> StoredIndex:
+        assert self.store is not None
+        return self.store.index(validate_index_name(name or self.settings.index))
 
-    def index_name(self, name: str | None) -> str:
-        return validate_index_name(name or self.settings.index)
+    # ------------------------------------------------------------------ answers, observed
+    async def events(self, request: AnswerRequest) -> AsyncIterator[str | AnswerResult]:
+        """The answer service's stream, with the server's metrics recorded."""
+        service = self.service()
+        assert self.scheduler is not None
+        self.metrics.queue_depth.set(self.scheduler.depth + 1)
+        stream = service.stream(request)
+        try:
+            async for item in stream:
+                if isinstance(item, AnswerResult):
+                    self.metrics.observe_answer(item.metrics.ttft_ms, item.metrics.total_ms,
+                                                item.metrics.output_tokens)
+                yield item
+        finally:
+            await stream.aclose()
+            self.metrics.queue_depth.set(self.scheduler.depth)
 
-    def index_root(self, name: str | None) -> Path:
-        return self.settings.index_path(self.index_name(name))
-
-    def plain_service(self) -> AnswerService:
-        """Chat without retrieval (``use_context: false``): the generator only, no index."""
-        models = self.require_ready()
-        with self._lock:
-            if "" not in self._services:
-                self._services[""] = AnswerService(None, models.embedder, models.generator,
-                                                   self.settings.max_question_tokens)
-            return self._services[""]
-
-    def service(self, index: str | None) -> AnswerService:
-        """The answer service of an index (readers follow new commits by themselves)."""
-        models = self.require_ready()
-        name = self.index_name(index)
-        with self._lock:
-            if name not in self._services:
-                reader = IndexReader(self.settings.index_path(name))
-                self._services[name] = AnswerService(Retriever(reader, models.embedder), models.embedder,
-                                                     models.generator, self.settings.max_question_tokens)
-            return self._services[name]
+    async def answer(self, request: AnswerRequest) -> AnswerResult:
+        return await final_result(self.events(request))

@@ -14,24 +14,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ingest.loaders import LoadedDocument, Section
+from ingest.records import Chunk
+from rag.core.text import SENTENCE_BOUNDARY
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 _PARAGRAPH_RE = re.compile(r"\S(?:.*?\S)?(?=\s*\n[ \t]*\n|\s*$)", re.DOTALL)
-# End punctuation, optional closing quotes/brackets, whitespace, then something that can open a sentence.
-_SENTENCE_START_RE = re.compile(r"""(?<=[.!?])["'”’)\]]*\s+(?=["'“‘(\[]?[A-Z0-9À-ÖØ-ÞА-ЯΑ-Ω])""")
 _MAX_REPAIR_ROUNDS = 4
 
-
-@dataclass(frozen=True)
-class Chunk:
-    text: str
-    page: int | None
-    section: str | None
-    start: int
-    end: int
-    ordinal: int
 
 
 @dataclass(frozen=True)
@@ -113,7 +104,7 @@ def _section_tokens(
         units.append(first)
         sentences.append(first)
         starts = [s for s, _ in para_spans]
-        for m in _SENTENCE_START_RE.finditer(text, a, b):
+        for m in SENTENCE_BOUNDARY.finditer(text, a, b):
             i = first + bisect_left(starts, m.end())
             if first < i < first + len(para_spans):
                 sentences.append(i)

@@ -13,8 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
-from rag.errors import ModelError
-from rag.settings import resolve_threads
+from rag.core.errors import ModelError
+from rag.core.settings import resolve_threads
 
 EMBEDDER_FILES = ("model.onnx", "tokenizer.json", "embedder.json")
 

@@ -16,7 +16,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rag.errors import UnprocessableDocumentError
+from rag.core.errors import UnprocessableDocumentError
 
 if TYPE_CHECKING:
     from pypdf import PdfReader

@@ -13,8 +13,9 @@ from typing import Callable, Iterable, Iterator, Sequence
 from ingest.chunking import chunk_document
 from ingest.embedder import Embedder
 from ingest.loaders import SUPPORTED_SUFFIXES, LoadedDocument, UnsupportedFileType, load_document
-from ingest.store import DocumentRecord, IndexWriter, NewChunk, document_id, normalise_path
-from rag.errors import BadRequestError, UnprocessableDocumentError
+from ingest.records import Chunk, DocumentRecord, document_id, normalise_path
+from ingest.store import IndexWriter, StoredIndex
+from rag.core.errors import BadRequestError, UnprocessableDocumentError
 
 # Embedding many chunks at once lets length-sorting cut padding across files;
 # the bound keeps memory flat however large the corpus is.
@@ -68,7 +69,7 @@ class IngestSummary:
 @dataclass
 class _Pending:
     record: DocumentRecord
-    chunks: list[NewChunk]
+    chunks: list[Chunk]
     outcome: FileOutcome
 
 
@@ -132,7 +133,7 @@ def _nothing_to_ingest(paths: Sequence[Path], glob: str | None, rejected: list[F
 
 def ingest_paths(
     paths: Sequence[Path],
-    index_root: Path,
+    index: StoredIndex,
     embedder: Embedder,
     chunk_tokens: int = 200,
     overlap: int = 30,
@@ -141,7 +142,7 @@ def ingest_paths(
     lock_timeout_s: float = 5.0,
 ) -> IngestSummary:
     start = time.perf_counter()
-    summary = IngestSummary(index=index_root.name)
+    summary = IngestSummary(index=index.name)
     rejected: list[FileOutcome] = []
     files = list(discover(paths, glob, rejected))
     if not files:  # before the writer: an empty run creates no index
@@ -149,7 +150,7 @@ def ingest_paths(
     summary.outcomes.extend(rejected)
     notify = progress or (lambda event, files_done, chunks_done: None)
     notify(f"start:{len(files)}", 0, 0)
-    with IndexWriter(index_root, embedder.config.identity, embedder.dimension, lock_timeout_s) as writer:
+    with index.writer(embedder.config.identity, embedder.dimension, lock_timeout_s) as writer:
         pending: list[_Pending] = []
 
         def flush() -> None:
@@ -203,8 +204,7 @@ def _prepare_file(path: Path, writer: IndexWriter, embedder: Embedder, chunk_tok
     except UnprocessableDocumentError as exc:
         status = "skipped" if isinstance(exc, UnsupportedFileType) else "failed"
         return FileOutcome(display, status, doc_id, reason=exc.message, reason_type=exc.error_type), None
-    chunks = [NewChunk(c.text, c.ordinal, c.page, c.section, c.start, c.end)
-              for c in chunk_document(loaded, embedder.tokenizer, chunk_tokens, overlap)]
+    chunks = chunk_document(loaded, embedder.tokenizer, chunk_tokens, overlap)
     record = DocumentRecord(
         id=doc_id, path=normalise_path(path), title=loaded.title, kind=loaded.kind, sha256=sha,
         pages=loaded.pages, bytes=len(data), chunks=len(chunks),
@@ -213,8 +213,8 @@ def _prepare_file(path: Path, writer: IndexWriter, embedder: Embedder, chunk_tok
     return outcome, _Pending(record, chunks, outcome)
 
 
-def delete_document(index_root: Path, id_or_path: str, lock_timeout_s: float = 5.0) -> DocumentRecord:
-    with IndexWriter.existing(index_root, lock_timeout_s) as writer:
+def delete_document(index: StoredIndex, id_or_path: str, lock_timeout_s: float = 5.0) -> DocumentRecord:
+    with index.existing_writer(lock_timeout_s) as writer:
         record = writer.find_document(id_or_path)
         writer.delete_document(record.id)
         writer.commit()

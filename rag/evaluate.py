@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Callable
 
 from ingest.pipeline import ingest_paths
-from ingest.store import validate_index_name
-from rag.answer import answer_options_from
+from ingest.store.embedded import EmbeddedStore
+from rag.answering.service import AnswerRequest, AnswerService, options_from
 from rag.bench.stats import percentile
-from rag.errors import BadRequestError
+from rag.core.errors import BadRequestError
+from rag.core.settings import Settings
 from rag.runtime import Models, answer_service
-from rag.settings import Settings
 
 
 PUNCTUATION = frozenset(string.punctuation)
@@ -58,16 +58,19 @@ def evaluate(settings: Settings, questions_file: Path, docs: Path, index: str | 
     models = Models.load(settings)
     with tempfile.TemporaryDirectory(prefix="rag-eval-") as scratch:
         if index:
-            root = settings.index_path(validate_index_name(index))
+            service = answer_service(settings.replace(index=index), models)
         else:
-            root = Path(scratch) / "eval"
+            store = EmbeddedStore(Path(scratch))
             log(f"ingesting {docs} into a scratch index")
-            ingest_paths([docs], root, models.embedder, settings.chunk_tokens, settings.chunk_overlap)
-        service = answer_service(settings, models, index_root=root)
-        report = retrieval_report(service.retriever, questions, top_k, log)
-        if answers > 0:
-            report.update(answer_report(service, settings, questions, top_k, answers, seed, log))
-        service.retriever.reader.close()
+            ingest_paths([docs], store.index(settings.index), models.embedder, settings.chunk_tokens,
+                         settings.chunk_overlap)
+            service = answer_service(settings, models, store=store)
+        try:
+            report = retrieval_report(service.retriever(), questions, top_k, log)
+            if answers > 0:
+                report.update(answer_report(service, questions, top_k, answers, seed, log))
+        finally:
+            service.close()
     return report
 
 
@@ -91,19 +94,19 @@ def _from_document(path: str, document: str | None) -> bool:
     return document is None or Path(path).name == document
 
 
-def answer_report(service, settings: Settings, questions: list[dict], top_k: int, n: int, seed: int,
+def answer_report(service: AnswerService, questions: list[dict], top_k: int, n: int, seed: int,
                   log: Callable[..., None]) -> dict:
     rng = random.Random(seed)
     candidates = answerable(questions)
     unanswerable = [q for q in questions if q["unanswerable"]]
     sample_a = rng.sample(candidates, min(n, len(candidates)))
     sample_u = rng.sample(unanswerable, min(n, len(unanswerable)))
-    options = answer_options_from(settings, top_k=top_k)
-    service.ask("warm-up question?", options)
+    options = options_from(service.settings, top_k=top_k)
+    service.ask(AnswerRequest(question="warm-up question?", options=options))
     correct = false_abstain = abstain_u = 0
     ttft, total, failures = [], [], []
     for i, q in enumerate(sample_a + sample_u, 1):
-        result = service.ask(q["question"], options)
+        result = service.ask(AnswerRequest(question=q["question"], options=options))
         total.append(result.metrics.total_ms)
         if result.metrics.output_tokens:
             ttft.append(result.metrics.ttft_ms)

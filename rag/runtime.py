@@ -1,17 +1,35 @@
-"""Load the models and the index once and wire the answer service (CLI and API share this)."""
+"""The composition root: build the components named by the settings, once, and wire the answer service.
+
+Every front end (CLI, HTTP API, eval, bench) gets its store, embedder, generator and answer
+service from here, so each component is chosen by settings in exactly one place.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from ingest.embedder import Embedder
-from ingest.store import IndexReader, validate_index_name
-from rag.answer import AnswerService
-from rag.generator import LocalGenerator, SamplingOptions
-from rag.prompt import build_messages
-from rag.retrieval import Retriever
-from rag.settings import Settings
+from ingest.store import Store, StoredIndex
+from ingest.store.embedded import EmbeddedStore
+from ingest.uploads import Uploads
+from rag.answering.prompt import build_messages
+from rag.answering.service import AnswerService
+from rag.core.names import validate_index_name
+from rag.core.settings import Settings
+from rag.generation.base import Generator, SamplingOptions
+from rag.generation.ort import LocalGenerator
+
+
+def open_store(settings: Settings) -> Store:
+    return EmbeddedStore(settings.indexes_dir)
+
+
+def open_index(settings: Settings, name: str | None = None) -> StoredIndex:
+    return open_store(settings).index(validate_index_name(name or settings.index))
+
+
+def open_uploads(settings: Settings) -> Uploads:
+    return Uploads(settings.home / "uploads")
 
 
 def load_embedder(settings: Settings) -> Embedder:
@@ -36,13 +54,12 @@ class Models:
         """Run each model once so the first user request does not pay for lazy initialisation; this also
         leaves the answer prompt's fixed system part in the generator's prefix cache."""
         self.embedder.embed(["warm-up sentence one.", "a second, somewhat longer warm-up sentence."])
-        tokens = self.generator.encode(self.generator.chat_prompt(build_messages("Say hi.", [])))
-        self.generator.generate(tokens, SamplingOptions(max_tokens=2))
+        self.generator.generate(self.generator.prompt(build_messages("Say hi.", [])).tokens,
+                                SamplingOptions(max_tokens=2))
 
 
-def answer_service(settings: Settings, models: Models, index: str | None = None,
-                   index_root: Path | None = None) -> AnswerService:
-    root = index_root or settings.index_path(validate_index_name(index or settings.index))
-    reader = IndexReader(root)
-    return AnswerService(Retriever(reader, models.embedder), models.embedder, models.generator,
-                         settings.max_question_tokens)
+def answer_service(settings: Settings, models: Models, generator: Generator | None = None,
+                   store: Store | None = None) -> AnswerService:
+    """The one place an ``AnswerService`` is built: the local generator unless another (the server's
+    scheduler) is given, the configured store unless another (eval's scratch store) is given."""
+    return AnswerService(settings, store or open_store(settings), models.embedder, generator or models.generator)

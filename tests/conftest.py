@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rag.settings import PROJECT_ROOT, Settings, load_settings
+from rag.core.settings import PROJECT_ROOT, Settings, load_settings
 
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
 SQUAD_DOCS = SHARED_DATA / "squad2-dev" / "docs"
@@ -17,7 +17,7 @@ PDF_DIR = SHARED_DATA / "pdfs"
 @pytest.fixture(scope="session")
 def models_dir() -> Path:
     """The project's model store, prepared once (a no-op when `make test` already did it)."""
-    from models.prepare import prepare_defaults
+    from rag.modelstore.prepare import prepare_defaults
 
     path = PROJECT_ROOT / "models"
     prepare_defaults(path, report=lambda message: None)
@@ -56,9 +56,9 @@ def generator(settings: Settings):
 def engine_generator(models_dir: Path, settings: Settings):
     """The default build without ``prune_lm_head``: a model ORT GenAI's ``og.Engine`` can run (the
     scheduler's batching path; the pruned default always interleaves). Built once, cached under models/."""
-    from models.prepare import prepare_generator
-    from models.sources import GENERATOR_BUILDER_OPTIONS
-    from rag.generator import LocalGenerator
+    from rag.modelstore.prepare import prepare_generator
+    from rag.modelstore.sources import GENERATOR_BUILDER_OPTIONS
+    from rag.generation.ort import LocalGenerator
 
     options = tuple(o for o in GENERATOR_BUILDER_OPTIONS if not o.startswith("prune_lm_head"))
     built = prepare_generator(models_dir, "smollm2-135m-instruct-int4-full-logits", options,

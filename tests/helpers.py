@@ -15,10 +15,10 @@ import httpx
 import numpy as np
 import pytest
 
-from rag.compress import Passage
-from rag.generator import LocalGenerator
-from rag.prompt import build_messages
-from rag.settings import PROJECT_ROOT, Settings
+from rag.answering.compress import Passage
+from rag.generation.ort import LocalGenerator
+from rag.answering.prompt import build_messages
+from rag.core.settings import PROJECT_ROOT, Settings
 
 # A real loop of the default model (examples/docs passages): without the loop guard it repeats
 # "The answer to the question ... is:" until max_tokens.

@@ -23,9 +23,10 @@ from litestar.testing import TestClient
 
 from api.app import create_app
 from ingest.pipeline import ingest_paths
-from rag.prompt import ABSTENTION_MESSAGE
+from ingest.store.embedded import EmbeddedIndex
+from rag.answering.prompt import ABSTENTION_MESSAGE
 from helpers import running_server
-from rag.settings import PROJECT_ROOT, Settings
+from rag.core.settings import PROJECT_ROOT, Settings
 
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
 SQUAD_DOCS = SHARED_DATA / "squad2-dev" / "docs"
@@ -106,7 +107,7 @@ def api_home(tmp_path_factory: pytest.TempPathFactory, settings: Settings, embed
     for name in DOC_NAMES:
         shutil.copy2(SQUAD_DOCS / name, docs / name)
     app_settings = settings.replace(home=home)
-    summary = ingest_paths([docs / n for n in DOC_NAMES], app_settings.index_path(), embedder,
+    summary = ingest_paths([docs / n for n in DOC_NAMES], EmbeddedIndex(app_settings.index_path()), embedder,
                            app_settings.chunk_tokens, app_settings.chunk_overlap)
     assert summary.count("added") == len(DOC_NAMES), summary.as_dict()
     return home
@@ -431,12 +432,12 @@ def test_upload_of_two_files_with_one_name_is_refused(client: TestClient):
 
 def test_upload_refused_by_a_locked_index_keeps_the_stored_file(client: TestClient, app_settings: Settings,
                                                                  embedder):
-    from ingest.store import IndexWriter
+    from ingest.store.embedded import EmbeddedWriter
 
     first = upload(client, "wombat.txt", b"Wombats are marsupials that dig burrows in Australia.\n")
     assert first.status_code == 200, first.text
     stored = app_settings.home / "uploads" / "default" / "wombat.txt"
-    with IndexWriter(app_settings.index_path(), embedder.config.identity, embedder.dimension):
+    with EmbeddedWriter(app_settings.index_path(), embedder.config.identity, embedder.dimension):
         locked = upload(client, "wombat.txt", b"Kangaroos replaced the wombats in this version.\n")
     assert assert_error(locked, 409)["type"] == "index_locked"
     assert stored.read_text() == "Wombats are marsupials that dig burrows in Australia.\n"
@@ -644,4 +645,4 @@ def test_server_logs_are_json_lines(server: str, server_log: Path):
     assert all({"ts", "level", "logger", "message"} <= set(r) for r in records)
     requests = [r for r in records if r["message"] == "request" and r["route"] == "/healthz"]
     assert requests and all(r["request_id"] and r["status"] in (200, 503) for r in requests)
-    assert any(r["logger"] == "rag.scheduler" for r in records)  # not only the API's own logger
+    assert any(r["logger"] == "rag.generation.scheduler" for r in records)  # not only the API's own logger

@@ -18,13 +18,14 @@ import numpy as np
 import pytest
 
 from ingest.pipeline import ingest_paths
+from ingest.store.embedded import EmbeddedIndex
 from rag.bench.engine import NEUTRAL_TEXT, plan_lengths, synthetic_prompt_tokens
 from rag.bench.environment import environment, precision_from_name
 from rag.bench.serve import (RequestRecord, SSEEvent, chunk_fields, parse_sse_line, request_metrics,
                              summarise_level, synthetic_prompt)
 from rag.bench.stats import parse_int_list, percentile, summarise
 from helpers import cli_env, running_server
-from rag.settings import PROJECT_ROOT, Settings
+from rag.core.settings import PROJECT_ROOT, Settings
 
 CLI_TIMEOUT_S = 180
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -234,7 +235,7 @@ def bench_home(tmp_path_factory: pytest.TempPathFactory, settings: Settings, emb
     docs = home / "docs"
     docs.mkdir()
     (docs / "zorblat.md").write_text(DOC_TEXT, encoding="utf-8")
-    summary = ingest_paths([docs / "zorblat.md"], settings.replace(home=home).index_path(), embedder,
+    summary = ingest_paths([docs / "zorblat.md"], EmbeddedIndex(settings.replace(home=home).index_path()), embedder,
                            settings.chunk_tokens, settings.chunk_overlap)
     assert summary.ok and summary.count("added") == 1, summary.as_dict()
     return home

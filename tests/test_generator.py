@@ -5,11 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rag.generator import GenerationStats, LocalGenerator, SamplingOptions, common_prefix_length, ends_in_loop
-from rag.prompt import drop_repeated_tail
-from rag.settings import Settings
+from rag.generation.base import GenerationStats, SamplingOptions
+from rag.generation.ort import LocalGenerator
+from rag.generation.prefix_cache import common_prefix_length
+from rag.generation.recorder import ends_in_loop
+from rag.answering.prompt import drop_repeated_tail
+from rag.core.settings import Settings
 from helpers import looping_prompt
-from rag.stopping import StopMatcher
+from rag.generation.stopping import StopMatcher
 
 SYSTEM = "You answer questions using only the numbered context. Give a short answer."
 QUESTIONS = [
@@ -47,7 +50,7 @@ def test_common_prefix_length():
 
 def test_stream_is_incremental_and_respects_max_tokens(uncached: LocalGenerator):
     stats = GenerationStats()
-    pieces = list(uncached.stream(prompt(uncached, *QUESTIONS[0]), SamplingOptions(max_tokens=5), stats))
+    pieces = list(uncached.run(prompt(uncached, *QUESTIONS[0]), SamplingOptions(max_tokens=5), stats))
     assert 1 < len(pieces) <= 5
     assert stats.output_tokens <= 5 and stats.ttft_s > 0 and stats.cached_tokens == 0
 
@@ -61,7 +64,7 @@ def test_prefix_cache_reuses_shared_prompt_and_keeps_answers_identical(cached, u
     runs = []
     for tokens in (first, second, first, first):
         stats = GenerationStats()
-        text = "".join(cached.stream(tokens, options, stats))
+        text = "".join(cached.run(tokens, options, stats))
         runs.append((text, stats))
     expected = [uncached.generate(tokens, options)[0] for tokens in (first, second)]
 
@@ -75,7 +78,7 @@ def test_prefix_cache_respects_max_tokens(cached: LocalGenerator):
     tokens = prompt(cached, *QUESTIONS[0])
     for max_tokens in (3, 7):
         stats = GenerationStats()
-        list(cached.stream(tokens, SamplingOptions(max_tokens=max_tokens), stats))
+        list(cached.run(tokens, SamplingOptions(max_tokens=max_tokens), stats))
         assert stats.output_tokens <= max_tokens
     assert stats.cached_tokens == len(tokens) - 1
     assert stats.output_tokens == 7 or stats.finish_reason == "stop"
@@ -85,10 +88,10 @@ def test_sampling_and_oversized_requests_bypass_the_cache(cached: LocalGenerator
     tokens = prompt(cached, *QUESTIONS[0])
     cached.generate(tokens, SamplingOptions(max_tokens=4))  # fills the cache
     stats = GenerationStats()
-    list(cached.stream(tokens, SamplingOptions(max_tokens=4, temperature=0.7, top_p=0.9), stats))
+    list(cached.run(tokens, SamplingOptions(max_tokens=4, temperature=0.7, top_p=0.9), stats))
     assert stats.cached_tokens == 0 and stats.output_tokens > 0
     stats = GenerationStats()
-    list(cached.stream(tokens, SamplingOptions(max_tokens=512), stats))  # prompt + 512 > the 512 window
+    list(cached.run(tokens, SamplingOptions(max_tokens=512), stats))  # prompt + 512 > the 512 window
     assert stats.cached_tokens == 0
 
 
@@ -108,7 +111,7 @@ def test_cancelled_generation_returns_its_generator_to_the_cache(cached: LocalGe
     session.cancel()
     assert session.stats.finish_reason == "cancelled"
     stats = GenerationStats()
-    text = "".join(cached.stream(tokens, SamplingOptions(max_tokens=24), stats))
+    text = "".join(cached.run(tokens, SamplingOptions(max_tokens=24), stats))
     assert stats.cached_tokens == len(tokens) - 1 and text
 
 
@@ -123,7 +126,7 @@ def test_ends_in_loop():
 def test_generation_stops_when_the_model_loops(uncached: LocalGenerator):
     tokens = looping_prompt(uncached)
     stats = GenerationStats()
-    text = "".join(uncached.stream(tokens, SamplingOptions(max_tokens=120), stats))
+    text = "".join(uncached.run(tokens, SamplingOptions(max_tokens=120), stats))
     assert stats.finish_reason == "stop" and stats.output_tokens < 60
     block = text[: len(text) // 2]
     assert text == block * 2 and drop_repeated_tail(text) == block
@@ -147,5 +150,5 @@ def test_generation_ends_at_a_stop_string(uncached: LocalGenerator):
     full = uncached.generate(tokens, SamplingOptions(max_tokens=24))[0]
     stop = full.split()[2]
     stats = GenerationStats()
-    text = "".join(uncached.stream(tokens, SamplingOptions(max_tokens=24, stop=(stop,)), stats))
+    text = "".join(uncached.run(tokens, SamplingOptions(max_tokens=24, stop=(stop,)), stats))
     assert text == full[:full.index(stop)] and stats.finish_reason == "stop"

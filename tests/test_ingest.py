@@ -23,11 +23,13 @@ import pytest
 from ingest.chunking import chunk_document
 from ingest.loaders import load_document
 from ingest.pipeline import SYMLINK_OUTSIDE, delete_document, ingest_paths
-from ingest.store import DB_NAME, IndexReader, IndexWriter, document_id, normalise_path
-from rag.errors import (BadRequestError, DocumentNotFoundError, EmbedderMismatchError, IndexLockedError,
+from ingest.store.embedded import EmbeddedIndex
+from ingest.records import document_id, normalise_path
+from ingest.store.embedded import DB_NAME, EmbeddedReader, EmbeddedWriter
+from rag.core.errors import (BadRequestError, DocumentNotFoundError, EmbedderMismatchError, IndexLockedError,
                         IndexNotFoundError)
 from helpers import cli_env
-from rag.settings import PROJECT_ROOT
+from rag.core.settings import PROJECT_ROOT
 
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
 SQUAD_DOCS = SHARED_DATA / "squad2-dev" / "docs"
@@ -132,7 +134,7 @@ def pdf_index(embedder, tmp_path_factory):
     if not PDF_DIR.is_dir():
         pytest.skip(f"PDF corpus not found at {PDF_DIR}")
     root = tmp_path_factory.mktemp("pdfs") / "indexes" / "t1"
-    summary = ingest_paths([PDF_DIR], root, embedder)
+    summary = ingest_paths([PDF_DIR], EmbeddedIndex(root), embedder)
     return root, summary
 
 
@@ -164,7 +166,7 @@ def test_pdf_corpus_ingest_reports_every_file(pdf_index):
     assert must_add <= set(added) <= must_add | MAYBE_BROKEN_PDFS
     assert all(o.reason is None for o in added.values())
 
-    reader = IndexReader(root)
+    reader = EmbeddedReader(root)
     try:
         docs = {Path(d.path).name: d for d in reader.documents()}
         assert set(docs) == set(added)
@@ -193,14 +195,14 @@ def test_pdf_corpus_ingest_reports_every_file(pdf_index):
 
 def test_pdf_reingest_is_idempotent(pdf_index, embedder):
     root, first = pdf_index
-    reader = IndexReader(root)
+    reader = EmbeddedReader(root)
     before_docs = reader.documents()
     before = reader.info()
     reader.close()
     vectors = root / f"vectors-{before.generation}.faiss"
     vectors_mtime = vectors.stat().st_mtime_ns
 
-    second = ingest_paths([PDF_DIR], root, embedder)
+    second = ingest_paths([PDF_DIR], EmbeddedIndex(root), embedder)
     first_by, second_by = by_name(first), by_name(second)
     assert set(first_by) == set(second_by)
     for name, old in first_by.items():
@@ -214,7 +216,7 @@ def test_pdf_reingest_is_idempotent(pdf_index, embedder):
     assert second.chunks_written == 0
     assert second.generation == first.generation == before.generation
 
-    reader = IndexReader(root)
+    reader = EmbeddedReader(root)
     try:
         assert reader.documents() == before_docs  # same rows, same ingested_at: nothing rewritten
         after = reader.info()
@@ -274,7 +276,7 @@ def test_changed_file_is_updated_and_old_chunks_are_gone(tmp_path, embedder, emb
     original = target.read_text(encoding="utf-8")
     target.write_text(original + "\n\nThe zorbulon parade marches through Ballarat every spring.\n",
                       encoding="utf-8")
-    first = ingest_paths([src], root, embedder)
+    first = ingest_paths([src], EmbeddedIndex(root), embedder)
     assert [o.status for o in first.outcomes] == ["added", "added"]
     doc_id = document_id(target)
     other_id = document_id(src / "sky_united_kingdom.md")
@@ -282,7 +284,7 @@ def test_changed_file_is_updated_and_old_chunks_are_gone(tmp_path, embedder, emb
     other_chunk_ids = sqlite_chunk_ids(root, other_id)
     old_count = len(old_chunk_ids)
 
-    reader = IndexReader(root)  # opened before the update: must follow it
+    reader = EmbeddedReader(root)  # opened before the update: must follow it
     old_sha = reader.find_document(doc_id).sha256
     assert doc_ids_of(reader, reader.lexical_search("zorbulon", 5)) == {doc_id}
 
@@ -290,7 +292,7 @@ def test_changed_file_is_updated_and_old_chunks_are_gone(tmp_path, embedder, emb
     new_text = "\n\n".join(paragraphs[: len(paragraphs) // 3]) + (
         "\n\nThe quokkaflux lantern festival lights up Geelong each winter.\n")
     target.write_text(new_text, encoding="utf-8")
-    second = ingest_paths([src], root, embedder)
+    second = ingest_paths([src], EmbeddedIndex(root), embedder)
     outcomes = by_name(second)
     assert outcomes["victoria_australia.md"].status == "updated"
     assert outcomes["sky_united_kingdom.md"].status == "unchanged"
@@ -328,17 +330,17 @@ def test_delete_by_id_path_and_cli(tmp_path, embedder, rag):
     root = home / "indexes" / "default"
     src = squad_copy(tmp_path / "docs", "victoria_australia.md", "sky_united_kingdom.md")
     (src / "canary.md").write_text(CANARY_MD, encoding="utf-8")
-    summary = ingest_paths([src], root, embedder)
+    summary = ingest_paths([src], EmbeddedIndex(root), embedder)
     assert summary.count("added") == 3
     ids = {name: document_id(src / name) for name in ("victoria_australia.md", "sky_united_kingdom.md",
                                                         "canary.md")}
-    reader = IndexReader(root)
+    reader = EmbeddedReader(root)
     try:
         generation = reader.info().generation
 
         # by id
         victoria_chunks = sqlite_chunk_ids(root, ids["victoria_australia.md"])
-        record = delete_document(root, ids["victoria_australia.md"])
+        record = delete_document(EmbeddedIndex(root), ids["victoria_australia.md"])
         assert record.id == ids["victoria_australia.md"] and record.chunks == len(victoria_chunks)
         assert reader.find_document(ids["victoria_australia.md"]) is None
         assert reader.lexical_search("Melbourne", 10) == []
@@ -349,7 +351,7 @@ def test_delete_by_id_path_and_cli(tmp_path, embedder, rag):
         assert_consistent(root)
 
         # by path (absolute, as given on the command line)
-        record = delete_document(root, str(src / "sky_united_kingdom.md"))
+        record = delete_document(EmbeddedIndex(root), str(src / "sky_united_kingdom.md"))
         assert record.id == ids["sky_united_kingdom.md"]
         assert record.path == normalise_path(src / "sky_united_kingdom.md")
         assert {d.id for d in reader.documents()} == {ids["canary.md"]}
@@ -359,10 +361,10 @@ def test_delete_by_id_path_and_cli(tmp_path, embedder, rag):
         # unknown id: clear error, nothing committed
         generation = reader.info().generation
         with pytest.raises(DocumentNotFoundError, match="no document 'deadbeefdeadbeef'"):
-            delete_document(root, "deadbeefdeadbeef")
+            delete_document(EmbeddedIndex(root), "deadbeefdeadbeef")
         assert reader.info().generation == generation
         with pytest.raises(IndexNotFoundError, match="does not exist"):
-            delete_document(home / "indexes" / "missing", ids["canary.md"])
+            delete_document(EmbeddedIndex(home / "indexes" / "missing"), ids["canary.md"])
 
         # CLI: unknown id -> exit 2 with a message, then a real delete
         proc = rag(home, "documents", "delete", "deadbeefdeadbeef")
@@ -383,7 +385,7 @@ def test_delete_by_id_path_and_cli(tmp_path, embedder, rag):
     assert_consistent(root)
 
     # the emptied index still takes documents
-    again = ingest_paths([src / "canary.md"], root, embedder)
+    again = ingest_paths([src / "canary.md"], EmbeddedIndex(root), embedder)
     assert [o.status for o in again.outcomes] == ["added"]
     assert_consistent(root)
 
@@ -395,18 +397,18 @@ def test_embedder_mismatch_is_refused(tmp_path, embedder, settings, rag):
     src = tmp_path / "docs"
     src.mkdir()
     (src / "canary.md").write_text(CANARY_MD, encoding="utf-8")
-    ingest_paths([src], root, embedder)
+    ingest_paths([src], EmbeddedIndex(root), embedder)
     identity, dimension = embedder.config.identity, embedder.dimension
 
     with pytest.raises(EmbedderMismatchError, match="was built with embedder"):
-        IndexWriter(root, "someone/other-model@384", 384)
+        EmbeddedWriter(root, "someone/other-model@384", 384)
     with pytest.raises(EmbedderMismatchError):
-        IndexWriter(root, identity, dimension * 2)  # same name, other dimension
+        EmbeddedWriter(root, identity, dimension * 2)  # same name, other dimension
     # a refused writer released the write lock
-    writer = IndexWriter(root, identity, dimension, lock_timeout_s=0.5)
+    writer = EmbeddedWriter(root, identity, dimension, lock_timeout_s=0.5)
     writer.rollback()
 
-    reader = IndexReader(root)
+    reader = EmbeddedReader(root)
     try:
         reader.check_embedder(identity)
         with pytest.raises(EmbedderMismatchError, match="someone/other-model@384"):
@@ -430,7 +432,7 @@ def test_embedder_mismatch_is_refused(tmp_path, embedder, settings, rag):
     renamed = Embedder(other, settings.threads, settings.embed_batch_size)
     (src / "more.md").write_text("# More\n\nA second note about lighthouses.\n", encoding="utf-8")
     with pytest.raises(EmbedderMismatchError):
-        ingest_paths([src], root, renamed)
+        ingest_paths([src], EmbeddedIndex(root), renamed)
     proc = rag(home, "ingest", str(src), env={"RAG_EMBEDDER_DIR": str(other)})
     assert proc.returncode != 0
     assert "was built with embedder" in one_line(proc.stderr) and "Traceback" not in proc.stderr
@@ -445,6 +447,7 @@ import sys
 from pathlib import Path
 import ingest.pipeline as pipeline
 from ingest.embedder import Embedder
+from ingest.store.embedded import EmbeddedIndex
 
 # Flush (embed + write to SQLite/FAISS) every few chunks, so the kill lands after uncommitted writes.
 pipeline.EMBED_BUFFER_CHUNKS = 16
@@ -453,7 +456,7 @@ embedder = Embedder(Path(sys.argv[1]))
 def progress(event, files_done, chunks_done):
     print(f"progress {files_done} {chunks_done}", flush=True)
 
-pipeline.ingest_paths([Path(p) for p in sys.argv[3:]], Path(sys.argv[2]), embedder, progress=progress)
+pipeline.ingest_paths([Path(p) for p in sys.argv[3:]], EmbeddedIndex(Path(sys.argv[2])), embedder, progress=progress)
 print("finished", flush=True)
 """
 
@@ -466,8 +469,8 @@ def test_killed_ingest_leaves_last_commit_intact(tmp_path, embedder, settings):
     canary_dir = tmp_path / "canary"
     canary_dir.mkdir()
     (canary_dir / "canary.md").write_text(CANARY_MD, encoding="utf-8")
-    committed = ingest_paths([canary_dir], root, embedder)
-    reader = IndexReader(root)
+    committed = ingest_paths([canary_dir], EmbeddedIndex(root), embedder)
+    reader = EmbeddedReader(root)
     committed_docs = reader.documents()
     reader.close()
     assert len(committed_docs) == 1 and committed.generation == 1
@@ -508,7 +511,7 @@ def test_killed_ingest_leaves_last_commit_intact(tmp_path, embedder, settings):
         drained.append(lines.get())
     assert "finished\n" not in drained
 
-    reader = IndexReader(root)
+    reader = EmbeddedReader(root)
     try:
         assert reader.documents() == committed_docs
         info = reader.info()
@@ -526,18 +529,18 @@ def test_killed_ingest_leaves_last_commit_intact(tmp_path, embedder, settings):
     # orphaned newer file (here unreadable junk) and a temp file. Readers ignore them; the next run replaces them.
     (root / "vectors-2.faiss").write_bytes(b"orphan from a killed run")
     (root / "vectors-2.faiss.tmp").write_bytes(b"half-written")
-    reader = IndexReader(root)
+    reader = EmbeddedReader(root)
     try:
         assert reader.dense_search(embedder.embed_query("zebrafinch orchestra"), 5)
     finally:
         reader.close()
 
     # A fresh run afterwards works and commits the next generation.
-    again = ingest_paths([corpus / "sky_united_kingdom.md", canary_dir], root, embedder)
+    again = ingest_paths([corpus / "sky_united_kingdom.md", canary_dir], EmbeddedIndex(root), embedder)
     assert {n: o.status for n, o in by_name(again).items()} == {
         "sky_united_kingdom.md": "added", "canary.md": "unchanged"} and again.ok
     assert again.generation == 2
-    reader = IndexReader(root)
+    reader = EmbeddedReader(root)
     try:
         assert len(reader.documents()) == 2
         assert doc_ids_of(reader, reader.lexical_search("BSkyB", 5)) == {document_id(corpus / order[0])}
@@ -554,10 +557,10 @@ def test_second_writer_fails_fast_and_cleanly(tmp_path, embedder, rag):
     src = squad_copy(tmp_path / "docs", "sky_united_kingdom.md")
     (tmp_path / "canary").mkdir()
     (tmp_path / "canary" / "canary.md").write_text(CANARY_MD, encoding="utf-8")
-    first = ingest_paths([tmp_path / "canary"], root, embedder)
+    first = ingest_paths([tmp_path / "canary"], EmbeddedIndex(root), embedder)
 
-    reader = IndexReader(root)
-    writer = IndexWriter(root, embedder.config.identity, embedder.dimension)
+    reader = EmbeddedReader(root)
+    writer = EmbeddedWriter(root, embedder.config.identity, embedder.dimension)
     try:
         # The held writer has uncommitted work; readers keep seeing the last commit meanwhile.
         writer.delete_document(document_id(tmp_path / "canary" / "canary.md"))
@@ -565,7 +568,7 @@ def test_second_writer_fails_fast_and_cleanly(tmp_path, embedder, rag):
         assert reader.lexical_search("zebrafinch", 5)
 
         with pytest.raises(IndexLockedError, match="another process"):
-            ingest_paths([src], root, embedder, lock_timeout_s=0.2)
+            ingest_paths([src], EmbeddedIndex(root), embedder, lock_timeout_s=0.2)
 
         started = time.monotonic()
         proc = rag(home, "ingest", str(src))
@@ -597,14 +600,14 @@ def test_reader_follows_new_commits(tmp_path, embedder):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "canary.md").write_text(CANARY_MD, encoding="utf-8")
     src = squad_copy(tmp_path / "b", "sky_united_kingdom.md")
-    first = ingest_paths([tmp_path / "a"], root, embedder)
-    reader = IndexReader(root)
+    first = ingest_paths([tmp_path / "a"], EmbeddedIndex(root), embedder)
+    reader = EmbeddedReader(root)
     try:
         query = embedder.embed_query("Which company runs the Sky satellite television service in the UK?")
         assert doc_ids_of(reader, reader.dense_search(query, 5)) == {document_id(tmp_path / "a" / "canary.md")}
         assert reader.refresh() is False  # nothing new yet
 
-        second = ingest_paths([src], root, embedder)
+        second = ingest_paths([src], EmbeddedIndex(root), embedder)
         assert second.generation == first.generation + 1
         # the same reader object, not re-created, searches the new generation
         hits = reader.dense_search(query, 3)
@@ -614,7 +617,7 @@ def test_reader_follows_new_commits(tmp_path, embedder):
         assert reader.info().generation == second.generation
         assert len(reader.dense_search(query, 1000)) == reader.info().chunks
 
-        delete_document(root, sky_id)
+        delete_document(EmbeddedIndex(root), sky_id)
         assert doc_ids_of(reader, reader.dense_search(query, 1000)) == {document_id(tmp_path / "a" / "canary.md")}
     finally:
         reader.close()
@@ -668,8 +671,8 @@ def home_beside_index(tmp_path, embedder):
     src = tmp_path / "docs"
     src.mkdir()
     (src / "canary.md").write_text(CANARY_MD, encoding="utf-8")
-    ingest_paths([src], home / "x", embedder)
-    ingest_paths([src], home / "indexes" / "default", embedder)
+    ingest_paths([src], EmbeddedIndex(home / "x"), embedder)
+    ingest_paths([src], EmbeddedIndex(home / "indexes" / "default"), embedder)
     return home, src
 
 
@@ -723,11 +726,11 @@ def test_glob_selects_files_by_name(tmp_path, rag, embedder):
     assert sorted(Path(p).suffix for (p,) in db_rows(root, "SELECT path FROM documents")) == [".md", ".md"]
 
     # the glob filters folder contents only; a file named outright is always taken
-    summary = ingest_paths([src, src / "notes.txt"], root, embedder, glob="*.md")
+    summary = ingest_paths([src, src / "notes.txt"], EmbeddedIndex(root), embedder, glob="*.md")
     assert {Path(o.path).name: o.status for o in summary.outcomes} == {
         "canary.md": "unchanged", "sky_united_kingdom.md": "unchanged", "notes.txt": "added"}
     # without a glob everything visible is considered
-    summary = ingest_paths([src], root, embedder)
+    summary = ingest_paths([src], EmbeddedIndex(root), embedder)
     assert {Path(o.path).name: o.status for o in summary.outcomes} == {
         "canary.md": "unchanged", "sky_united_kingdom.md": "unchanged", "notes.txt": "unchanged",
         "page.html": "added", "LICENSE": "skipped"}
@@ -748,7 +751,7 @@ def test_nothing_to_ingest_is_an_error_and_creates_no_index(tmp_path, rag, embed
         assert proc.stdout == ""
     assert not (home / "indexes").exists()
     with pytest.raises(BadRequestError, match="no files match"):
-        ingest_paths([src], tmp_path / "indexes" / "t1", embedder, glob="*.pdf")
+        ingest_paths([src], EmbeddedIndex(tmp_path / "indexes" / "t1"), embedder, glob="*.pdf")
     assert not (tmp_path / "indexes").exists()
 
 
@@ -787,7 +790,7 @@ def test_folder_ingest_does_not_follow_symlinks_out_of_the_folder(tmp_path, rag,
     _symlink(src / "inner-dir", src / "sub")
     root = tmp_path / "indexes" / "t1"
 
-    summary = ingest_paths([src], root, embedder)
+    summary = ingest_paths([src], EmbeddedIndex(root), embedder)
     outcomes = by_name(summary)
     assert set(outcomes) == {"canary.md", "link.txt", "linked-dir"}, outcomes
     assert outcomes["canary.md"].status == "added"
@@ -795,7 +798,7 @@ def test_folder_ingest_does_not_follow_symlinks_out_of_the_folder(tmp_path, rag,
         assert outcomes[name].status == "skipped" and outcomes[name].reason_type == SYMLINK_OUTSIDE
         assert str(target.resolve()) in outcomes[name].reason and "outside" in outcomes[name].reason
     assert summary.ok  # a symlink left out by policy is not a failed file
-    reader = IndexReader(root)
+    reader = EmbeddedReader(root)
     try:
         assert [Path(d.path).name for d in reader.documents()] == ["canary.md"]
         assert reader.lexical_search("zorblat vault quokkaflux", 5) == []

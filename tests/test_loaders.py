@@ -14,7 +14,7 @@ from ingest.loaders import (
     load_document,
     normalize_pdf_text,
 )
-from rag.errors import UnprocessableDocumentError
+from rag.core.errors import UnprocessableDocumentError
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 PDFS = DATA / "pdfs"

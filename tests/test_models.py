@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.manifest import read_manifest
-from models.prepare import prepare_defaults
-from models.sources import MINILM, SMOLLM2
-from rag.errors import ChecksumError, ModelError
-from rag.generator import SamplingOptions
-from rag.settings import PROJECT_ROOT
+from rag.modelstore.manifest import read_manifest
+from rag.modelstore.prepare import prepare_defaults
+from rag.modelstore.sources import MINILM, SMOLLM2
+from rag.core.errors import ChecksumError, ModelError
+from rag.generation.base import SamplingOptions
+from rag.core.settings import PROJECT_ROOT
 
 RAG = [sys.executable, "-m", "rag.cli"]
 
@@ -122,7 +122,7 @@ def test_batched_and_single_embeddings_agree(embedder) -> None:
 
 
 def test_runtime_imports_do_not_pull_in_torch() -> None:
-    code = ("import sys, rag.cli, rag.generator, ingest.pipeline, models.check, models.prepare\n"
+    code = ("import sys, rag.cli, rag.generation.ort, ingest.pipeline, rag.diagnostics, rag.modelstore.prepare\n"
             "import importlib.util\n"
             "if importlib.util.find_spec('api') and importlib.util.find_spec('api.app'): import api.app\n"
             "bad = [m for m in ('torch', 'transformers') if m in sys.modules]\n"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -18,17 +19,18 @@ import pytest
 from conftest import SQUAD_DOCS, SQUAD_QUESTIONS
 from helpers import cli_env
 from ingest.pipeline import ingest_paths
-from rag.answer import AnswerOptions, AnswerService, answer_options_from
-from rag.compress import Passage, Sentence, candidate_sentences, score_sentences, select_passages, split_sentences
-from rag.errors import BadRequestError
+from ingest.store.embedded import EmbeddedIndex
+from rag.answering.service import AnswerOptions, AnswerRequest, AnswerService, options_from
+from rag.answering.compress import Passage, Sentence, candidate_sentences, score_sentences, select_passages, split_sentences
+from rag.core.errors import BadRequestError
 from rag.evaluate import contains_answer, evaluate, normalise_answer
-from rag.generator import SamplingOptions
-from rag.prompt import (ABSTENTION_MESSAGE, build_messages, cited_numbers, drop_repeated_tail, grounded_share,
+from rag.generation.base import SamplingOptions
+from rag.answering.prompt import (ABSTENTION_MESSAGE, build_messages, cited_numbers, drop_repeated_tail, grounded_share,
                         model_abstained)
-from rag.result import AnswerResult
-from rag.retrieval import RRF_K, Retriever, rrf_fuse
+from rag.answering.result import AnswerResult
+from rag.answering.retrieval import RRF_K, Retriever, rrf_fuse
 from rag.runtime import Models, answer_service
-from rag.settings import Settings
+from rag.core.settings import Settings
 
 DOC_NAMES = ("normans.md", "victoria_australia.md")
 ROLLO_QUESTION = "Who was the leader of the Normans who swore fealty to King Charles III?"
@@ -86,7 +88,7 @@ def rag_home(tmp_path_factory: pytest.TempPathFactory, settings: Settings, embed
         pytest.skip(f"SQuAD data not found at {SQUAD_DOCS.parent}")
     home = tmp_path_factory.mktemp("rag-home")
     root = settings.replace(home=home).index_path()
-    summary = ingest_paths([SQUAD_DOCS / n for n in DOC_NAMES], root, embedder, settings.chunk_tokens,
+    summary = ingest_paths([SQUAD_DOCS / n for n in DOC_NAMES], EmbeddedIndex(root), embedder, settings.chunk_tokens,
                            settings.chunk_overlap)
     assert summary.ok and summary.count("added") == len(DOC_NAMES), summary.as_dict()
     assert summary.chunks_written > 10
@@ -99,15 +101,23 @@ def index_root(rag_home: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def service(index_root: Path, settings: Settings, embedder, generator):
-    svc = answer_service(settings, Models(embedder, generator), index_root=index_root)
+def service(rag_home: Path, settings: Settings, embedder, generator):
+    svc = answer_service(settings.replace(home=rag_home), Models(embedder, generator))
     yield svc
-    svc.retriever.reader.close()
+    svc.close()
 
 
 @pytest.fixture(scope="module")
 def retriever(service: AnswerService) -> Retriever:
-    return service.retriever
+    return service.retriever()
+
+
+def ask(service: AnswerService, question: str, options: AnswerOptions) -> AnswerResult:
+    return service.ask(AnswerRequest(question=question, options=options))
+
+
+async def collect(events) -> list:
+    return [item async for item in events]
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +128,7 @@ def doc_ids(retriever: Retriever) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def rollo_result(service: AnswerService) -> AnswerResult:
-    return service.ask(ROLLO_QUESTION, options())
+    return ask(service, ROLLO_QUESTION, options())
 
 
 @pytest.fixture(scope="module")
@@ -368,7 +378,7 @@ def test_normalise_and_contains_answer():
 
 # --------------------------------------------------------------------------- 6. abstention
 def test_off_topic_question_abstains_without_generation(service: AnswerService):
-    result = service.ask(OFF_TOPIC_QUESTION, options())
+    result = ask(service, OFF_TOPIC_QUESTION, options())
     assert result.abstained and result.abstain_reason == "weak_evidence"
     assert result.answer == ABSTENTION_MESSAGE
     assert result.sources, "sources are still reported when abstaining"
@@ -378,13 +388,13 @@ def test_off_topic_question_abstains_without_generation(service: AnswerService):
 
 def test_abstention_threshold_option(service: AnswerService):
     # The same answerable question abstains when the evidence threshold is set above any cosine.
-    result = service.ask(ROLLO_QUESTION, options(abstain_threshold=1.01))
+    result = ask(service, ROLLO_QUESTION, options(abstain_threshold=1.01))
     assert result.abstained and result.abstain_reason == "weak_evidence" and result.metrics.output_tokens == 0
 
 
 # --------------------------------------------------------------------------- 7. streaming
 def test_stream_yields_pieces_then_result(service: AnswerService):
-    items = list(service.stream(VICTORIA_QUESTION, options()))
+    items = asyncio.run(collect(service.stream(AnswerRequest(question=VICTORIA_QUESTION, options=options()))))
     *pieces, result = items
     assert isinstance(result, AnswerResult)
     assert len(pieces) >= 2 and all(isinstance(p, str) and p for p in pieces)
@@ -425,8 +435,8 @@ def test_result_fields(rollo_result: AnswerResult, generator, doc_ids: dict[str,
 
 
 def test_prepare_finish_split(service: AnswerService):
-    prepared = service.prepare(ROLLO_QUESTION, options())
-    assert not prepared.abstain_early and prepared.passages and prepared.prompt_tokens is not None
+    prepared = service.prepare(AnswerRequest(question=ROLLO_QUESTION, options=options()))
+    assert not prepared.abstain_early and prepared.passages and prepared.prompt is not None
     result = service.finish(prepared, "  Rollo [1]  ", None)
     assert result.answer == "Rollo [1]" and not result.abstained
     expected = [1] if any(p.number == 1 for p in prepared.passages) else []
@@ -435,7 +445,7 @@ def test_prepare_finish_split(service: AnswerService):
     assert declined.abstained and declined.abstain_reason == "model_declined"
     assert declined.answer == ABSTENTION_MESSAGE
     # With min_grounding, a reply made of the model's own words is withheld; one from the passages is not.
-    strict = service.prepare(ROLLO_QUESTION, options(min_grounding=0.2))
+    strict = service.prepare(AnswerRequest(question=ROLLO_QUESTION, options=options(min_grounding=0.2)))
     invented = service.finish(strict, "A famous painter who lived in Florence during the Renaissance.", None)
     assert invented.abstained and invented.abstain_reason == "ungrounded" and invented.answer == ABSTENTION_MESSAGE
     assert invented.sources, "sources are still reported when abstaining"
@@ -447,33 +457,33 @@ def test_prepare_finish_split(service: AnswerService):
 # --------------------------------------------------------------------------- 9. options validation
 def test_options_validation(service: AnswerService, settings: Settings):
     with pytest.raises(BadRequestError, match="top_k"):
-        service.ask(ROLLO_QUESTION, options(top_k=0))
+        ask(service, ROLLO_QUESTION, options(top_k=0))
     with pytest.raises(BadRequestError, match="top_k"):
-        service.ask(ROLLO_QUESTION, answer_options_from(settings, top_k=0, max_tokens=4))
+        ask(service, ROLLO_QUESTION, options_from(settings, top_k=0, max_tokens=4))
     with pytest.raises(BadRequestError, match="context_tokens"):
-        service.ask(ROLLO_QUESTION, options(context_tokens=5))
+        ask(service, ROLLO_QUESTION, options(context_tokens=5))
     with pytest.raises(BadRequestError, match="max_tokens"):
-        service.ask(ROLLO_QUESTION, AnswerOptions(sampling=SamplingOptions(max_tokens=0)))
+        ask(service, ROLLO_QUESTION, AnswerOptions(sampling=SamplingOptions(max_tokens=0)))
     for empty in ("", "   \n\t"):
         with pytest.raises(BadRequestError, match="empty"):
-            service.ask(empty, options())
+            ask(service, empty, options())
     with pytest.raises(BadRequestError, match="longer than"):
-        service.ask("Normans " * (service.max_question_tokens + 10), options())
+        ask(service, "Normans " * (service.settings.max_question_tokens + 10), options())
 
 
-def test_answer_options_from(settings: Settings):
-    defaults = answer_options_from(settings)
+def test_options_from(settings: Settings):
+    defaults = options_from(settings)
     assert defaults.top_k == settings.top_k and defaults.context_tokens == settings.context_tokens
     assert defaults.sampling.max_tokens == settings.max_tokens and defaults.documents is None
-    custom = answer_options_from(settings, top_k=3, max_tokens=8, temperature=0.0, documents=["abc"])
+    custom = options_from(settings, top_k=3, max_tokens=8, temperature=0.0, documents=["abc"])
     assert custom.top_k == 3 and custom.sampling.max_tokens == 8 and custom.documents == ("abc",)
 
 
 def test_documents_filter_restricts_sources(service: AnswerService, settings: Settings, doc_ids: dict[str, str]):
     victoria = doc_ids["victoria_australia.md"]
-    result = service.ask(VICTORIA_QUESTION, answer_options_from(settings, documents=[victoria], max_tokens=8))
+    result = ask(service, VICTORIA_QUESTION, options_from(settings, documents=[victoria], max_tokens=8))
     assert result.sources and {s.document_id for s in result.sources} == {victoria}
-    normans_only = service.ask(VICTORIA_QUESTION, answer_options_from(
+    normans_only = ask(service, VICTORIA_QUESTION, options_from(
         settings, documents=[doc_ids["normans.md"]], max_tokens=8))
     assert normans_only.sources and {s.document_id for s in normans_only.sources} == {doc_ids["normans.md"]}
 
@@ -573,7 +583,7 @@ def test_ask_cli_prints_sources_literally(settings: Settings, embedder, tmp_path
         "# Rocket [/bold] notes :rocket: [red]x\n\nThe zorblat rocket :rocket: launches from the "
         "[bold]harbour[/bold] every Tuesday at noon.\n", encoding="utf-8")
     home = tmp_path / "home"
-    summary = ingest_paths([docs], settings.replace(home=home).index_path(), embedder)
+    summary = ingest_paths([docs], EmbeddedIndex(settings.replace(home=home).index_path()), embedder)
     assert summary.count("added") == 1
     proc = run_cli(settings, "--home", str(home), "ask", "When does the zorblat rocket launch?", "--max-tokens", "4",
                    COLUMNS="200")

@@ -9,16 +9,17 @@ import time
 import numpy as np
 
 from helpers import looping_prompt
-from rag.generator import GenerationStats, LocalGenerator, SamplingOptions
-from rag.prompt import drop_repeated_tail
-from rag.scheduler import GenerationScheduler
+from rag.generation.base import GenerationStats, Prompt, SamplingOptions
+from rag.generation.ort import LocalGenerator
+from rag.answering.prompt import drop_repeated_tail
+from rag.generation.scheduler import GenerationScheduler
 
 
 async def collect(scheduler: GenerationScheduler, tokens: np.ndarray, max_tokens: int,
                   stop: tuple[str, ...] = ()) -> tuple[str, GenerationStats]:
     stats = GenerationStats()
     options = SamplingOptions(max_tokens=max_tokens, stop=stop)
-    pieces = [piece async for piece in scheduler.stream(tokens, options, stats)]
+    pieces = [piece async for piece in scheduler.stream(Prompt((), tokens), options, stats)]
     return "".join(pieces), stats
 
 
@@ -59,7 +60,7 @@ def test_engine_mode_serves_concurrent_requests_and_cancels(engine_generator: Lo
 
     async def cancel_after_two_pieces() -> GenerationStats:
         stats = GenerationStats()
-        stream = scheduler.stream(prompt, SamplingOptions(max_tokens=200), stats)
+        stream = scheduler.stream(Prompt((), prompt), SamplingOptions(max_tokens=200), stats)
         for _ in range(2):
             await stream.__anext__()
         await stream.aclose()  # what the server does when the client goes away

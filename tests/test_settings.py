@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rag.errors import ConfigError
-from rag.settings import DEFAULT_EMBEDDER, DEFAULT_GENERATOR, PROJECT_ROOT, load_settings
+from rag.core.errors import ConfigError
+from rag.core.settings import DEFAULT_EMBEDDER, DEFAULT_GENERATOR, PROJECT_ROOT, load_settings
 
 
 def test_defaults_live_under_home(tmp_path: Path) -> None:
@@ -29,6 +29,8 @@ def test_precedence_toml_then_env_then_overrides(tmp_path: Path) -> None:
     ({"RAG_DEVICE": "tpu"}, "device must be one of"),
     ({"RAG_TOP_K": "many"}, "cannot read 'many'"),
     ({"RAG_CHUNK_OVERLAP": "500"}, "chunk_overlap"),
+    ({"RAG_TOPK": "3"}, r"unknown setting 'topk' \(env RAG_TOPK\); did you mean 'top_k'\?"),
+    ({"RAG_INDEX": "../etc"}, "invalid index name"),
 ])
 def test_bad_settings_are_clear_errors(tmp_path: Path, env: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -135,3 +137,11 @@ def test_cli_missing_rag_config_is_one_clear_line(tmp_path: Path) -> None:
     assert proc.returncode == 3
     assert proc.stderr.splitlines() == [f"error: RAG_CONFIG names {missing}, which does not exist"]
     assert proc.stdout == ""
+
+
+def test_unknown_environment_variable_fails_the_cli(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(tmp_path), "config"], capture_output=True,
+                          text=True, env={**os.environ, "RAG_MAX_TOKEN": "8"}, cwd=PROJECT_ROOT)
+    assert proc.returncode == 3, proc.stdout
+    assert proc.stderr.strip() == ("error: unknown setting 'max_token' (env RAG_MAX_TOKEN); "
+                                   "did you mean 'max_tokens'?")

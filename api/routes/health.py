@@ -5,35 +5,36 @@ from __future__ import annotations
 from litestar import Controller, Response, get
 from litestar.datastructures import State
 
+from api.protocol import HealthResponse, IndexSummary
 from api.state import AppState
-from ingest.store import IndexReader
 
 
-def index_summary(app: AppState) -> dict:
-    root = app.settings.index_path()
-    if not root.is_dir():
-        return {"name": root.name, "documents": 0, "chunks": 0}
-    reader = IndexReader(root)
+def index_summary(app: AppState) -> IndexSummary:
+    target = app.index(None)
+    if not target.exists():
+        return IndexSummary(name=target.name, documents=0, chunks=0)
+    reader = target.reader()
     try:
         info = reader.info()
     finally:
         reader.close()
-    return {"name": info.name, "documents": info.documents, "chunks": info.chunks}
+    return IndexSummary(name=info.name, documents=info.documents, chunks=info.chunks)
 
 
 class HealthController(Controller):
     tags = ["operations"]
 
     @get("/healthz", summary="Liveness and readiness", exclude_from_auth=True)
-    async def healthz(self, state: State) -> Response:
+    async def healthz(self, state: State) -> Response[HealthResponse]:
         app: AppState = state.app
-        body = {"status": "ok" if app.status == "ready" else app.status, "backend": "onnx-genai",
-                "scheduler": app.scheduler.mode if app.scheduler else None,
-                "device": app.models.generator.device if app.models else app.settings.device,
-                "generator": app.settings.generator_path.name, "embedder": app.settings.embedder_path.name,
-                "index": index_summary(app)}
+        body = HealthResponse(
+            status="ok" if app.status == "ready" else app.status, backend="onnx-genai",
+            scheduler=app.scheduler.mode if app.scheduler else None,
+            device=app.models.generator.device if app.models else app.settings.device,
+            generator=app.settings.generator_path.name, embedder=app.settings.embedder_path.name,
+            index=index_summary(app))
         if app.status != "ready":
-            body["reason"] = app.error or "models are loading"
+            body.reason = app.error or "models are loading"
             return Response(body, status_code=503, headers={"Retry-After": "5"})
         return Response(body)
 
@@ -41,8 +42,8 @@ class HealthController(Controller):
     async def metrics(self, state: State) -> bytes:
         app: AppState = state.app
         summary = index_summary(app)
-        app.metrics.documents.labels(summary["name"]).set(summary["documents"])
-        app.metrics.chunks.labels(summary["name"]).set(summary["chunks"])
+        app.metrics.documents.labels(summary.name).set(summary.documents)
+        app.metrics.chunks.labels(summary.name).set(summary.chunks)
         if app.scheduler is not None:
             app.metrics.queue_depth.set(app.scheduler.depth)
         return app.metrics.render()

@@ -10,24 +10,24 @@ from litestar.datastructures import State
 from litestar.params import JSONBody
 from litestar.response import Stream
 
-from api.answering import answer_events, answer_once
-from api.protocol import ChatCompletionRequest
-from api.routes.chat import as_dicts, last_user_message
+from api.protocol import (AssistantMessage, ChatCompletion, ChatCompletionRequest, Choice, ModelCard, ModelList,
+                          PromptTokensDetails, Usage)
+from api.routes.chat import as_dicts
 from api.sse import primed, sse, sse_error, sse_response
-from rag.answer import answer_options_from
-from rag.errors import RagError
-from rag.result import AnswerResult
+from rag.answering.result import AnswerResult
+from rag.answering.service import AnswerRequest, options_from
+from rag.core.errors import RagError
 
 
 def finish_reason(result: AnswerResult) -> str:
     return "length" if result.finish_reason == "length" else "stop"
 
 
-def usage(result: AnswerResult) -> dict:
+def usage(result: AnswerResult) -> Usage:
     m = result.metrics
-    return {"prompt_tokens": m.prompt_tokens, "completion_tokens": m.output_tokens,
-            "total_tokens": m.prompt_tokens + m.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": m.cached_prompt_tokens}}
+    return Usage(prompt_tokens=m.prompt_tokens, completion_tokens=m.output_tokens,
+                 total_tokens=m.prompt_tokens + m.output_tokens,
+                 prompt_tokens_details=PromptTokensDetails(cached_tokens=m.cached_prompt_tokens))
 
 
 class OpenAIController(Controller):
@@ -35,36 +35,36 @@ class OpenAIController(Controller):
     tags = ["openai-compatible"]
 
     @get("/models", summary="Models served (OpenAI list format)")
-    async def models(self, state: State) -> dict:
-        models = state.app.require_ready()
-        return {"object": "list", "data": [
-            {"id": models.generator.model_id, "object": "model", "created": 0, "owned_by": "local"}]}
+    async def models(self, state: State) -> ModelList:
+        model_id = state.app.service().generator.model_id
+        return ModelList(object="list", data=[ModelCard(id=model_id, object="model", created=0, owned_by="local")])
 
     @post("/chat/completions", status_code=200, summary="Chat completion grounded in the documents")
-    async def chat_completions(self, data: JSONBody[ChatCompletionRequest], state: State) -> dict | Stream:
+    async def chat_completions(self, data: JSONBody[ChatCompletionRequest], state: State) -> ChatCompletion | Stream:
         app = state.app
-        question = last_user_message(data.messages)
-        options = answer_options_from(app.settings, max_tokens=data.max_completion_tokens or data.max_tokens,
-                                      temperature=data.temperature, top_p=data.top_p, documents=data.documents,
-                                      stop=[data.stop] if isinstance(data.stop, str) else data.stop)
-        args = (app, options, data.index, question, as_dicts(data.messages), data.use_context)
+        options = options_from(app.settings, max_tokens=data.max_completion_tokens or data.max_tokens,
+                               temperature=data.temperature, top_p=data.top_p, documents=data.documents,
+                               stop=[data.stop] if isinstance(data.stop, str) else data.stop)
+        request = AnswerRequest.conversation(as_dicts(data.messages), index=data.index,
+                                             use_context=data.use_context, options=options)
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         if not data.stream:
-            result = await answer_once(*args)
-            body = result.to_dict()
-            return {"id": completion_id, "object": "chat.completion", "created": created, "model": result.model,
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": result.answer},
-                                 "finish_reason": finish_reason(result)}],
-                    "usage": usage(result), "sources": body["sources"], "citations": result.citations,
-                    "abstained": result.abstained}
-        events = await primed(answer_events(*args))
+            result = await app.answer(request)
+            return ChatCompletion(
+                id=completion_id, object="chat.completion", created=created, model=result.model,
+                choices=[Choice(index=0, message=AssistantMessage(role="assistant", content=result.answer),
+                                finish_reason=finish_reason(result))],
+                usage=usage(result), sources=result.sources, citations=result.citations, abstained=result.abstained)
+        events = await primed(app.events(request))
         include_usage = bool(data.stream_options and data.stream_options.include_usage)
-        model = app.require_ready().generator.model_id
-        return sse_response(openai_sse(events, completion_id, created, model, include_usage))
+        return sse_response(openai_sse(events, completion_id, created, app.service().generator.model_id,
+                                       include_usage))
 
 
 async def openai_sse(events, completion_id: str, created: int, model: str, include_usage: bool):
+    import msgspec
+
     def chunk(delta: dict, reason: str | None = None, **extra) -> bytes:
         return sse({"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model,
                     "choices": [{"index": 0, "delta": delta, "finish_reason": reason}], **extra})
@@ -80,7 +80,7 @@ async def openai_sse(events, completion_id: str, created: int, model: str, inclu
                             abstained=item.abstained)
                 if include_usage:
                     yield sse({"id": completion_id, "object": "chat.completion.chunk", "created": created,
-                               "model": model, "choices": [], "usage": usage(item)})
+                               "model": model, "choices": [], "usage": msgspec.to_builtins(usage(item))})
             else:
                 yield chunk({"content": item})
     except RagError as exc:

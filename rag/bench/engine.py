@@ -114,7 +114,7 @@ def bench_engine(generator: Any, prompt_lengths: Sequence[int], new_tokens: int,
         raise ValueError("repeat must be at least 1")
     plan = plan_lengths(prompt_lengths, new_tokens, generator.context_length, warn)
     if not plan:
-        from rag.errors import BadRequestError
+        from rag.core.errors import BadRequestError
 
         raise BadRequestError(f"no prompt length fits the model's {generator.context_length}-token context")
     rows: list[dict] = []

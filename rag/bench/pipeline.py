@@ -20,53 +20,46 @@ STAGES = ("embed_ms", "retrieve_ms", "compress_ms", "ttft_ms", "decode_ms", "tot
 def bench_rag(settings: Any, questions_file: Path, n: int, seed: int,
               progress: Callable[[str], None] = lambda message: None,
               warn: Callable[[str], None] = lambda message: None) -> dict:
-    from ingest.store import IndexReader, validate_index_name
-    from rag.answer import answer_options_from
-    from rag.errors import BadRequestError
+    from rag.answering.service import AnswerRequest, options_from
+    from rag.core.errors import BadRequestError
     from rag.evaluate import load_questions
-    from rag.generator import GenerationStats
-    from rag.runtime import Models, answer_service
+    from rag.runtime import Models, answer_service, open_index
 
     rows = load_questions(questions_file)
     if not rows:
         raise BadRequestError(f"{questions_file} holds no questions")
     sample = random.Random(seed).sample(rows, min(n, len(rows)))
-    root = settings.index_path(validate_index_name(settings.index))
-    IndexReader(root).close()  # a missing index is reported before the models load
+    open_index(settings).reader().close()  # a missing index is reported before the models load
     progress("loading models")
-    models = Models.load(settings)
-    service = answer_service(settings, models, index_root=root)
-    options = answer_options_from(settings)
+    service = answer_service(settings, Models.load(settings))
+    options = options_from(settings)
     samples: list[dict] = []
     skipped: list[dict] = []
     try:
         progress("warm-up")
-        service.ask("warm-up question?", options)
+        service.ask(AnswerRequest(question="warm-up question?", options=options))
         for i, q in enumerate(sample, 1):
             progress(f"question {i}/{len(sample)}")
             try:
-                prepared = service.prepare(q["question"], options)
+                result = service.ask(AnswerRequest(question=q["question"], options=options))
             except BadRequestError as exc:
                 skipped.append({"question": q["question"], "reason": exc.message})
                 continue
-            stats = GenerationStats()
-            reply = ""
-            if not prepared.abstain_early:
-                reply = "".join(models.generator.stream(prepared.prompt_tokens, options.sampling, stats))
-            result = service.finish(prepared, reply, None if prepared.abstain_early else stats)
-            retrieval = prepared.retrieval
-            generated = stats.output_tokens > 0
+            m = result.metrics
+            generated = m.output_tokens > 0
+            # The service's TTFT counts from the question's arrival; the generation's own starts after compression.
+            generation_ttft = m.ttft_ms - m.retrieval_ms - m.compress_ms
             samples.append({
                 "question": q["question"], "unanswerable": bool(q.get("unanswerable")),
-                "embed_ms": round(retrieval.embed_ms, 3), "retrieve_ms": round(retrieval.search_ms, 3),
-                "compress_ms": round(prepared.compress_ms, 3),
-                "ttft_ms": round(stats.ttft_s * 1000, 3) if generated else None,
-                "decode_ms": round((stats.total_s - stats.ttft_s) * 1000, 3) if generated else None,
-                "total_ms": result.metrics.total_ms, "prompt_tokens": stats.prompt_tokens,
-                "output_tokens": stats.output_tokens, "abstained": result.abstained,
+                "embed_ms": m.embed_ms, "retrieve_ms": round(m.retrieval_ms - m.embed_ms, 3),
+                "compress_ms": m.compress_ms,
+                "ttft_ms": round(generation_ttft, 3) if generated else None,
+                "decode_ms": round(m.tpot_ms * (m.output_tokens - 1), 3) if generated else None,
+                "total_ms": m.total_ms, "prompt_tokens": m.prompt_tokens,
+                "output_tokens": m.output_tokens, "abstained": result.abstained,
                 "abstain_reason": result.abstain_reason})
     finally:
-        service.retriever.reader.close()
+        service.close()
     for s in skipped:
         warn(f"skipped question ({s['reason']}): {s['question'][:60]}")
     breakdown = {}

@@ -10,7 +10,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from rag.errors import BadRequestError
+from rag.core.errors import BadRequestError
 
 PLOT_HINT = "--plot needs matplotlib: pip install 'offline-rag[plot]' (or pip install matplotlib)"
 

@@ -1,4 +1,4 @@
-"""The index store: ``indexes/<name>/`` = SQLite (documents, chunks, FTS5 for BM25) + FAISS vectors.
+"""The embedded store: ``indexes/<name>/`` = SQLite (documents, chunks, FTS5 for BM25) + FAISS vectors.
 
 Commit protocol (crash-safe, one writer, many readers):
 
@@ -15,25 +15,25 @@ Commit protocol (crash-safe, one writer, many readers):
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from rag.errors import (
-    BadRequestError,
+from ingest.records import Chunk, ChunkRecord, DocumentRecord, IndexInfo, document_id
+from rag.core.errors import (
     DocumentNotFoundError,
     EmbedderMismatchError,
     IndexLockedError,
     IndexNotFoundError,
 )
+from rag.core.names import validate_index_name
+from rag.core.text import content_terms
 
 DB_NAME = "store.sqlite"
 SCHEMA = """
@@ -50,68 +50,6 @@ CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc_id);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
     text, content='chunks', content_rowid='id', tokenize='porter unicode61');
 """
-INDEX_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-# Frequent words only slow the OR query down; BM25's idf would weigh them ~0 anyway.
-STOPWORDS = frozenset(
-    "a an and are as at be by did do does for from had has have how in is it its of on or that the "
-    "their there these this to was were what when where which who whom whose why will with".split()
-)
-
-
-@dataclass(frozen=True)
-class DocumentRecord:
-    id: str
-    path: str
-    title: str
-    kind: str
-    sha256: str
-    pages: int | None
-    bytes: int
-    chunks: int
-    ingested_at: str
-
-
-@dataclass(frozen=True)
-class ChunkRecord:
-    id: int
-    doc_id: str
-    ordinal: int
-    text: str
-    page: int | None
-    section: str | None
-    start: int
-    end: int
-    title: str
-    path: str
-
-
-@dataclass(frozen=True)
-class NewChunk:
-    text: str
-    ordinal: int
-    page: int | None
-    section: str | None
-    start: int
-    end: int
-
-
-def validate_index_name(name: str) -> str:
-    if not INDEX_NAME_RE.match(name or ""):
-        raise BadRequestError(f"invalid index name {name!r}: use letters, digits, '.', '_' or '-' (max 64)")
-    return name
-
-
-def normalise_path(path: Path) -> str:
-    return os.path.normcase(str(Path(path).resolve()))
-
-
-def document_id(path: Path) -> str:
-    return hashlib.sha256(normalise_path(path).encode("utf-8")).hexdigest()[:16]
-
-
-def content_terms(text: str) -> list[str]:
-    """The distinct words that carry meaning (no stopwords, no single letters), in order of appearance."""
-    return list(dict.fromkeys(w for w in re.findall(r"\w+", text.lower()) if w not in STOPWORDS and len(w) > 1))
 
 
 def fts_query(text: str) -> str | None:
@@ -156,7 +94,7 @@ def _document(row: sqlite3.Row) -> DocumentRecord:
     return DocumentRecord(**{k: row[k] for k in row.keys()})
 
 
-class IndexWriter:
+class EmbeddedWriter:
     """One ingest run: everything it does becomes visible at ``commit()`` or not at all."""
 
     def __init__(self, root: Path, embedder_identity: str, dimension: int, lock_timeout_s: float = 5.0) -> None:
@@ -189,14 +127,14 @@ class IndexWriter:
         self._dirty = False
 
     @classmethod
-    def existing(cls, root: Path, lock_timeout_s: float = 5.0) -> "IndexWriter":
+    def existing(cls, root: Path, lock_timeout_s: float = 5.0) -> "EmbeddedWriter":
         """A writer on an index that must exist already, keeping its embedder (for deletes)."""
-        reader = IndexReader(root)
+        reader = EmbeddedReader(root)
         info = reader.info()
         reader.close()
         return cls(root, info.embedder, info.dimension, lock_timeout_s)
 
-    def __enter__(self) -> "IndexWriter":
+    def __enter__(self) -> "EmbeddedWriter":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -225,7 +163,7 @@ class IndexWriter:
         self._dirty = True
         return len(ids)
 
-    def put_document(self, record: DocumentRecord, chunks: Sequence[NewChunk], vectors: np.ndarray) -> None:
+    def put_document(self, record: DocumentRecord, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
         """Insert or replace a document with its chunks and their vectors."""
         if len(chunks) != len(vectors):
             raise ValueError("one vector per chunk")
@@ -283,19 +221,7 @@ class IndexWriter:
                     pass  # a reader on Windows may still hold it; the next commit retries
 
 
-@dataclass(frozen=True)
-class IndexInfo:
-    name: str
-    path: str
-    embedder: str
-    dimension: int
-    generation: int
-    documents: int
-    chunks: int
-    size_bytes: int
-
-
-class IndexReader:
+class EmbeddedReader:
     """Read side: searches the last committed state and follows new commits."""
 
     def __init__(self, root: Path) -> None:
@@ -412,3 +338,42 @@ class IndexReader:
     def _chunk_ids_of(self, doc_ids: Sequence[str]) -> list[int]:
         marks = ",".join("?" * len(doc_ids))
         return [r[0] for r in self._query(f"SELECT id FROM chunks WHERE doc_id IN ({marks})", list(doc_ids))]
+
+
+class EmbeddedIndex:
+    """One index of the embedded store: the folder ``indexes/<name>/``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.name = validate_index_name(root.name)
+
+    @property
+    def location(self) -> str:
+        return str(self.root)
+
+    def exists(self) -> bool:
+        return (self.root / DB_NAME).is_file()
+
+    def reader(self) -> EmbeddedReader:
+        return EmbeddedReader(self.root)
+
+    def writer(self, embedder_identity: str, dimension: int, lock_timeout_s: float = 5.0) -> EmbeddedWriter:
+        return EmbeddedWriter(self.root, embedder_identity, dimension, lock_timeout_s)
+
+    def existing_writer(self, lock_timeout_s: float = 5.0) -> EmbeddedWriter:
+        return EmbeddedWriter.existing(self.root, lock_timeout_s)
+
+
+class EmbeddedStore:
+    """FAISS + SQLite indexes, one folder each under ``indexes_dir``."""
+
+    def __init__(self, indexes_dir: Path) -> None:
+        self.indexes_dir = indexes_dir
+
+    def index(self, name: str) -> EmbeddedIndex:
+        return EmbeddedIndex(self.indexes_dir / validate_index_name(name))
+
+    def names(self) -> list[str]:
+        if not self.indexes_dir.is_dir():
+            return []
+        return sorted(p.name for p in self.indexes_dir.iterdir() if (p / DB_NAME).is_file())

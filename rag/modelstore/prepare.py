@@ -21,9 +21,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from models.manifest import output_hashes, read_manifest, record_model, sha256_file
-from models.sources import GENERATOR_BUILDER_OPTIONS, MINILM, SMOLLM2, WheelSource
-from rag.errors import ChecksumError, ModelError
+from rag.modelstore.manifest import output_hashes, read_manifest, record_model, sha256_file
+from rag.modelstore.sources import GENERATOR_BUILDER_OPTIONS, MINILM, SMOLLM2, WheelSource
+from rag.core.errors import ChecksumError, ModelError
 
 Report = Callable[[str], None]
 EMBEDDER_MAX_LENGTH = 256  # all-MiniLM-L6-v2 was trained with max_seq_length 256

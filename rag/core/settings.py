@@ -8,20 +8,22 @@ file named by ``RAG_CONFIG``), ``RAG_*`` environment variables, explicit overrid
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from rag.errors import ConfigError
+from rag.core.errors import BadRequestError, ConfigError
+from rag.core.names import validate_index_name
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEVICES = ("cpu", "cuda", "dml")
 DEFAULT_GENERATOR = "smollm2-135m-instruct-int4"
 DEFAULT_EMBEDDER = "all-minilm-l6-v2-int8"
@@ -43,7 +45,6 @@ class Settings:
     )
     device: str = field(default="cpu", metadata={"doc": "cpu | cuda | dml (falls back to cpu)"})
     threads: int = field(default=0, metadata={"doc": "intra-op threads, 0 = number of cores"})
-    max_context_length: int = field(default=2048, metadata={"doc": "generator context window"})
     index: str = field(default="default", metadata={"doc": "index name under indexes/"})
     chunk_tokens: int = field(default=200, metadata={"doc": "chunk size in embedder tokens"})
     chunk_overlap: int = field(default=30, metadata={"doc": "chunk overlap in embedder tokens"})
@@ -90,10 +91,6 @@ class Settings:
     @property
     def embedder_path(self) -> Path:
         return self.embedder_dir or self.models_dir / DEFAULT_EMBEDDER
-
-    @property
-    def effective_threads(self) -> int:
-        return resolve_threads(self.threads)
 
     def index_path(self, name: str | None = None) -> Path:
         return self.indexes_dir / (name or self.index)
@@ -159,12 +156,12 @@ def load_settings(
     values: dict[str, Any] = {} if base is None else dataclasses.asdict(base)
     sources: dict[str, str] = dict(values.pop("sources", {}))
 
-    def apply(layer: Mapping[str, Any], source: Callable[[str], str], strict: bool) -> None:
+    def apply(layer: Mapping[str, Any], source: Callable[[str], str]) -> None:
         for key, raw in layer.items():
             if key not in known:
-                if strict:
-                    raise ConfigError(f"unknown setting {key!r} ({source(key)})")
-                continue
+                near = difflib.get_close_matches(key, known, n=1)
+                hint = f"; did you mean {near[0]!r}?" if near else ""
+                raise ConfigError(f"unknown setting {key!r} ({source(key)}){hint}")
             values[key] = _coerce(key, raw, known[key])
             sources[key] = source(key)
 
@@ -180,12 +177,17 @@ def load_settings(
                 data = tomllib.loads(config_file.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
                 raise ConfigError(f"{config_file}: {exc}") from exc
-            apply(data, lambda key: str(config_file), strict=True)  # a typo there must not pass unnoticed
+            apply(data, lambda key: str(config_file))  # a typo there must not pass unnoticed
+        # Every RAG_* variable but RAG_CONFIG names a setting: a typo (RAG_TOPK) is an error, not ignored.
         env = {k[4:].lower(): v for k, v in environ.items() if k.startswith("RAG_") and k != "RAG_CONFIG"}
-        apply(env, lambda key: f"env RAG_{key.upper()}", strict=False)
-    apply(overrides, lambda key: "command line", strict=True)
+        apply(env, lambda key: f"env RAG_{key.upper()}")
+    apply(overrides, lambda key: "command line")
 
     settings = Settings(**values, sources=sources)
+    try:
+        validate_index_name(settings.index)
+    except BadRequestError as exc:
+        raise ConfigError(f"setting 'index': {exc.message}") from exc
     if settings.device not in DEVICES:
         raise ConfigError(f"device must be one of {', '.join(DEVICES)}, not {settings.device!r}")
     if settings.chunk_tokens < 1:

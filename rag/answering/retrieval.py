@@ -9,8 +9,9 @@ from typing import Sequence
 import numpy as np
 
 from ingest.embedder import Embedder
-from ingest.store import ChunkRecord, IndexReader
-from rag.errors import DocumentNotFoundError
+from ingest.records import ChunkRecord
+from ingest.store import IndexReader
+from rag.core.errors import DocumentNotFoundError
 
 RRF_K = 60  # the usual constant from Cormack et al.; rank differences matter, scores don't
 CANDIDATES_PER_SIDE = 4  # each side proposes k * this many before fusion
@@ -72,6 +73,6 @@ class Retriever:
         for item in ids_or_paths:
             record = self.reader.find_document(item)
             if record is None:
-                raise DocumentNotFoundError(f"no document {item!r} in index {self.reader.root.name!r}")
+                raise DocumentNotFoundError(f"no document {item!r} in index {self.reader.name!r}")
             resolved.append(record.id)
         return resolved

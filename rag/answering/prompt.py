@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from rag.compress import Passage, content_words
+from rag.answering.compress import Passage
+from rag.core.text import content_words
 
 SYSTEM_PROMPT = (
     "You answer questions using only the numbered context. "

@@ -6,16 +6,13 @@ module does no I/O and holds no model.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
-from ingest.store import content_terms
+from rag.core.text import content_words, split_sentences
 
-# A sentence ends at . ! ? followed by space and an upper-case letter, digit or quote.
-SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[A-Z0-9\"'(\[])")
 LEXICAL_WEIGHT = 0.35  # share of question content words a sentence contains, added to its cosine
 RANK_WEIGHT = 0.05  # slight preference for sentences from higher-ranked chunks
 LABEL_TOKENS = 4  # "[n] " label and line break around each passage
@@ -34,15 +31,7 @@ class Passage:
 
     number: int  # 1-based citation number == source index + 1
     text: str
-
-
-def split_sentences(text: str) -> list[str]:
-    parts = [p.strip() for p in SENTENCE_END.split(text.replace("\n", " "))]
-    return [p for p in parts if len(p) > 1]
-
-
-def content_words(text: str) -> set[str]:
-    return set(content_terms(text))
+    sentences: tuple[str, ...] = ()  # the selected sentences ``text`` joins
 
 
 def candidate_sentences(chunks: Sequence[str]) -> list[Sentence]:
@@ -84,7 +73,8 @@ def select_passages(sentences: Sequence[Sentence], scores: np.ndarray, count_tok
     by_source: dict[int, list[Sentence]] = {}
     for sentence in sorted(chosen, key=lambda s: (s.source, s.position)):
         by_source.setdefault(sentence.source, []).append(sentence)
-    return [Passage(source + 1, " ".join(s.text for s in group)) for source, group in by_source.items()]
+    return [Passage(source + 1, " ".join(s.text for s in group), tuple(s.text for s in group))
+            for source, group in by_source.items()]
 
 
 def _truncate(text: str, count_tokens: Callable[[str], int], budget: int) -> str:

@@ -1,4 +1,4 @@
-"""The answer result object: one shape for the CLI (--json) and the API."""
+"""The answer result object: one shape for the CLI (--json), the API and the web app."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ class Source(msgspec.Struct, kw_only=True):
     dense_score: float | None
     lexical_score: float | None
     snippet: str
+    text: str = ""  # the whole chunk
+    highlights: list[str] = []  # the sentences of this chunk that were sent to the model
 
 
 class Metrics(msgspec.Struct, kw_only=True):

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from models.manifest import read_manifest
-from rag.errors import RagError
-from rag.settings import Settings
+from rag.modelstore.manifest import read_manifest
+from rag.core.errors import RagError
+from rag.core.settings import Settings
 
 CHECK_PROMPT = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
 CHECK_SENTENCES = ("The Eiffel Tower was completed in 1889.", "When was the Eiffel Tower built?")
@@ -45,7 +45,7 @@ def installed_models(models_dir: Path) -> list[dict]:
 
 
 def check_generator(settings: Settings) -> CheckResult:
-    from rag.generator import SamplingOptions
+    from rag.generation.base import SamplingOptions
     from rag.runtime import load_generator
 
     path = settings.generator_path

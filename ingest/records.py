@@ -1,0 +1,70 @@
+"""The records that flow through ingest: chunks cut from a document, and what a store keeps of them."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of a document, cut by ``chunking``; ``text == document.text[start:end]``."""
+
+    text: str
+    page: int | None
+    section: str | None
+    start: int
+    end: int
+    ordinal: int
+
+
+@dataclass(frozen=True)
+class DocumentRecord:
+    id: str
+    path: str
+    title: str
+    kind: str
+    sha256: str
+    pages: int | None
+    bytes: int
+    chunks: int
+    ingested_at: str
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    """A stored chunk with its document's title and path (what retrieval returns)."""
+
+    id: int
+    doc_id: str
+    ordinal: int
+    text: str
+    page: int | None
+    section: str | None
+    start: int
+    end: int
+    title: str
+    path: str
+
+
+@dataclass(frozen=True)
+class IndexInfo:
+    name: str
+    path: str
+    embedder: str
+    dimension: int
+    generation: int
+    documents: int
+    chunks: int
+    size_bytes: int
+
+
+def normalise_path(path: Path | str) -> str:
+    """A file's identity: its absolute, resolved path (case-folded where the file system ignores case)."""
+    return os.path.normcase(str(Path(path).resolve()))
+
+
+def document_id(path: Path | str) -> str:
+    return hashlib.sha256(normalise_path(path).encode("utf-8")).hexdigest()[:16]

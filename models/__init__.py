@@ -1,1 +1,0 @@
-"""Model preparation (build time) and the model store (runtime)."""

@@ -1,0 +1,96 @@
+"""``rag ask`` and ``rag eval``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from rag.cli.documents import open_reader
+from rag.cli.common import console, handle_errors, index_option, json_option, literal, out, print_json, settings_from
+
+
+@click.command("ask")
+@click.argument("question")
+@index_option()
+@click.option("--k", "top_k", type=int, help="Chunks to retrieve.")
+@click.option("--max-tokens", type=int, help="Max new tokens.")
+@click.option("--temperature", type=float, help="Sampling temperature (0 = greedy).")
+@click.option("--document", "documents", multiple=True, help="Restrict to these document ids (repeatable).")
+@json_option("Print the result object as JSON.")
+@click.pass_context
+@handle_errors
+def ask_cmd(ctx: click.Context, question: str, index: str | None, top_k: int | None, max_tokens: int | None,
+            temperature: float | None, documents: tuple[str, ...], as_json: bool) -> None:
+    """Answer QUESTION from the indexed documents, streaming the answer."""
+    import asyncio
+
+    from rag.answering.result import AnswerResult
+    from rag.answering.service import AnswerRequest, options_from
+    from rag.runtime import Models, answer_service
+
+    settings = settings_from(ctx, index=index)
+    open_reader(settings).close()  # a missing index is reported before the models load
+    service = answer_service(settings, Models.load(settings))
+    options = options_from(settings, top_k=top_k, max_tokens=max_tokens, temperature=temperature,
+                           documents=list(documents) or None)
+
+    async def answer() -> AnswerResult | None:
+        async for item in service.stream(AnswerRequest(question=question, options=options)):
+            if isinstance(item, AnswerResult):
+                return item
+            if not as_json:
+                out.print(item, end="", highlight=False, soft_wrap=True, markup=False)
+        return None
+
+    result = asyncio.run(answer())
+    assert result is not None
+    if as_json:
+        print_json(result.to_dict())
+        return
+    if result.abstained:
+        out.print(("\n→ " if result.abstain_reason in ("model_declined", "ungrounded") else "") + result.answer, highlight=False,
+                  markup=False)
+    else:
+        out.print()
+    out.print()
+    for src in result.sources:
+        mark = "*" if src.number in result.citations else " "
+        page = f" p.{src.page}" if src.page else ""
+        out.print(f"{mark}[{src.number}] {src.title}{page} — {src.path}  (score {src.score:.3f})", highlight=False,
+                  markup=False)
+    m = result.metrics
+    console.print(f"[dim]retrieval {m.retrieval_ms:.0f} ms · prompt {m.prompt_tokens} tok · "
+                  f"TTFT {m.ttft_ms:.0f} ms · {m.output_tokens} tok at {m.tokens_per_s:.0f} tok/s · "
+                  f"total {m.total_ms:.0f} ms[/]")
+
+
+@click.command("eval")
+@click.option("--questions", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
+@click.option("--docs", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True)
+@index_option("Use this existing index instead of a scratch one.")
+@click.option("--k", "top_k", type=int, default=5, show_default=True)
+@click.option("--answers", type=int, default=0, help="Also answer N answerable + N unanswerable questions.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@json_option()
+@click.pass_context
+@handle_errors
+def eval_cmd(ctx: click.Context, questions: Path, docs: Path, index: str | None, top_k: int, answers: int,
+             seed: int, as_json: bool) -> None:
+    """Retrieval recall@k and answer accuracy / abstention / latency on a QA set."""
+    from rag.evaluate import evaluate
+
+    settings = settings_from(ctx)
+    report = evaluate(settings, questions, docs, index, top_k, answers, seed,
+                      log=lambda message: console.log(literal(message)))
+    if as_json:
+        print_json(report)
+        return
+    table = Table("metric", "value", title="evaluation")
+    for key, value in report.items():
+        if not isinstance(value, (dict, list)):
+            table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
+    out.print(table)
+
+

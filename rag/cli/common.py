@@ -1,0 +1,69 @@
+"""What every command shares: consoles, literal printing, error handling, common options."""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import wraps
+from typing import Any, Callable, NoReturn
+
+import click
+from rich.console import Console
+from rich.text import Text
+
+from rag.core.errors import BadRequestError, ConfigError, RagError
+from rag.core.settings import Settings
+
+# Text from documents, paths or users goes out as rich Text (never parsed as markup); no ":name:" emoji codes.
+console = Console(stderr=True, emoji=False)
+out = Console(emoji=False)
+
+
+def literal(value: Any, style: str = "") -> Text:
+    """``value`` printed exactly as it is: no markup, no emoji codes, no highlighting."""
+    return Text("" if value is None else str(value), style=style)
+
+
+def fail(message: str, exit_code: int) -> NoReturn:
+    """One ``error: ...`` line on stderr (never wrapped by rich), then exit."""
+    console.print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)
+    sys.exit(exit_code)
+
+
+def handle_errors(func: Callable) -> Callable:
+    """Expected failures print one clear line and exit non-zero; no tracebacks for users."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except RagError as exc:
+            fail(exc.message, exc.exit_code)
+        except KeyboardInterrupt:
+            console.print("interrupted", style="yellow")
+            sys.exit(130)
+
+    return wrapper
+
+
+def settings_from(ctx: click.Context, **overrides: Any) -> Settings:
+    base: Settings = ctx.obj
+    cleaned = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return base.replace(**cleaned) if cleaned else base
+    except ConfigError as exc:  # only the command's flags changed: bad input, not a broken configuration
+        raise BadRequestError(exc.message) from exc
+
+
+def index_option(help_text: str = "Index name (default: the `index` setting).") -> Callable:
+    return click.option("--index", help=help_text)
+
+
+def json_option(help_text: str = "Print as JSON.") -> Callable:
+    return click.option("--json", "as_json", is_flag=True, help=help_text)
+
+
+def print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+

@@ -1,0 +1,155 @@
+"""``rag ingest``, ``rag documents`` and ``rag index``: what is in an index."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from rag.cli.common import console, handle_errors, index_option, json_option, literal, out, print_json, settings_from
+from rag.core.settings import Settings
+
+
+@click.command("ingest")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@index_option()
+@click.option("--glob", "pattern", help="Only files whose name matches, e.g. '*.pdf'.")
+@click.option("--chunk-tokens", type=int, help="Chunk size in embedder tokens.")
+@click.option("--overlap", type=int, help="Overlap between chunks in tokens.")
+@json_option("Print the summary as JSON.")
+@click.pass_context
+@handle_errors
+def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, pattern: str | None,
+               chunk_tokens: int | None, overlap: int | None, as_json: bool) -> None:
+    """Add or update files and folders (recursively) in an index. Exit 2 if any readable file failed."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ingest.pipeline import ingest_paths
+    from rag.runtime import load_embedder, open_index
+
+    settings = settings_from(ctx, index=index, chunk_tokens=chunk_tokens, chunk_overlap=overlap)
+    index_handle = open_index(settings)
+    embedder = load_embedder(settings)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[chunks]} chunks · {task.fields[rate]:.0f}/s"), TimeElapsedColumn(),
+                  TextColumn("{task.fields[current]}", style="dim", markup=False), console=console,
+                  disable=as_json or not console.is_terminal) as bar:
+        task = bar.add_task("ingesting", total=None, chunks=0, rate=0.0, current="")
+
+        def progress(event: str, files_done: int, chunks_done: int) -> None:
+            if event.startswith("start:"):
+                bar.update(task, total=int(event.split(":", 1)[1]))
+                return
+            elapsed = bar.tasks[0].elapsed or 0.0
+            bar.update(task, completed=files_done, chunks=chunks_done,
+                       rate=chunks_done / elapsed if elapsed else 0.0, current=Path(event).name[-40:])
+
+        summary = ingest_paths(list(paths), index_handle, embedder, settings.chunk_tokens,
+                               settings.chunk_overlap, pattern, progress)
+    if as_json:
+        print_json(summary.as_dict())
+    else:
+        render_ingest_summary(summary)
+    sys.exit(0 if summary.ok else 2)
+
+
+def render_ingest_summary(summary) -> None:
+    problems = [o for o in summary.outcomes if o.status in ("skipped", "failed")]
+    if problems:
+        table = Table(title="not ingested")
+        table.add_column("file", overflow="fold")
+        table.add_column("status", no_wrap=True)
+        table.add_column("reason", overflow="fold")
+        for o in problems:
+            table.add_row(literal(o.path), o.status, literal(o.reason))
+        out.print(table)
+    # One row per figure: nine columns side by side do not fit 80 columns without cutting the headers.
+    table = Table(title=literal(f"index {summary.index!r}"), show_header=False)
+    table.add_column(no_wrap=True)
+    table.add_column(justify="right", no_wrap=True)
+    for status in ("added", "updated", "unchanged", "skipped", "failed"):
+        table.add_row(status, str(summary.count(status)))
+    for label, value in (("chunks written", str(summary.chunks_written)), ("pages", str(summary.pages)),
+                         ("seconds", f"{summary.seconds:.1f}"), ("chunks/s", f"{summary.chunks_per_s:.1f}")):
+        table.add_row(label, value)
+    out.print(table)
+
+
+def open_reader(settings: Settings):
+    from rag.runtime import open_index
+
+    return open_index(settings).reader()
+
+
+@click.group()
+def documents() -> None:
+    """List or delete documents in an index."""
+
+
+@documents.command("list")
+@index_option()
+@json_option()
+@click.pass_context
+@handle_errors
+def documents_list(ctx: click.Context, index: str | None, as_json: bool) -> None:
+    """Documents in the index with their chunk counts."""
+    reader = open_reader(settings_from(ctx, index=index))
+    docs = reader.documents()
+    if as_json:
+        print_json([d.__dict__ for d in docs])
+        return
+    table = Table(title=f"{len(docs)} documents")
+    # The id is what `rag documents delete` takes: never cut or wrapped; title and path wrap instead.
+    table.add_column("id", no_wrap=True, min_width=max((len(d.id) for d in docs), default=2))
+    table.add_column("title", overflow="fold")
+    table.add_column("kind", no_wrap=True)
+    table.add_column("pages", justify="right", no_wrap=True)
+    table.add_column("chunks", justify="right", no_wrap=True)
+    table.add_column("path", overflow="fold")
+    for d in docs:
+        table.add_row(literal(d.id), literal(d.title[:40]), literal(d.kind), str(d.pages or ""), str(d.chunks),
+                      literal(d.path))
+    out.print(table)
+
+
+@documents.command("delete")
+@click.argument("document")
+@index_option()
+@click.pass_context
+@handle_errors
+def documents_delete(ctx: click.Context, document: str, index: str | None) -> None:
+    """Remove a document (by id or path) and its vectors."""
+    from rag.runtime import open_index, open_uploads
+
+    settings = settings_from(ctx, index=index)
+    record = open_uploads(settings).delete(open_index(settings), document)
+    console.print(Text.assemble(("deleted", "green"), f" {record.id} ({record.path}, {record.chunks} chunks)"),
+                  soft_wrap=True)
+
+
+@click.group("index")
+def index_group() -> None:
+    """Inspect indexes."""
+
+
+@index_group.command("info")
+@index_option()
+@json_option()
+@click.pass_context
+@handle_errors
+def index_info(ctx: click.Context, index: str | None, as_json: bool) -> None:
+    """Documents, chunks, embedder and size on disk."""
+    info = open_reader(settings_from(ctx, index=index)).info()
+    if as_json:
+        print_json(info.__dict__)
+        return
+    table = Table("field", title=literal(f"index {info.name!r}"))
+    table.add_column("value", overflow="fold")
+    for key, value in info.__dict__.items():
+        table.add_row(key, f"{value / 1e6:.1f} MB" if key == "size_bytes" else literal(value))
+    out.print(table)
+
+

@@ -1,0 +1,38 @@
+"""Text rules shared by ingest, retrieval, compression, citations and grounding: one definition each."""
+
+from __future__ import annotations
+
+import re
+
+# Frequent words: they slow the lexical OR-query down (BM25's idf weighs them ~0 anyway) and say
+# nothing about whether a reply is grounded in a passage.
+STOPWORDS = frozenset(
+    "a an and are as at be by did do does for from had has have how in is it its of on or that the "
+    "their there these this to was were what when where which who whom whose why will with".split()
+)
+WORD = re.compile(r"\w+")
+# A sentence boundary: end punctuation, optional closing quotes/brackets, whitespace, then something that
+# can open a sentence (an optional opening quote/bracket and a capital letter or digit).
+SENTENCE_BOUNDARY = re.compile(r"""(?<=[.!?])["'”’)\]]*\s+(?=["'“‘(\[]?[A-Z0-9À-ÖØ-ÞА-ЯΑ-Ω])""")
+
+
+def content_terms(text: str) -> list[str]:
+    """The distinct words that carry meaning (no stopwords, no single letters), in order of appearance."""
+    return list(dict.fromkeys(w for w in WORD.findall(text.lower()) if w not in STOPWORDS and len(w) > 1))
+
+
+def content_words(text: str) -> set[str]:
+    return set(content_terms(text))
+
+
+def sentence_starts(text: str) -> list[int]:
+    """Offsets in ``text`` where a sentence after the first begins."""
+    return [m.end() for m in SENTENCE_BOUNDARY.finditer(text)]
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of ``text`` (line breaks read as spaces), each stripped; one-character scraps dropped."""
+    flat = text.replace("\n", " ")
+    cuts = [0, *sentence_starts(flat), len(flat)]
+    parts = (flat[a:b].strip() for a, b in zip(cuts, cuts[1:]))
+    return [p for p in parts if len(p) > 1]

@@ -1,0 +1,95 @@
+"""Generation behind one small interface: ``Generator`` turns a chat prompt into streamed text.
+
+Implemented by the in-process ORT GenAI generator (``ort.LocalGenerator``, one request at a time)
+and by the batching scheduler that shares it between concurrent requests (``scheduler``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import AsyncIterator, Protocol, Sequence
+
+import numpy as np
+
+from rag.core.errors import BadRequestError
+from rag.core.settings import Settings
+
+Message = dict[str, str]  # {"role": ..., "content": ...}
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    max_tokens: int = Settings.max_tokens
+    temperature: float = Settings.temperature  # 0 = greedy
+    top_p: float = 1.0
+    top_k_sampling: int = 0  # sample among the k likeliest tokens; 0 = no cut
+    stop: tuple[str, ...] = ()  # generation ends where one of these strings appears; it is not returned
+
+    def validate(self) -> "SamplingOptions":
+        if not 1 <= self.max_tokens <= 4096:
+            raise BadRequestError("max_tokens must be between 1 and 4096")
+        if not 0.0 <= self.temperature <= 2.0:
+            raise BadRequestError("temperature must be between 0 and 2")
+        if not 0.0 < self.top_p <= 1.0:
+            raise BadRequestError("top_p must be in (0, 1]")
+        if not 0 <= self.top_k_sampling <= 1000:
+            raise BadRequestError("top_k_sampling must be between 0 and 1000")
+        if len(self.stop) > 4 or not all(self.stop):
+            raise BadRequestError("stop takes at most 4 non-empty strings")
+        return self
+
+    @property
+    def sampling(self) -> bool:
+        return self.temperature > 0.0
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    ttft_s: float = 0.0
+    total_s: float = 0.0
+    cached_tokens: int = 0  # prompt tokens whose KV cache was reused, not prefilled
+    finish_reason: str = "length"  # "stop" (EOS, stop string, loop) | "length" | "cancelled"
+
+    @property
+    def tpot_s(self) -> float:
+        """Time per output token after the first."""
+        return (self.total_s - self.ttft_s) / (self.output_tokens - 1) if self.output_tokens > 1 else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens / self.total_s if self.total_s > 0 else 0.0
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return 1.0 / self.tpot_s if self.tpot_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A chat prompt made ready for one generator: the messages, and the model's tokens when the
+    generator tokenises locally."""
+
+    messages: tuple[Message, ...]
+    tokens: np.ndarray
+
+    @property
+    def length(self) -> int:
+        return int(len(self.tokens))
+
+
+class Generator(Protocol):
+    model_id: str
+    device: str
+    context_length: int
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def prompt(self, messages: Sequence[Message]) -> Prompt:
+        """The prompt for ``messages``; BadRequestError when it does not fit the context."""
+        ...
+
+    def stream(self, prompt: Prompt, options: SamplingOptions, stats: GenerationStats) -> AsyncIterator[str]:
+        """Text pieces as they are generated; fills ``stats``. Closing the iterator cancels generation."""
+        ...

@@ -1,0 +1,299 @@
+"""Text generation with ONNX Runtime GenAI, in process.
+
+``LocalGenerator`` owns the model and tokenizer (loaded once per process) and implements the
+``Generator`` interface one request at a time; ``GenerationSession`` advances one request a token
+at a time (so the scheduler can interleave requests); ``BatchingEngine`` wraps ORT GenAI's
+continuous-batching ``og.Engine`` for the scheduler. Everything that speaks ORT GenAI lives here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import AsyncIterator, Iterator, Sequence
+
+import anyio.to_thread
+import numpy as np
+
+from rag.core.errors import BadRequestError, ModelError
+from rag.core.settings import resolve_threads
+from rag.generation.base import GenerationStats, Message, Prompt, SamplingOptions
+from rag.generation.prefix_cache import PrefixCache
+from rag.generation.recorder import TokenRecorder
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GeneratorInfo:
+    path: Path
+    model_id: str
+    model_file: Path
+    context_length: int
+
+
+def validate_generator_dir(path: Path) -> GeneratorInfo:
+    """Check an ORT GenAI model dir and name what is missing."""
+    if not path.is_dir():
+        raise ModelError(f"generator dir {path} does not exist; run `rag models prepare` or set RAG_GENERATOR_DIR")
+    config_path = path / "genai_config.json"
+    if not config_path.is_file():
+        raise ModelError(f"generator dir {path} is missing genai_config.json (not an ONNX Runtime GenAI model dir)")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        model_file = path / config["model"]["decoder"]["filename"]
+        context_length = int(config["model"].get("context_length", 2048))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelError(f"{config_path} is invalid: {exc}") from exc
+    if not model_file.is_file():
+        raise ModelError(f"generator dir {path} is missing {model_file.name} (named in genai_config.json)")
+    if not (path / "tokenizer.json").is_file() and not (path / "tokenizer.model").is_file():
+        raise ModelError(f"generator dir {path} is missing tokenizer.json")
+    return GeneratorInfo(path=path, model_id=path.name, model_file=model_file, context_length=context_length)
+
+
+def resolve_provider(device: str) -> str:
+    """The provider actually used: the configured one if available, else CPU with a warning."""
+    import onnxruntime_genai as og
+
+    available = {"cpu": True, "cuda": og.is_cuda_available(), "dml": og.is_dml_available()}
+    if available.get(device):
+        return device
+    log.warning("execution provider %r is not available in this onnxruntime-genai build; using cpu", device)
+    return "cpu"
+
+
+def search_settings(options: SamplingOptions) -> dict[str, float | int | bool]:
+    """The one mapping of sampling options to ORT GenAI's search options (generator and engine alike)."""
+    settings: dict[str, float | int | bool] = {"do_sample": options.sampling}
+    if options.sampling:
+        settings.update(temperature=options.temperature, top_p=options.top_p)
+        if options.top_k_sampling:
+            settings["top_k"] = options.top_k_sampling
+    return settings
+
+
+class LocalGenerator:
+    def __init__(self, path: Path, device: str = "cpu", threads: int = 0,
+                 prefix_cache_slots: int = 0, prefix_cache_tokens: int = 1024) -> None:
+        import onnxruntime_genai as og
+
+        self.info = validate_generator_dir(path)
+        self.device = resolve_provider(device)
+        start = time.perf_counter()
+        try:
+            config = og.Config(str(path))
+            config.clear_providers()
+            if self.device != "cpu":
+                config.append_provider(self.device)
+            # onnxruntime-genai runs one intra-op thread unless told otherwise; prefill and decode
+            # both scale with cores (measured 2.2x TTFT on 2 cores), so always say how many.
+            config.overlay(json.dumps({"model": {"decoder": {"session_options": {
+                "intra_op_num_threads": resolve_threads(threads)}}}}))
+            self.model = og.Model(config)
+            self.tokenizer = og.Tokenizer(self.model)
+        except Exception as exc:  # onnxruntime-genai raises plain RuntimeError
+            raise ModelError(f"cannot load generator from {path}: {exc}") from exc
+        self.load_s = time.perf_counter() - start
+        self._og = og
+        self.eos_token_ids = frozenset(int(t) for t in np.atleast_1d(self.tokenizer.eos_token_ids))
+        self.prefix_cache = PrefixCache(self._greedy_generator, prefix_cache_slots,
+                                        min(prefix_cache_tokens, self.info.context_length))
+
+    @property
+    def model_id(self) -> str:
+        return self.info.model_id
+
+    @property
+    def context_length(self) -> int:
+        return self.info.context_length
+
+    # ------------------------------------------------------------------ tokens
+    def chat_prompt(self, messages: Sequence[Message]) -> str:
+        return self.tokenizer.apply_chat_template(json.dumps(list(messages)), add_generation_prompt=True)
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.asarray(self.tokenizer.encode(text), dtype=np.int32)
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return self.tokenizer.decode(np.asarray(tokens, dtype=np.int32))
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def prompt(self, messages: Sequence[Message]) -> Prompt:
+        tokens = self.encode(self.chat_prompt(messages))
+        if len(tokens) >= self.context_length:
+            raise BadRequestError(f"the prompt ({len(tokens)} tokens) does not fit the model's "
+                                  f"{self.context_length}-token context")
+        return Prompt(tuple(messages), tokens)
+
+    def recorder(self, stats: GenerationStats, started: float, stop: Sequence[str] = ()) -> TokenRecorder:
+        return TokenRecorder(stats, self.tokenizer.create_stream(), self.eos_token_ids, started, stop)
+
+    # ------------------------------------------------------------------ generation
+    def _greedy_generator(self, window: int) -> object:
+        params = self._og.GeneratorParams(self.model)
+        params.set_search_options(max_length=window, do_sample=False)
+        return self._og.Generator(self.model, params)
+
+    def _new_generator(self, max_length: int, options: SamplingOptions) -> object:
+        params = self._og.GeneratorParams(self.model)
+        params.set_search_options(max_length=max_length, **search_settings(options))
+        return self._og.Generator(self.model, params)
+
+    def start(self, prompt_tokens: np.ndarray, options: SamplingOptions,
+              stats: GenerationStats | None = None, started: float | None = None) -> "GenerationSession":
+        """Prefill ``prompt_tokens`` and return a session that yields one token per ``step()``."""
+        return GenerationSession(self, prompt_tokens, options, stats or GenerationStats(), started)
+
+    def run(self, prompt_tokens: np.ndarray, options: SamplingOptions,
+            stats: GenerationStats | None = None) -> Iterator[str]:
+        """Text pieces as tokens are generated, in the calling thread; closing the iterator cancels."""
+        session = self.start(prompt_tokens, options, stats)
+        try:
+            while not session.done:
+                piece = session.step()
+                if piece:
+                    yield piece
+        finally:
+            if not session.done:
+                session.cancel()
+
+    async def stream(self, prompt: Prompt, options: SamplingOptions, stats: GenerationStats) -> AsyncIterator[str]:
+        """The ``Generator`` interface: each step runs in a worker thread, off the event loop."""
+        session = await anyio.to_thread.run_sync(self.start, prompt.tokens, options, stats)
+        try:
+            while not session.done:
+                piece = await anyio.to_thread.run_sync(session.step)
+                if piece:
+                    yield piece
+        finally:
+            if not session.done:
+                session.cancel()
+
+    def generate(self, prompt_tokens: np.ndarray, options: SamplingOptions) -> tuple[str, GenerationStats]:
+        stats = GenerationStats()
+        text = "".join(self.run(prompt_tokens, options, stats))
+        return text, stats
+
+    def batching_engine(self) -> "BatchingEngine":
+        return BatchingEngine(self)
+
+
+class GenerationSession:
+    """One request's generation, advanced a token at a time (lets a scheduler interleave requests)."""
+
+    def __init__(self, owner: LocalGenerator, prompt_tokens: np.ndarray, options: SamplingOptions,
+                 stats: GenerationStats, started: float | None) -> None:
+        self.stats = stats
+        self.started = started if started is not None else time.perf_counter()
+        stats.prompt_tokens = int(len(prompt_tokens))
+        if stats.prompt_tokens + 1 > owner.context_length:
+            raise BadRequestError(
+                f"prompt of {stats.prompt_tokens} tokens does not fit the {owner.context_length}-token context")
+        self._options = options
+        self._prompt_tokens = prompt_tokens
+        cache = owner.prefix_cache
+        self._cache = cache if cache.fits(prompt_tokens, options.max_tokens, options.sampling) else None
+        self._healthy = False  # a generator goes back to the cache only if no call on it failed
+        if self._cache is not None:
+            self._generator, stats.cached_tokens = self._cache.acquire(prompt_tokens)
+        else:
+            self._generator = owner._new_generator(
+                min(owner.context_length, stats.prompt_tokens + options.max_tokens), options)
+        self._recorder = owner.recorder(stats, self.started, options.stop)
+        self._generator.append_tokens(prompt_tokens[stats.cached_tokens:])
+        self._healthy = True
+        stats.finish_reason = "length"
+        self.done = False
+
+    def step(self) -> str:
+        """Generate one token; returns its text (may be empty mid-character)."""
+        generator, stats = self._generator, self.stats
+        if self.done or generator.is_done():
+            return self._close()
+        self._healthy = False
+        generator.generate_next_token()
+        token = int(generator.get_next_tokens()[0])
+        self._healthy = True
+        piece = self._recorder.add(token)
+        if piece is None:
+            return self._close()
+        if self._recorder.finished or generator.is_done() or stats.output_tokens >= self._options.max_tokens:
+            return piece + self._close()
+        return piece
+
+    def cancel(self) -> None:
+        self.stats.finish_reason = "cancelled"
+        self._close()
+
+    def _close(self) -> str:
+        """Ends the session; returns the text still held back (see ``TokenRecorder.flush``)."""
+        if not self.done:
+            self.done = True
+            self.stats.total_s = time.perf_counter() - self.started
+            if self._cache is not None and self._healthy:
+                self._cache.release(self._generator, self._prompt_tokens)
+            self._generator = None  # an uncached generator's KV cache is freed now, not at garbage collection
+            return self._recorder.flush() if self.stats.finish_reason != "cancelled" else ""
+        return ""
+
+
+@dataclass(frozen=True)
+class EngineEvent:
+    request: object
+    token: int | None
+    turn_finished: bool
+    failed: str | None  # the engine's error code, when the turn failed
+    finish_reason: str  # "stop" | "length" | "cancelled", meaningful when ``turn_finished``
+
+
+class BatchingEngine:
+    """ORT GenAI's continuous-batching ``og.Engine`` over the generator's model. It may only be used from
+    the thread that created it."""
+
+    def __init__(self, generator: LocalGenerator) -> None:
+        og = generator._og
+        self._og = og
+        self.generator = generator
+        self._engine = og.Engine(generator.model)
+        self._buffer = self._engine.create_event_buffer(64)
+
+    def probe(self) -> None:
+        """Run one short generation; raises when the engine cannot serve this model."""
+        request, _ = self.begin(self.generator.prompt([{"role": "user", "content": "Say hi."}]).tokens,
+                                SamplingOptions(max_tokens=2))
+        while self._engine.has_pending_requests():
+            for event in self.run():
+                if event.failed:
+                    raise RuntimeError(event.failed)
+        request.close()
+
+    def begin(self, tokens: np.ndarray, options: SamplingOptions) -> tuple[object, int]:
+        request = self._engine.create_request()
+        turn = self._og.TurnOptions(request)
+        turn.set_max_generated_tokens(options.max_tokens)
+        setters = {"do_sample": turn.set_do_sample, "temperature": turn.set_temperature,
+                   "top_p": turn.set_top_p, "top_k": turn.set_top_k}
+        for name, value in search_settings(options).items():
+            setters[name](value)
+        return request, request.begin_turn(tokens, turn)
+
+    def run(self) -> list[EngineEvent]:
+        flags = self._og.EngineEventFlags
+        events = []
+        for event in self._engine.run(self._buffer):
+            value = int(event.flags.value) if hasattr(event.flags, "value") else int(event.flags)
+            reason = {"EOS": "stop", "STOP_STRING": "stop", "CANCELLED": "cancelled"}.get(
+                getattr(event.finish_reason, "name", ""), "length")
+            events.append(EngineEvent(
+                request=event.request,
+                token=int(event.token) if value & int(flags.TOKEN.value) and event.token is not None else None,
+                turn_finished=bool(value & int(flags.TURN_FINISHED.value)),
+                failed=str(event.error_code) if value & int(flags.FAILED.value) else None,
+                finish_reason=reason))
+        return events
