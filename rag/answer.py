@@ -15,7 +15,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ingest.embedder import Embedder
-from rag.compress import Passage, candidate_sentences, score_sentences, select_passages
+from rag.compress import Passage, candidate_sentences, score_sentences, select_passages, split_sentences
 from rag.errors import BadRequestError
 from rag.generator import GenerationStats, LocalGenerator, SamplingOptions
 from rag.prompt import (ABSTENTION_MESSAGE, build_messages, cited_numbers, drop_repeated_tail, grounded_share,
@@ -146,18 +146,19 @@ class AnswerService:
             tokens_per_s=round(stats.tokens_per_s, 1))
         return AnswerResult(
             question=prepared.question, answer=answer, abstained=abstained, abstain_reason=reason,
-            citations=citations, sources=self.sources(r) if r is not None else [],
+            citations=citations, sources=self.sources(r, prepared.passages) if r is not None else [],
             context=[f"[{p.number}] {p.text}" for p in prepared.passages],
             model=self.generator.model_id, finish_reason=stats.finish_reason if stats.output_tokens else "stop",
             metrics=metrics)
 
     @staticmethod
-    def sources(retrieval: Retrieval) -> list[Source]:
+    def sources(retrieval: Retrieval, passages: Sequence[Passage] = ()) -> list[Source]:
+        given = {p.number: split_sentences(p.text) for p in passages}
         return [Source(number=n, document_id=h.chunk.doc_id, path=h.chunk.path, title=h.chunk.title,
                        page=h.chunk.page, section=h.chunk.section, chunk_id=h.chunk.id, score=round(h.score, 5),
                        dense_score=None if h.dense_score is None else round(h.dense_score, 4),
                        lexical_score=None if h.lexical_score is None else round(h.lexical_score, 4),
-                       snippet=h.chunk.text[:SNIPPET_CHARS])
+                       snippet=h.chunk.text[:SNIPPET_CHARS], text=h.chunk.text, highlights=given.get(n, []))
                 for n, h in enumerate(retrieval.hits, 1)]
 
     def stream(self, question: str, options: AnswerOptions) -> Iterator[str | AnswerResult]:

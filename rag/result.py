@@ -17,6 +17,8 @@ class Source(msgspec.Struct, kw_only=True):
     dense_score: float | None
     lexical_score: float | None
     snippet: str
+    text: str = ""  # the whole chunk
+    highlights: list[str] = []  # the sentences of this chunk that the model was given
 
 
 class Metrics(msgspec.Struct, kw_only=True):
