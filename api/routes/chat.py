@@ -74,6 +74,7 @@ async def seed_sse(events):
             if isinstance(item, AnswerResult):
                 yield sse({"done": True, "token": "[DONE]", "metrics": seed_metrics(item),
                            "sources": item.to_dict()["sources"], "abstained": item.abstained,
+                           "answer": item.answer, "citations": item.citations,
                            **({"content": item.answer} if item.abstained else {})})
             else:
                 yield sse({"token": item})
