@@ -155,7 +155,7 @@ function renderSources(turn, turnIndex) {
     const location = sourceLocation(source);
     const dense = source.dense_score !== null && source.dense_score !== undefined;
     const score = h("span", { class: "score", title: scoreTitle(source) },
-      dense ? `similarity ${Number(source.dense_score).toFixed(2)}` : `score ${Number(source.score).toFixed(3)}`);
+      dense ? `similarity ${Number(source.dense_score).toFixed(2)}` : "keyword match");
     const summary = h("summary", {},
       h("span", { class: "badge" }, `[${source.number}]`), " ",
       h("span", { class: "source-title" }, source.title || source.path || "untitled"),
@@ -269,7 +269,7 @@ function historyMessages(conversation) {
   return messages;
 }
 
-async function ask(question) {
+async function ask(question, started) {
   const conversation = current();
   const messages = [...historyMessages(conversation), { role: "user", content: question }];
   const turn = { question, answer: "", state: "streaming", sources: [], citations: [], timing: {} };
@@ -278,11 +278,11 @@ async function ask(question) {
   const turnIndex = conversation.turns.length - 1;
   const controller = new AbortController();
   running = { controller, turn, conversation };
+  save();
   render();
   const li = els.turns.lastElementChild;
   li.dataset.requestMessages = String(messages.length); // what this turn sent (read by tests)
   li.scrollIntoView({ block: "end" });
-  const started = performance.now();
   const body = { messages };
   const index = currentIndex();
   if (index) body.index = index;
@@ -357,11 +357,12 @@ export function initChat(options) {
   };
   load();
   els.form.addEventListener("submit", (event) => {
+    const started = performance.now(); // timings are from the click (or Enter) to what the page shows
     event.preventDefault();
     const question = els.question.value.trim();
     if (!question || running) return;
     els.question.value = "";
-    ask(question);
+    ask(question, started);
   });
   els.question.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
