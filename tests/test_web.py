@@ -332,6 +332,35 @@ def test_markup_in_documents_and_file_names_is_shown_as_text(page, server: str):
     assert page.evaluate("typeof window.__xss") == "undefined"
 
 
+def test_index_picker_appears_with_a_second_index_and_scopes_everything(page, server: str):
+    open_ready(page, server, "/documents")
+    expect(page.locator("#index-picker")).to_be_hidden()  # one index: nothing to pick
+    created = httpx.post(f"{server}/v1/documents?index=second", timeout=60,
+                         files={"data": ("zorblat-notes.txt", ZORBLAT_TEXT.encode(), "text/plain")})
+    assert created.status_code == 200, created.text
+    page.reload()
+    picker = page.locator("#index-select")
+    expect(picker).to_be_visible()
+    expect(picker).to_have_value("default")
+    expect(page.locator("#documents-body tr")).to_have_count(3)
+    picker.select_option("second")
+    expect(page.locator("#documents-body tr")).to_have_count(1)
+    expect(page.locator("#status-text")).to_contain_text("1 document · 1 chunk")
+    upload_via_picker(page, "qwerty.md", XSS_TEXT.encode(), "text/markdown")
+    expect(page.locator(".upload").first).to_have_attribute("data-state", "added", timeout=CHAT_TIMEOUT_MS)
+    expect(page.locator("#documents-body tr")).to_have_count(2)
+    assert len(httpx.get(f"{server}/v1/documents").json()["documents"]) == 3, "the default index is untouched"
+
+    page.click("#tab-chat")
+    with page.expect_request("**/v1/chat/stream") as request:
+        turn = ask(page, "When is the Zorblat festival held?")
+    assert request.value.post_data_json["index"] == "second"
+    for source in turn.locator(".source-path").all_text_contents():
+        assert "uploads/second/" in source, source
+    page.reload()
+    expect(page.locator("#index-select")).to_have_value("second")  # the choice is remembered
+
+
 def test_narrow_screen(page, server: str):
     page.set_viewport_size({"width": 390, "height": 844})
     open_ready(page, server)

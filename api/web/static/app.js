@@ -63,7 +63,8 @@ function indexSummary() {
   const chosen = selectedIndex();
   const info = chosen ? indexes.find((i) => i.name === chosen) : (indexes.find((i) => i.name === defaultIndex) || health?.index);
   if (!info) return "";
-  return `${info.documents} document${info.documents === 1 ? "" : "s"} · ${info.chunks} chunks`;
+  const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  return `${plural(info.documents, "document")} · ${plural(info.chunks, "chunk")}`;
 }
 
 function showHealth() {
