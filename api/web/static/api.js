@@ -33,8 +33,12 @@ async function obtainKey() {
     const hadKey = Boolean(apiKey());
     pendingPrompt = keyPrompt(hadKey).then((key) => {
       pendingPrompt = null;
-      if (key) sessionStorage.setItem(KEY_STORAGE, key);
-      else sessionStorage.removeItem(KEY_STORAGE);
+      if (key) {
+        sessionStorage.setItem(KEY_STORAGE, key);
+        window.dispatchEvent(new Event("rag:key"));
+      } else {
+        sessionStorage.removeItem(KEY_STORAGE);
+      }
       return Boolean(key);
     });
   }

@@ -166,6 +166,7 @@ initTabs();
 initIndexPicker();
 initChat({ currentIndex: selectedIndex, onAnswered: () => {} });
 initDocuments({ currentIndex: selectedIndex, onChanged: () => { refreshIndexes(); pollHealth(); } });
+window.addEventListener("rag:key", () => setTimeout(refreshIndexes, 500)); // what a refused request could not list
 route();
 pollHealth();
 refreshIndexes().then(() => {
