@@ -21,11 +21,13 @@ from api.routes.answers import AnswersController
 from api.routes.chat import ChatController
 from api.routes.documents import DocumentsController
 from api.routes.health import HealthController
+from api.routes.indexes import IndexesController
 from api.routes.openai import OpenAIController
 from api.state import AppState
+from api.web import is_open, web_handlers
 from rag.core.settings import Settings, load_settings
 
-OPEN_PATHS = ("/healthz",)
+OPEN_PATHS = ("/healthz",)  # and GET of the web page and its assets (api.web.is_open)
 JSON_BODY_LIMIT = 4 * 1024 * 1024  # JSON requests (questions, chats); uploads have their own limit
 
 
@@ -56,7 +58,7 @@ def auth_and_logging(settings: Settings, state: AppState):
                     MutableScopeHeaders.from_message(message)["X-Request-ID"] = request_id
                 await send(message)
 
-            if expected is not None and not path.startswith(OPEN_PATHS):
+            if expected is not None and not path.startswith(OPEN_PATHS) and not is_open(scope["method"], path):
                 if not hmac.compare_digest(bearer_token(scope["headers"]), expected):
                     response = error_response(401, "unauthorized", "missing or wrong bearer token",
                                               {"WWW-Authenticate": "Bearer"})
@@ -101,7 +103,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
     documents = Router(path="/", route_handlers=[DocumentsController],
                        request_max_body_size=settings.max_upload_mb * 1024 * 1024 * 4)
     return Litestar(
-        route_handlers=[HealthController, AnswersController, ChatController, OpenAIController, documents],
+        route_handlers=[HealthController, AnswersController, ChatController, OpenAIController, IndexesController,
+                        documents, *web_handlers()],
         lifespan=[lifespan],
         state=State({"app": app_state}),
         exception_handlers=EXCEPTION_HANDLERS,

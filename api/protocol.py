@@ -226,3 +226,8 @@ class HealthResponse(msgspec.Struct, omit_defaults=True):
     embedder: str
     index: IndexSummary
     reason: str | None = None
+
+
+class IndexList(msgspec.Struct):
+    default: str
+    indexes: list[IndexSummary]

@@ -79,3 +79,37 @@ def running_server(settings: Settings, home: Path, log_path: Path, timeout_s: fl
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextmanager
+def server_process(settings: Settings, home: Path, log_path: Path, wait_ready: bool = True, timeout_s: float = 90,
+                   **env: str) -> Iterator[str]:
+    """Like ``running_server``, with extra ``RAG_*`` environment for the server; with ``wait_ready=False`` it
+    yields as soon as the port answers (while /healthz may still be 503 "loading")."""
+    port = free_port()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "rag.cli", "--home", str(home), "serve", "--port", str(port)],
+                                cwd=PROJECT_ROOT, env=cli_env(settings, **env), stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"server exited with {proc.returncode}:\n{log_path.read_text(errors='replace')}")
+            try:
+                status = httpx.get(f"{base}/healthz", timeout=2).status_code
+                if status == 200 or not wait_ready:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"server not up after {timeout_s:.0f} s:\n{log_path.read_text(errors='replace')}")
+            time.sleep(0.05 if not wait_ready else 0.25)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

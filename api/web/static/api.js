@@ -1,0 +1,156 @@
+// Talking to the server: the API key, JSON requests, the SSE answer stream, uploads with progress.
+
+const KEY_STORAGE = "rag.apiKey";
+
+export class ApiError extends Error {
+  constructor(status, type, message) {
+    super(message);
+    this.status = status;
+    this.type = type;
+  }
+}
+
+export function apiKey() {
+  return sessionStorage.getItem(KEY_STORAGE) || "";
+}
+
+function authHeaders() {
+  const key = apiKey();
+  return key ? { Authorization: `Bearer ${key}` } : {};
+}
+
+// The page supplies how to ask the person for a key (a dialog); it resolves with the key or null.
+let keyPrompt = async () => null;
+let pendingPrompt = null;
+
+export function setKeyPrompt(prompt) {
+  keyPrompt = prompt;
+}
+
+// After a 401: ask for a key (once for all requests that failed at the same time). True = retry.
+async function obtainKey() {
+  if (!pendingPrompt) {
+    const hadKey = Boolean(apiKey());
+    pendingPrompt = keyPrompt(hadKey).then((key) => {
+      pendingPrompt = null;
+      if (key) {
+        sessionStorage.setItem(KEY_STORAGE, key);
+        window.dispatchEvent(new Event("rag:key"));
+      } else {
+        sessionStorage.removeItem(KEY_STORAGE);
+      }
+      return Boolean(key);
+    });
+  }
+  return pendingPrompt;
+}
+
+async function errorFrom(response) {
+  let type = "http_error";
+  let message = `${response.status} ${response.statusText}`;
+  try {
+    const body = await response.json();
+    if (body && body.error) {
+      type = body.error.type || type;
+      message = body.error.message || message;
+    }
+  } catch (_) {
+    /* not JSON */
+  }
+  if (response.status === 503 && type === "model_unavailable") message = "The models are still loading — try again in a moment.";
+  return new ApiError(response.status, type, message);
+}
+
+// fetch() with the key; a 401 asks for the key and retries. Non-2xx answers throw ApiError.
+export async function apiFetch(path, options = {}) {
+  for (;;) {
+    const headers = { ...(options.headers || {}), ...authHeaders() };
+    let response;
+    try {
+      response = await fetch(path, { ...options, headers });
+    } catch (err) {
+      if (err.name === "AbortError") throw err;
+      throw new ApiError(0, "network", "The server cannot be reached.");
+    }
+    if (response.status === 401) {
+      if (await obtainKey()) continue;
+      throw new ApiError(401, "unauthorized", "An API key is needed for this server.");
+    }
+    if (!response.ok) throw await errorFrom(response);
+    return response;
+  }
+}
+
+export async function getJSON(path) {
+  return (await apiFetch(path)).json();
+}
+
+export async function sendJSON(method, path, body, signal) {
+  const options = { method, signal, headers: { "Content-Type": "application/json" } };
+  if (body !== undefined) options.body = JSON.stringify(body);
+  return apiFetch(path, options);
+}
+
+// POST a JSON body and yield each Server-Sent Event's parsed `data:` payload.
+export async function* streamEvents(path, body, signal) {
+  const response = await sendJSON("POST", path, body, signal);
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += value.replace(/\r\n?/g, "\n");
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, "")).join("\n");
+        if (!data) continue;
+        if (data === "[DONE]") return;
+        yield JSON.parse(data);
+      }
+    }
+  } finally {
+    reader.releaseLock();
+  }
+}
+
+// Upload one file with XMLHttpRequest (for upload progress). onProgress(fraction); resolves with
+// {status, body}; a 401 asks for the key and uploads again.
+export function uploadFile(file, index, onProgress) {
+  const url = "/v1/documents" + (index ? `?index=${encodeURIComponent(index)}` : "");
+  const once = () => new Promise((resolve, reject) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open("POST", url);
+    const key = apiKey();
+    if (key) xhr.setRequestHeader("Authorization", `Bearer ${key}`);
+    xhr.upload.addEventListener("progress", (e) => {
+      if (e.lengthComputable) onProgress(e.loaded / e.total);
+    });
+    xhr.addEventListener("load", () => {
+      let body = null;
+      try {
+        body = JSON.parse(xhr.responseText);
+      } catch (_) {
+        /* not JSON */
+      }
+      resolve({ status: xhr.status, body });
+    });
+    xhr.addEventListener("error", () => reject(new ApiError(0, "network", "The server cannot be reached.")));
+    xhr.addEventListener("abort", () => reject(new ApiError(0, "aborted", "The upload was cancelled.")));
+    const form = new FormData();
+    form.append("data", file, file.name);
+    xhr.send(form);
+  });
+  return (async () => {
+    for (;;) {
+      const result = await once();
+      if (result.status === 401) {
+        if (await obtainKey()) continue;
+        throw new ApiError(401, "unauthorized", "An API key is needed for this server.");
+      }
+      return result;
+    }
+  })();
+}

@@ -1,0 +1,174 @@
+// The page: views (chat at /, documents at /documents), server status, index picker, API key prompt.
+
+import { getJSON, setKeyPrompt } from "./api.js";
+import { initChat } from "./chat.js";
+import { initDocuments, refreshDocuments } from "./documents.js";
+
+const INDEX_STORAGE = "rag.index";
+const POLL_LOADING_MS = 1500;
+const POLL_READY_MS = 15000;
+
+let indexes = []; // [{name, documents, chunks}] from /v1/indexes
+let defaultIndex = null;
+let health = null;
+let pollTimer = null;
+let indexesLoaded = false;
+
+function selectedIndex() {
+  // Sent with requests only when the person picked one (several indexes); else the server's default.
+  return indexes.length > 1 ? localStorage.getItem(INDEX_STORAGE) : null;
+}
+
+// ---------------------------------------------------------------- views
+const VIEWS = { "/": "chat", "/documents": "documents" };
+
+function showView(name) {
+  for (const view of ["chat", "documents"]) {
+    document.getElementById(`view-${view}`).hidden = view !== name;
+    const tab = document.getElementById(`tab-${view}`);
+    if (view === name) tab.setAttribute("aria-current", "page");
+    else tab.removeAttribute("aria-current");
+  }
+  document.body.dataset.view = name;
+  document.title = name === "documents" ? "Documents · Offline RAG" : "Offline RAG";
+  if (name === "documents" && indexesLoaded) refreshDocuments();
+  else document.getElementById("question").focus({ preventScroll: true });
+}
+
+function route() {
+  showView(VIEWS[location.pathname] || "chat");
+}
+
+function initTabs() {
+  for (const tab of document.querySelectorAll(".tabs a")) {
+    tab.addEventListener("click", (event) => {
+      if (event.ctrlKey || event.metaKey || event.shiftKey || event.button !== 0) return;
+      event.preventDefault();
+      if (location.pathname !== tab.getAttribute("href")) history.pushState(null, "", tab.getAttribute("href"));
+      route();
+    });
+  }
+  window.addEventListener("popstate", route);
+}
+
+// ---------------------------------------------------------------- status
+function setStatus(kind, text, detail) {
+  const status = document.getElementById("status");
+  status.dataset.state = kind;
+  document.getElementById("status-text").textContent = text;
+  status.title = detail || "";
+}
+
+function indexSummary() {
+  const chosen = selectedIndex();
+  const info = chosen ? indexes.find((i) => i.name === chosen) : (indexes.find((i) => i.name === defaultIndex) || health?.index);
+  if (!info) return "";
+  const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  return `${plural(info.documents, "document")} · ${plural(info.chunks, "chunk")}`;
+}
+
+function showHealth() {
+  if (!health) return;
+  if (health.status === "ok") {
+    const summary = indexSummary();
+    setStatus("ready", summary ? `ready · ${summary}` : "ready", `${health.generator} on ${health.device} (${health.scheduler})`);
+  } else if (health.status === "loading") {
+    setStatus("loading", "loading models…", health.reason || "");
+  } else {
+    setStatus("failed", `models failed: ${health.reason || health.status}`);
+  }
+}
+
+async function pollHealth() {
+  clearTimeout(pollTimer);
+  let next = POLL_LOADING_MS;
+  try {
+    const response = await fetch("/healthz", { cache: "no-store" });
+    health = await response.json();
+    if (response.ok) next = POLL_READY_MS;
+    showHealth();
+  } catch (_) {
+    health = null;
+    setStatus("offline", "server not reachable — retrying…");
+  }
+  pollTimer = setTimeout(pollHealth, next);
+}
+
+// ---------------------------------------------------------------- indexes
+async function refreshIndexes() {
+  try {
+    const body = await getJSON("/v1/indexes");
+    indexes = body.indexes || [];
+    defaultIndex = body.default;
+  } catch (_) {
+    indexes = [];
+  }
+  const picker = document.getElementById("index-picker");
+  const select = document.getElementById("index-select");
+  picker.hidden = indexes.length < 2;
+  if (indexes.length >= 2) {
+    const chosen = localStorage.getItem(INDEX_STORAGE);
+    if (!indexes.some((i) => i.name === chosen)) {
+      localStorage.setItem(INDEX_STORAGE, indexes.some((i) => i.name === defaultIndex) ? defaultIndex : indexes[0].name);
+    }
+    select.replaceChildren(...indexes.map((i) => {
+      const option = document.createElement("option");
+      option.value = i.name;
+      option.textContent = `${i.name} (${i.documents})`;
+      return option;
+    }));
+    select.value = localStorage.getItem(INDEX_STORAGE);
+  }
+  indexesLoaded = true;
+  showHealth();
+}
+
+function initIndexPicker() {
+  document.getElementById("index-select").addEventListener("change", (event) => {
+    localStorage.setItem(INDEX_STORAGE, event.target.value);
+    showHealth();
+    if (document.body.dataset.view === "documents") refreshDocuments();
+  });
+}
+
+// ---------------------------------------------------------------- API key
+function initKeyPrompt() {
+  const dialog = document.getElementById("key-dialog");
+  const input = document.getElementById("key-input");
+  const text = document.getElementById("key-message");
+  setKeyPrompt((wrongKey) => new Promise((resolve) => {
+    text.textContent = wrongKey
+      ? "That API key was not accepted. Check it and enter it again."
+      : "This server needs an API key. Enter it to continue.";
+    text.classList.toggle("error", wrongKey);
+    dialog.dataset.wrongKey = wrongKey ? "true" : "false";
+    input.value = "";
+    const done = (key) => {
+      dialog.removeEventListener("close", onClose);
+      resolve(key);
+    };
+    const onClose = () => done(dialog.returnValue === "ok" ? input.value.trim() || null : null);
+    dialog.addEventListener("close", onClose);
+    dialog.returnValue = "";
+    dialog.showModal();
+    input.focus();
+  }));
+  document.getElementById("key-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (input.value.trim()) dialog.close("ok");
+  });
+  document.getElementById("key-cancel").addEventListener("click", () => dialog.close("cancel"));
+}
+
+// ---------------------------------------------------------------- start
+initKeyPrompt();
+initTabs();
+initIndexPicker();
+initChat({ currentIndex: selectedIndex, onAnswered: () => {} });
+initDocuments({ currentIndex: selectedIndex, onChanged: () => { refreshIndexes(); pollHealth(); } });
+window.addEventListener("rag:key", () => setTimeout(refreshIndexes, 500)); // what a refused request could not list
+route();
+pollHealth();
+refreshIndexes().then(() => {
+  if (document.body.dataset.view === "documents") refreshDocuments();
+});

@@ -1,0 +1,379 @@
+// The chat view: conversations (kept in localStorage), streaming answers, citations and sources.
+
+import { ApiError, streamEvents } from "./api.js";
+import { formatSeconds, h, highlighted } from "./dom.js";
+
+const STORAGE = "rag.conversations.v1";
+const MAX_CONVERSATIONS = 30;
+const HISTORY_TURNS = 8; // earlier turns sent with a follow-up question
+const MAX_MESSAGE_CHARS = 8000;
+const CITATION = /\[(\d{1,2}(?:\s*,\s*\d{1,2})*)\]/g;
+
+let state = { current: null, conversations: [] };
+let els = {};
+let running = null; // {controller, turn, conversation}
+let currentIndex = () => null;
+let onAnswered = () => {};
+
+function newId() {
+  return `${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
+}
+
+function load() {
+  try {
+    const saved = JSON.parse(localStorage.getItem(STORAGE) || "null");
+    if (saved && Array.isArray(saved.conversations)) state = saved;
+  } catch (_) {
+    /* a broken entry: start afresh */
+  }
+  for (const conversation of state.conversations) {
+    for (const turn of conversation.turns) {
+      if (turn.state === "streaming") turn.state = "stopped"; // the page was closed while it streamed
+    }
+  }
+}
+
+function save() {
+  for (;;) {
+    try {
+      localStorage.setItem(STORAGE, JSON.stringify(state));
+      return;
+    } catch (err) {
+      // Storage full: forget the oldest conversations, never the one in use.
+      const oldest = state.conversations.findLastIndex((c) => c.id !== state.current);
+      if (oldest < 0) return;
+      state.conversations.splice(oldest, 1);
+    }
+  }
+}
+
+function current() {
+  let conversation = state.conversations.find((c) => c.id === state.current);
+  if (!conversation) {
+    conversation = { id: newId(), title: "", created: new Date().toISOString(), turns: [] };
+    state.conversations.unshift(conversation);
+    state.current = conversation.id;
+  }
+  return conversation;
+}
+
+function newConversation() {
+  if (running) return;
+  const existing = state.conversations.find((c) => c.id === state.current);
+  if (!existing || existing.turns.length) {
+    state.current = null;
+    current();
+  }
+  state.conversations = state.conversations.slice(0, MAX_CONVERSATIONS);
+  save();
+  render();
+  els.question.focus();
+}
+
+function selectConversation(id) {
+  if (running) return;
+  state.current = id;
+  save();
+  render();
+}
+
+function deleteConversation(id) {
+  if (running && running.conversation.id === id) return;
+  state.conversations = state.conversations.filter((c) => c.id !== id);
+  if (state.current === id) state.current = state.conversations[0]?.id || null;
+  save();
+  render();
+}
+
+// ---------------------------------------------------------------- rendering
+function renderConversationList() {
+  const items = state.conversations.filter((c) => c.turns.length || c.id === state.current).map((c) => {
+    const active = c.id === state.current;
+    const open = h("button", { type: "button", class: "conversation-open", "aria-current": active ? "true" : null,
+      title: c.title || "New conversation" }, c.title || "New conversation");
+    open.addEventListener("click", () => selectConversation(c.id));
+    const remove = h("button", { type: "button", class: "conversation-delete icon",
+      "aria-label": `Delete conversation: ${c.title || "new"}` }, "×");
+    remove.addEventListener("click", () => deleteConversation(c.id));
+    return h("li", { class: active ? "active" : null }, open, c.turns.length ? remove : null);
+  });
+  els.conversationList.replaceChildren(...items);
+}
+
+function citationLinks(text, turnIndex) {
+  // The answer text as nodes, each [n] (or [n, m]) a link to that source of this turn.
+  const nodes = [];
+  let at = 0;
+  for (const match of text.matchAll(CITATION)) {
+    if (match.index > at) nodes.push(document.createTextNode(text.slice(at, match.index)));
+    const numbers = match[1].split(",").map((n) => Number(n.trim()));
+    nodes.push("[");
+    numbers.forEach((n, i) => {
+      if (i) nodes.push(", ");
+      nodes.push(citeLink(turnIndex, n));
+    });
+    nodes.push("]");
+    at = match.index + match[0].length;
+  }
+  if (at < text.length) nodes.push(document.createTextNode(text.slice(at)));
+  return nodes;
+}
+
+function citeLink(turnIndex, n, label = String(n)) {
+  const link = h("a", { href: `#src-${turnIndex}-${n}`, class: "cite", dataset: { source: n } }, label);
+  link.addEventListener("click", (event) => {
+    event.preventDefault();
+    showSource(turnIndex, n);
+  });
+  return link;
+}
+
+function showSource(turnIndex, n) {
+  const source = document.getElementById(`src-${turnIndex}-${n}`);
+  if (!source) return;
+  source.open = true;
+  source.scrollIntoView({ block: "nearest", behavior: "smooth" });
+  source.classList.remove("flash");
+  void source.offsetWidth; // restart the animation
+  source.classList.add("flash");
+  source.querySelector("summary").focus({ preventScroll: true });
+}
+
+function sourceLocation(source) {
+  const parts = [];
+  if (source.page !== null && source.page !== undefined) parts.push(`p. ${source.page}`);
+  if (source.section && source.section !== source.title) parts.push(`§ ${source.section}`);
+  return parts.join(" · ");
+}
+
+function renderSources(turn, turnIndex) {
+  const sources = turn.sources || [];
+  if (!sources.length) return null;
+  const cited = new Set(turn.citations || []);
+  const items = sources.map((source) => {
+    const text = source.text || source.snippet || "";
+    const location = sourceLocation(source);
+    const dense = source.dense_score !== null && source.dense_score !== undefined;
+    const score = h("span", { class: "score", title: scoreTitle(source) },
+      dense ? `similarity ${Number(source.dense_score).toFixed(2)}` : "keyword match");
+    const summary = h("summary", {},
+      h("span", { class: "badge" }, `[${source.number}]`), " ",
+      h("span", { class: "source-title" }, source.title || source.path || "untitled"),
+      location ? h("span", { class: "location" }, location) : null,
+      cited.has(source.number) ? h("span", { class: "tag" }, "cited") : null,
+      (source.highlights || []).length ? h("span", { class: "tag quiet", title: "Highlighted sentences were given to the model" }, "in context") : null,
+      score);
+    const passage = h("blockquote", { class: "passage" }, ...highlighted(text, source.highlights));
+    const isSnippet = !source.text && text.length && source.snippet === text;
+    return h("details", { class: "source", id: `src-${turnIndex}-${source.number}`, dataset: { number: source.number } },
+      summary, passage,
+      h("p", { class: "source-path muted small" }, source.path || "", isSnippet ? " (first lines of the passage)" : ""));
+  });
+  const heading = turn.abstained ? "Closest sources" : "Sources";
+  return h("div", { class: "sources" },
+    h("h3", { class: "sources-heading" }, `${heading} `, h("span", { class: "muted" }, `(${sources.length})`)),
+    ...items);
+}
+
+function scoreTitle(source) {
+  const parts = [`fused rank score ${source.score}`];
+  if (source.dense_score !== null && source.dense_score !== undefined) parts.push(`dense ${source.dense_score}`);
+  if (source.lexical_score !== null && source.lexical_score !== undefined) parts.push(`lexical ${source.lexical_score}`);
+  return parts.join(", ");
+}
+
+function renderMeta(turn) {
+  const t = turn.timing || {};
+  const parts = [];
+  if (turn.state === "streaming") parts.push("answering…");
+  if (turn.state === "stopped") parts.push("stopped");
+  if (t.firstTokenMs !== undefined) parts.push(`first token ${formatSeconds(t.firstTokenMs)}`);
+  if (t.totalMs !== undefined) parts.push(`total ${formatSeconds(t.totalMs)}`);
+  if (t.outputTokens) parts.push(`${t.outputTokens} tokens`);
+  const title = t.serverTtftMs !== undefined
+    ? `server: first token ${formatSeconds(t.serverTtftMs)}, total ${formatSeconds(t.serverTotalMs)}` : null;
+  if (t.serverTtftMs) parts.push(`server ${formatSeconds(t.serverTtftMs)}`);
+  return h("p", { class: "meta", title }, parts.join(" · "));
+}
+
+function renderAnswerBody(turn, turnIndex) {
+  if (turn.state === "error") {
+    return h("p", { class: "error", role: "alert" }, turn.error || "Something went wrong.");
+  }
+  if (turn.abstained) {
+    return h("div", { class: "abstained" },
+      h("strong", {}, "Not in the documents"),
+      h("p", {}, turn.answer || "The documents do not contain an answer to this question."));
+  }
+  const text = turn.answer || "";
+  const answer = h("div", { class: "answer-text" }, ...citationLinks(text, turnIndex));
+  if (turn.state === "streaming") answer.append(h("span", { class: "cursor", "aria-hidden": "true" }));
+  const explicit = [...text.matchAll(CITATION)].length > 0;
+  const citations = (turn.citations || []).filter((n) => (turn.sources || []).some((s) => s.number === n));
+  const citedLine = !explicit && citations.length
+    ? h("p", { class: "cited-line" }, "Supported by ", citations.flatMap((n, i) => [i ? " " : "", "[", citeLink(turnIndex, n), "]"]))
+    : null;
+  return [answer, citedLine];
+}
+
+function renderTurn(turn, turnIndex) {
+  const li = h("li", { class: "turn", dataset: { turn: turnIndex, state: turn.state } });
+  fillTurn(li, turn, turnIndex);
+  return li;
+}
+
+function fillTurn(li, turn, turnIndex) {
+  li.dataset.state = turn.state;
+  li.dataset.abstained = turn.abstained ? "true" : "false";
+  const t = turn.timing || {};
+  if (t.firstTokenMs !== undefined) li.dataset.firstTokenMs = String(Math.round(t.firstTokenMs));
+  if (t.totalMs !== undefined) li.dataset.totalMs = String(Math.round(t.totalMs));
+  if (t.serverTtftMs !== undefined) li.dataset.serverTtftMs = String(Math.round(t.serverTtftMs));
+  li.replaceChildren(
+    h("div", { class: "question" }, h("span", { class: "who" }, "You"), h("p", {}, turn.question)),
+    h("div", { class: "answer" }, h("span", { class: "who" }, "Answer"), renderAnswerBody(turn, turnIndex),
+      renderMeta(turn), renderSources(turn, turnIndex)));
+}
+
+// Only the answer part of the streaming turn changes per token (cheap for short answers).
+function updateStreamingAnswer(li, turn, turnIndex) {
+  const body = li.querySelector(".answer-text");
+  if (!body) return fillTurn(li, turn, turnIndex);
+  body.replaceChildren(...citationLinks(turn.answer, turnIndex), h("span", { class: "cursor", "aria-hidden": "true" }));
+  return undefined;
+}
+
+export function render() {
+  const conversation = current();
+  renderConversationList();
+  els.turns.replaceChildren(...conversation.turns.map(renderTurn));
+  els.empty.hidden = conversation.turns.length > 0;
+  setRunning(Boolean(running));
+}
+
+function setRunning(on) {
+  els.ask.hidden = on;
+  els.stop.hidden = !on;
+  els.ask.disabled = on;
+  els.newConversation.disabled = on;
+}
+
+// ---------------------------------------------------------------- asking
+function historyMessages(conversation) {
+  const messages = [];
+  const done = conversation.turns.filter((t) => (t.state === "done" || t.state === "stopped") && t.answer);
+  for (const turn of done.slice(-HISTORY_TURNS)) {
+    messages.push({ role: "user", content: turn.question.slice(0, MAX_MESSAGE_CHARS) });
+    messages.push({ role: "assistant", content: turn.answer.slice(0, MAX_MESSAGE_CHARS) });
+  }
+  return messages;
+}
+
+async function ask(question, started) {
+  const conversation = current();
+  const messages = [...historyMessages(conversation), { role: "user", content: question }];
+  const turn = { question, answer: "", state: "streaming", sources: [], citations: [], timing: {} };
+  conversation.turns.push(turn);
+  if (!conversation.title) conversation.title = question.slice(0, 80);
+  const turnIndex = conversation.turns.length - 1;
+  const controller = new AbortController();
+  running = { controller, turn, conversation };
+  save();
+  render();
+  const li = els.turns.lastElementChild;
+  li.dataset.requestMessages = String(messages.length); // what this turn sent (read by tests)
+  li.scrollIntoView({ block: "end" });
+  const body = { messages };
+  const index = currentIndex();
+  if (index) body.index = index;
+  try {
+    let finished = false;
+    for await (const event of streamEvents("/v1/chat/stream", body, controller.signal)) {
+      if (event.error) throw new ApiError(0, event.error.type, event.error.message);
+      if (event.done) {
+        finished = true;
+        turn.sources = event.sources || [];
+        turn.citations = event.citations || [];
+        turn.abstained = Boolean(event.abstained);
+        if (typeof event.answer === "string") turn.answer = event.answer;
+        else if (event.abstained && event.content) turn.answer = event.content;
+        const m = event.metrics || {};
+        turn.timing.totalMs = performance.now() - started;
+        turn.timing.serverTtftMs = (m.ttft || 0) * 1000;
+        turn.timing.serverTotalMs = (m.total_latency || 0) * 1000;
+        turn.timing.outputTokens = m.output_tokens || 0;
+        turn.state = "done";
+        break;
+      }
+      if (typeof event.token === "string") {
+        turn.answer += event.token;
+        updateStreamingAnswer(li, turn, turnIndex);
+        if (turn.timing.firstTokenMs === undefined) {
+          turn.timing.firstTokenMs = -1; // measured once the token is painted
+          requestAnimationFrame(() => {
+            turn.timing.firstTokenMs = performance.now() - started;
+            li.dataset.firstTokenMs = String(Math.round(turn.timing.firstTokenMs));
+          });
+        }
+      }
+    }
+    if (!finished) throw new ApiError(0, "stream_ended", "The answer stream ended before the answer was complete.");
+  } catch (err) {
+    if (err.name === "AbortError") {
+      turn.state = "stopped";
+      turn.timing.totalMs = performance.now() - started;
+    } else {
+      turn.state = "error";
+      turn.error = err.type === "index_not_found"
+        ? "There are no documents in this index yet: add some on the Documents page." : (err.message || String(err));
+    }
+  } finally {
+    if (turn.timing.firstTokenMs === -1) delete turn.timing.firstTokenMs;
+    running = null;
+    save();
+    fillTurn(li, turn, turnIndex);
+    setRunning(false);
+    if (!document.activeElement || document.activeElement === document.body) els.question.focus();
+    onAnswered(turn);
+  }
+}
+
+function stop() {
+  if (running) running.controller.abort();
+}
+
+export function initChat(options) {
+  currentIndex = options.currentIndex;
+  onAnswered = options.onAnswered || onAnswered;
+  els = {
+    turns: document.getElementById("turns"),
+    empty: document.getElementById("chat-empty"),
+    form: document.getElementById("ask-form"),
+    question: document.getElementById("question"),
+    ask: document.getElementById("ask"),
+    stop: document.getElementById("stop"),
+    newConversation: document.getElementById("new-conversation"),
+    conversationList: document.getElementById("conversation-list"),
+  };
+  load();
+  els.form.addEventListener("submit", (event) => {
+    const started = performance.now(); // timings are from the click (or Enter) to what the page shows
+    event.preventDefault();
+    const question = els.question.value.trim();
+    if (!question || running) return;
+    els.question.value = "";
+    ask(question, started);
+  });
+  els.question.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      els.form.requestSubmit();
+    }
+  });
+  els.stop.addEventListener("click", stop);
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && running && !document.querySelector("dialog[open]")) stop();
+  });
+  els.newConversation.addEventListener("click", newConversation);
+  render();
+}

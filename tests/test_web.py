@@ -1,0 +1,432 @@
+"""The web app in a real browser (headless Chromium through Playwright) against a real ``rag serve``.
+
+One server (the example documents, short generations) and one browser serve most tests; each test gets a
+fresh browser context (its own localStorage). Two more servers start for what needs a fresh or a keyed one:
+the "loading models…" state, and the API key prompt. Screenshots go to ``test-artifacts/``.
+
+Chromium is Debian's (``apt-get install chromium``); Playwright's own browser download is not used. Without
+it the tests skip, except under CI (``CI=true``), where a missing browser is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from helpers import server_process
+from ingest.pipeline import ingest_paths
+from ingest.store.embedded import EmbeddedIndex
+from rag.core.settings import PROJECT_ROOT, Settings
+
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # reported by the `browser` fixture
+    expect = sync_playwright = None
+
+CHROMIUM = Path(os.environ.get("RAG_TEST_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+ARTIFACTS = PROJECT_ROOT / "test-artifacts"
+EXAMPLE_DOCS = PROJECT_ROOT / "examples" / "docs"
+MAX_TOKENS = "24"  # the servers' RAG_MAX_TOKENS: short generations keep the module fast
+API_KEY = "web-test-key-7f3a"
+ROLLO_QUESTION = "Who was Rollo, the leader of the Normans?"
+FOLLOW_UP = "Which king did he swear fealty to?"
+OFF_TOPIC_QUESTION = "What is the boiling point of liquid nitrogen on Jupiter's moons?"
+LONG_QUESTION = "Write a long, detailed essay about the history of the Normans, covering every century."
+ZORBLAT_TEXT = ("Zorblat festival notes\n\n"
+                "The Zorblat festival is held every March in Quintessa. "
+                "Visitors to the Zorblat festival eat purple dumplings and fly paper kites.\n")
+XSS_TEXT = ('# <img src=x onerror="window.__xss=1"> Qwerty notes\n\n'
+            "The Qwerty river flows north through Blorpland. <script>window.__xss=2</script> "
+            "It ends in the Blorp lake.\n")
+XSS_FILE_NAME = '<img src=x onerror="window.__xss=3">qwerty.md'
+CHAT_TIMEOUT_MS = 60_000
+
+# Records, in the page, every length the streaming answer had and every status text shown.
+RECORDER = """
+window.__answerLengths = [];
+window.__statusTexts = [];
+new MutationObserver(() => {
+  const streaming = document.querySelectorAll('.turn[data-state="streaming"] .answer-text');
+  if (streaming.length) window.__answerLengths.push(streaming[streaming.length - 1].textContent.length);
+  const status = document.getElementById('status-text');
+  const text = status && status.textContent;
+  if (text && window.__statusTexts[window.__statusTexts.length - 1] !== text) window.__statusTexts.push(text);
+}).observe(document, {subtree: true, childList: true, characterData: true});
+"""
+
+
+# --------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Debian Chromium. Missing: a skip with the reason, or a failure under CI."""
+    missing = None
+    if sync_playwright is None:
+        missing = "the playwright package is not installed (pip install -e '.[dev]')"
+    elif not CHROMIUM.is_file():
+        missing = f"no Chromium at {CHROMIUM} (apt-get install -y chromium)"
+    if missing:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"browser tests cannot run under CI: {missing}")
+        pytest.skip(f"browser tests need a browser: {missing}")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture(scope="module")
+def web_home(tmp_path_factory: pytest.TempPathFactory, settings: Settings, embedder) -> Path:
+    """A scratch home whose default index holds the example documents."""
+    home = tmp_path_factory.mktemp("web-home")
+    docs = home / "docs"
+    shutil.copytree(EXAMPLE_DOCS, docs)
+    paths = sorted(docs.glob("*.md"))
+    summary = ingest_paths(paths, EmbeddedIndex(settings.replace(home=home).index_path()), embedder, settings.chunk_tokens,
+                           settings.chunk_overlap)
+    assert summary.count("added") == len(paths), summary.as_dict()
+    return home
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("web-logs")
+
+
+@pytest.fixture(scope="module")
+def server(settings: Settings, web_home: Path, logs: Path):
+    with server_process(settings, web_home, logs / "serve.log", RAG_MAX_TOKENS=MAX_TOKENS) as base:
+        yield base
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh context (empty storage) and page; page errors fail the test."""
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    context.add_init_script(RECORDER)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.set_default_timeout(20_000)
+    yield page
+    context.close()
+    assert not errors, f"errors in the page: {errors}"
+
+
+def open_ready(page, base: str, path: str = "/"):
+    page.goto(base + path)
+    expect(page.locator("#status")).to_have_attribute("data-state", "ready")
+
+
+def ask(page, question: str):
+    """Type a question, send it with Enter, wait for the turn to finish; returns the turn's locator."""
+    turns = page.locator(".turn")
+    before = turns.count()
+    page.fill("#question", question)
+    page.press("#question", "Enter")
+    turn = turns.nth(before)
+    expect(turn).to_have_attribute("data-state", re.compile("done|error|stopped"), timeout=CHAT_TIMEOUT_MS)
+    assert turn.get_attribute("data-state") == "done", turn.inner_text()
+    return turn
+
+
+def screenshot(page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / name))
+
+
+def upload_via_picker(page, name: str, content: bytes, mime: str = "text/plain"):
+    page.set_input_files("#file-input", files=[{"name": name, "mimeType": mime, "buffer": content}])
+
+
+def upload_via_drop(page, name: str, content: str, mime: str = "text/markdown"):
+    """Drop a file on the drop zone, as a drag from the desktop does."""
+    page.evaluate("""([name, content, mime]) => {
+        const data = new DataTransfer();
+        data.items.add(new File([content], name, {type: mime}));
+        const zone = document.getElementById('dropzone');
+        for (const type of ['dragenter', 'dragover', 'drop']) {
+          zone.dispatchEvent(new DragEvent(type, {dataTransfer: data, bubbles: true, cancelable: true}));
+        }
+    }""", [name, content, mime])
+
+
+def document_row(page, text: str):
+    return page.locator("#documents-body tr", has_text=text)
+
+
+# --------------------------------------------------------------------------- chat
+def test_answer_streams_into_the_page_with_sources_and_citations(page, server: str):
+    open_ready(page, server)
+    expect(page.locator("#status-text")).to_contain_text(re.compile(r"3 documents · \d+ chunks"))
+    turn = ask(page, ROLLO_QUESTION)
+
+    lengths = page.evaluate("window.__answerLengths")
+    assert len(set(lengths)) >= 3 and lengths == sorted(lengths), f"the answer did not grow token by token: {lengths}"
+    answer = turn.locator(".answer-text").inner_text()
+    assert "Rollo" in answer, answer
+
+    sources = turn.locator("details.source")
+    assert sources.count() == 5
+    expect(sources.first.locator(".source-title")).to_have_text("Normans")
+    assert turn.locator("details.source mark").count() >= 1, "the sentences given to the model are highlighted"
+
+    first_token = int(turn.get_attribute("data-first-token-ms"))
+    total = int(turn.get_attribute("data-total-ms"))
+    server_ttft = int(turn.get_attribute("data-server-ttft-ms"))
+    assert 0 < first_token <= total and 0 < server_ttft <= first_token + 50, (first_token, total, server_ttft)
+    expect(turn.locator(".meta")).to_contain_text("first token")
+    print(f"\nclick→first token painted {first_token} ms, server TTFT {server_ttft} ms, total {total} ms")
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "timings.json").write_text(json.dumps(
+        {"page_first_token_ms": first_token, "server_ttft_ms": server_ttft, "page_total_ms": total}))
+
+    # A citation link opens and shows its source's passage.
+    citation = turn.locator("a.cite").first
+    number = citation.get_attribute("data-source")
+    source = turn.locator(f"details.source[data-number='{number}']")
+    expect(source).not_to_have_attribute("open", "")
+    citation.click()
+    expect(source).to_have_attribute("open", "")
+    expect(source.locator(".passage")).to_be_visible()
+    assert "Rollo" in source.locator(".passage").inner_text() or number != "1"
+    screenshot(page, "chat.png")
+
+
+def test_follow_up_sends_history_and_conversations_survive_reload(page, server: str):
+    open_ready(page, server)
+    ask(page, ROLLO_QUESTION)
+    with page.expect_request("**/v1/chat/stream") as request:
+        second = ask(page, FOLLOW_UP)
+    messages = request.value.post_data_json["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"], messages
+    assert messages[0]["content"] == ROLLO_QUESTION and messages[2]["content"] == FOLLOW_UP
+    assert messages[1]["content"] == page.locator(".turn").first.locator(".answer-text").inner_text()
+    assert second.get_attribute("data-request-messages") == "3"
+
+    page.reload()
+    expect(page.locator(".turn")).to_have_count(2)
+    expect(page.locator(".turn").nth(1).locator(".question")).to_contain_text(FOLLOW_UP)
+
+    page.click("#new-conversation")
+    expect(page.locator(".turn")).to_have_count(0)
+    with page.expect_request("**/v1/chat/stream") as request:
+        ask(page, ROLLO_QUESTION)
+    assert len(request.value.post_data_json["messages"]) == 1, "a new conversation starts without history"
+    earlier = page.locator("#conversation-list li", has_text=ROLLO_QUESTION[:20])
+    expect(earlier).to_have_count(2)
+    earlier.nth(1).locator(".conversation-open").click()
+    expect(page.locator(".turn")).to_have_count(2)
+
+
+def test_off_topic_question_shows_not_in_the_documents_with_closest_sources(page, server: str):
+    open_ready(page, server)
+    turn = ask(page, OFF_TOPIC_QUESTION)
+    assert turn.get_attribute("data-abstained") == "true"
+    expect(turn.locator(".abstained")).to_contain_text("Not in the documents")
+    expect(turn.locator(".sources-heading")).to_contain_text("Closest sources")
+    assert turn.locator("details.source").count() >= 1
+
+
+def test_stop_cancels_the_generation(page, server: str):
+    open_ready(page, server)
+
+    def long_answer(route):  # this one answer may run long, so that there is time to stop it
+        body = route.request.post_data_json
+        route.continue_(post_data=json.dumps({**body, "max_tokens": 400}))
+
+    page.route("**/v1/chat/stream", long_answer)
+    page.fill("#question", LONG_QUESTION)
+    page.press("#question", "Enter")
+    turn = page.locator(".turn").first
+    expect(turn.locator(".answer-text")).not_to_have_text("", timeout=CHAT_TIMEOUT_MS)
+    page.click("#stop")
+    expect(turn).to_have_attribute("data-state", "stopped")
+    expect(turn.locator(".meta")).to_contain_text("stopped")
+    expect(page.locator("#ask")).to_be_visible()
+    stopped_at = len(turn.locator(".answer-text").inner_text())
+    deadline = time.monotonic() + 10
+    while "rag_generation_queue_depth 0.0" not in httpx.get(f"{server}/metrics").text:
+        assert time.monotonic() < deadline, "the server kept generating after the page stopped"
+        time.sleep(0.1)
+    assert len(turn.locator(".answer-text").inner_text()) == stopped_at
+    page.unroute("**/v1/chat/stream")
+
+
+# --------------------------------------------------------------------------- documents
+def test_upload_list_ask_and_delete_a_document(page, server: str):
+    open_ready(page, server, "/documents")
+    expect(page.locator("#documents-body tr")).to_have_count(3)
+    upload_via_picker(page, "zorblat-notes.txt", ZORBLAT_TEXT.encode())
+    upload = page.locator(".upload", has_text="zorblat-notes.txt")
+    expect(upload).to_have_attribute("data-state", "added", timeout=CHAT_TIMEOUT_MS)
+    expect(upload.locator("progress")).to_have_attribute("value", "1")
+    expect(upload).to_contain_text("added")
+    expect(document_row(page, "zorblat-notes.txt")).to_have_count(1)
+    expect(page.locator("#documents-count")).to_have_text("(4)")
+
+    upload_via_picker(page, "zorblat-notes.txt", ZORBLAT_TEXT.encode())  # the same file again
+    expect(page.locator(".upload").first).to_have_attribute("data-state", "unchanged", timeout=CHAT_TIMEOUT_MS)
+    upload_via_picker(page, "empty.txt", b"")
+    expect(page.locator(".upload").first).to_have_attribute("data-state", "failed", timeout=CHAT_TIMEOUT_MS)
+    expect(page.locator(".upload").first.locator(".upload-status")).to_contain_text("failed: ")
+
+    page.fill("#documents-filter", "zorb")
+    expect(page.locator("#documents-body tr")).to_have_count(1)
+    expect(page.locator("#documents-count")).to_have_text("(1 of 4)")
+    page.fill("#documents-filter", "")
+    screenshot(page, "documents.png")
+
+    page.click("#tab-chat")
+    expect(page).to_have_url(re.compile(r"/$"))
+    turn = ask(page, "When is the Zorblat festival held?")
+    assert "March" in turn.locator(".answer-text").inner_text()
+    expect(turn.locator("details.source").first.locator(".source-path")).to_contain_text("zorblat-notes.txt")
+
+    page.click("#tab-documents")
+    row = document_row(page, "zorblat-notes.txt")
+    row.get_by_role("button", name=re.compile("Delete")).click()
+    expect(page.locator("#confirm-dialog")).to_be_visible()
+    expect(page.locator("#confirm-message")).to_contain_text("zorblat-notes.txt")
+    page.click("#confirm-cancel")
+    expect(row).to_have_count(1)
+    row.get_by_role("button", name=re.compile("Delete")).click()
+    page.click("#confirm-ok")
+    expect(row).to_have_count(0)
+    expect(page.locator("#documents-body tr")).to_have_count(3)
+    listed = httpx.get(f"{server}/v1/documents").json()["documents"]
+    assert not any("zorblat" in d["path"] for d in listed), listed
+
+
+def test_markup_in_documents_and_file_names_is_shown_as_text(page, server: str):
+    open_ready(page, server, "/documents")
+    upload_via_drop(page, XSS_FILE_NAME, XSS_TEXT)
+    upload = page.locator(".upload").first
+    expect(upload).to_have_attribute("data-state", "added", timeout=CHAT_TIMEOUT_MS)
+    expect(upload.locator(".upload-name")).to_have_text(XSS_FILE_NAME)
+    row = document_row(page, "Qwerty notes")
+    expect(row.locator(".title")).to_have_text('<img src=x onerror="window.__xss=1"> Qwerty notes')
+
+    page.click("#tab-chat")
+    turn = ask(page, "Where does the Qwerty river end?")
+    source = turn.locator("details.source", has_text="Qwerty notes").first
+    source.locator("summary").click()
+    expect(source.locator(".passage")).to_contain_text("<script>window.__xss=2</script>")
+    expect(source.locator(".source-title")).to_have_text('<img src=x onerror="window.__xss=1"> Qwerty notes')
+    assert page.evaluate("typeof window.__xss") == "undefined", "markup from a document ran in the page"
+    assert page.locator("img").count() == 0 and page.locator("main script").count() == 0
+
+    page.click("#tab-documents")
+    document_row(page, "Qwerty notes").get_by_role("button", name=re.compile("Delete")).click()
+    page.click("#confirm-ok")
+    expect(document_row(page, "Qwerty notes")).to_have_count(0)
+    assert page.evaluate("typeof window.__xss") == "undefined"
+
+
+def test_index_picker_appears_with_a_second_index_and_scopes_everything(page, server: str):
+    open_ready(page, server, "/documents")
+    expect(page.locator("#index-picker")).to_be_hidden()  # one index: nothing to pick
+    created = httpx.post(f"{server}/v1/documents?index=second", timeout=60,
+                         files={"data": ("zorblat-notes.txt", ZORBLAT_TEXT.encode(), "text/plain")})
+    assert created.status_code == 200, created.text
+    page.reload()
+    picker = page.locator("#index-select")
+    expect(picker).to_be_visible()
+    expect(picker).to_have_value("default")
+    expect(page.locator("#documents-body tr")).to_have_count(3)
+    picker.select_option("second")
+    expect(page.locator("#documents-body tr")).to_have_count(1)
+    expect(page.locator("#status-text")).to_contain_text("1 document · 1 chunk")
+    upload_via_picker(page, "qwerty.md", XSS_TEXT.encode(), "text/markdown")
+    expect(page.locator(".upload").first).to_have_attribute("data-state", "added", timeout=CHAT_TIMEOUT_MS)
+    expect(page.locator("#documents-body tr")).to_have_count(2)
+    assert len(httpx.get(f"{server}/v1/documents").json()["documents"]) == 3, "the default index is untouched"
+
+    page.click("#tab-chat")
+    with page.expect_request("**/v1/chat/stream") as request:
+        turn = ask(page, "When is the Zorblat festival held?")
+    assert request.value.post_data_json["index"] == "second"
+    for source in turn.locator(".source-path").all_text_contents():
+        assert "uploads/second/" in source, source
+    page.reload()
+    expect(page.locator("#index-select")).to_have_value("second")  # the choice is remembered
+
+
+def test_narrow_screen(page, server: str):
+    page.set_viewport_size({"width": 390, "height": 844})
+    open_ready(page, server)
+    turn = ask(page, ROLLO_QUESTION)
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the page scrolls sideways on a phone ({width} px wide)"
+    turn.locator("a.cite").first.click()
+    screenshot(page, "chat-narrow.png")
+
+
+# --------------------------------------------------------------------------- loading and auth
+def test_loading_models_is_shown_until_the_server_is_ready(page, settings: Settings, web_home: Path, logs: Path):
+    with server_process(settings, web_home, logs / "loading.log", wait_ready=False,
+                        RAG_MAX_TOKENS=MAX_TOKENS) as base:
+        assert httpx.get(f"{base}/healthz").status_code == 503, "the models loaded before the page could look"
+        page.goto(base + "/")
+        expect(page.locator("#status")).to_have_attribute("data-state", "ready", timeout=60_000)
+        expect(page.locator("#status-text")).to_contain_text("ready · 3 documents")
+        seen = page.evaluate("window.__statusTexts")
+        assert "loading models…" in seen, seen
+        ask(page, ROLLO_QUESTION)
+
+
+@pytest.fixture(scope="module")
+def keyed_server(settings: Settings, web_home: Path, logs: Path):
+    with server_process(settings, web_home, logs / "keyed.log", RAG_MAX_TOKENS=MAX_TOKENS,
+                        RAG_API_KEY=API_KEY) as base:
+        yield base
+
+
+def test_page_and_assets_load_without_the_key_but_the_api_needs_it(keyed_server: str):
+    page = httpx.get(keyed_server + "/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    for path in ("/documents", "/static/app.js", "/static/style.css"):
+        assert httpx.get(keyed_server + path).status_code == 200, path
+    assert httpx.head(keyed_server + "/static/app.js").status_code == 200
+    for path in ("/v1/documents", "/v1/indexes", "/schema/openapi.json", "/metrics"):
+        assert httpx.get(keyed_server + path).status_code == 401, path
+    for path in ("/", "/documents", "/static/app.js"):  # only GET and HEAD are open; the rest is refused
+        assert httpx.post(keyed_server + path).status_code in (401, 405), path
+    # A path that leaves /static/ is not served from it, nor from the API.
+    with httpx.Client(base_url=keyed_server) as client:
+        escaped = client.send(client.build_request("GET", "/static/../v1/indexes"))
+        assert escaped.status_code in (401, 404), escaped.text
+        assert '"indexes"' not in escaped.text
+    listed = httpx.get(keyed_server + "/v1/indexes", headers={"Authorization": f"Bearer {API_KEY}"})
+    assert listed.status_code == 200 and listed.json()["indexes"][0]["name"] == "default", listed.text
+
+
+def test_api_key_is_asked_for_and_a_wrong_one_is_explained(page, keyed_server: str):
+    page.goto(keyed_server + "/")
+    dialog = page.locator("#key-dialog")
+    expect(dialog).to_be_visible()
+    expect(page.locator("#key-message")).to_contain_text("needs an API key")
+    page.fill("#key-input", "not-the-key")
+    page.press("#key-input", "Enter")
+    expect(page.locator("#key-message")).to_contain_text("was not accepted")
+    expect(dialog).to_be_visible()
+    page.fill("#key-input", API_KEY)
+    page.click("#key-submit")
+    expect(dialog).to_be_hidden()
+    expect(page.locator("#status")).to_have_attribute("data-state", "ready", timeout=60_000)
+    turn = ask(page, ROLLO_QUESTION)
+    assert turn.locator("details.source").count() == 5
+    assert page.evaluate("sessionStorage.getItem('rag.apiKey')") == API_KEY
+    page.click("#tab-documents")
+    expect(page.locator("#documents-body tr")).to_have_count(3)
