@@ -53,7 +53,7 @@ def load_questions(path: Path) -> list[dict]:
 
 
 def evaluate(settings: Settings, questions_file: Path, docs: Path, index: str | None, top_k: int,
-             answers: int, seed: int, log: Callable[..., None] = print) -> dict:
+             answers: int, seed: int, log: Callable[..., None] = print, followups: int = 0) -> dict:
     questions = load_questions(questions_file)
     models = Models.load(settings)
     with tempfile.TemporaryDirectory(prefix="rag-eval-") as scratch:
@@ -67,6 +67,9 @@ def evaluate(settings: Settings, questions_file: Path, docs: Path, index: str | 
             service = answer_service(settings, models, store=store)
         try:
             report = retrieval_report(service.retriever(), questions, top_k, log)
+            if followups > 0:
+                log(f"follow-up retrieval over {followups} two-turn conversations")
+                report.update(followup_report(service.retriever(), followup_pairs(questions, followups, seed), top_k))
             if answers > 0:
                 report.update(answer_report(service, questions, top_k, answers, seed, log))
         finally:
@@ -128,3 +131,70 @@ def answer_report(service: AnswerService, questions: list[dict], top_k: int, n: 
         "total_ms_p50": percentile(total, 50) or 0.0, "total_ms_p95": percentile(total, 95) or 0.0,
         "sample_failures": failures[:10],
     }
+
+
+# --------------------------------------------------------------------------- follow-up questions
+# A name: capitalised words (with "of"/"de"/"the" inside), optionally after "the", standing as whole words.
+CAPITALISED_SPAN = re.compile(r"(?<![\w.])(?:(?:the|The) )?[A-Z][\w'-]*(?: (?:of |de |the )?[A-Z][\w'-]*)*(?![\w.]\w)")
+
+
+def followup_pairs(questions: list[dict], n: int, seed: int) -> list[dict]:
+    """Conversations of two turns built from SQuAD: two answerable questions on one paragraph, the second
+    rewritten as a follow-up by putting a pronoun in place of the name it shares with the first question
+    or the article's title ("When did Rollo die?" after a question on Rollo -> "When did he die?").
+    Each pair keeps the original second question, so retrieval can be compared with the full name, with
+    the pronoun alone, and with the pronoun plus the conversation."""
+    by_paragraph: dict[tuple, list[dict]] = {}
+    for q in answerable(questions):
+        by_paragraph.setdefault((q.get("document"), q.get("paragraph")), []).append(q)
+    pairs = []
+    for group in by_paragraph.values():
+        for first, second in zip(group, group[1:]):
+            followup = pronoun_followup(second["question"], first["question"], second.get("title", ""))
+            if followup:
+                pairs.append({"first": first["question"], "original": second["question"], "followup": followup,
+                              "answers": second["answers"], "document": second.get("document")})
+    rng = random.Random(seed)
+    pairs = rng.sample(pairs, min(n, len(pairs)))
+    for pair in pairs:  # a change of topic: the same second question after one on another article
+        pair["unrelated_first"] = rng.choice([q["question"] for q in answerable(questions)
+                                             if q.get("document") != pair["document"]])
+    return pairs
+
+
+def pronoun_followup(question: str, earlier: str, title: str) -> str | None:
+    """``question`` with its longest name shared with ``earlier`` or ``title`` replaced by a pronoun, or
+    None when it names nothing they name (no follow-up can be made of it)."""
+    in_earlier = set(re.findall(r"\w+", earlier.lower()))
+    known = in_earlier | set(re.findall(r"\w+", title.lower()))
+
+    def words(text: str) -> set[str]:
+        return set(re.findall(r"\w+", text.lower())) - {"the", "of", "de"}
+
+    spans = [m for m in CAPITALISED_SPAN.finditer(question) if m.start() > 0 and words(m.group()) <= known]
+    if not spans:
+        return None
+    # The name the earlier question used, else the title's; the longest of those.
+    span = max(spans, key=lambda m: (words(m.group()) <= in_earlier, len(m.group())))
+    name = re.sub(r"^(?:the|The) ", "", span.group())
+    pronoun = "they" if name.endswith("s") and not name.endswith("ss") else "it"
+    return (question[:span.start()] + pronoun + question[span.end():]).strip()
+
+
+def followup_report(retriever, pairs: list[dict], top_k: int) -> dict:
+    """Retrieval recall@k of the second turn: with the name, with the pronoun alone (retrieval on the last
+    message only), and with the pronoun plus the conversation (history-aware retrieval); and, as a control,
+    the named question after a question on another article, alone and with that history."""
+    found = {"original": 0, "followup_alone": 0, "followup_with_history": 0, "topic_change_with_history": 0}
+    for pair in pairs:
+        runs = {"original": (pair["original"], ()), "followup_alone": (pair["followup"], ()),
+                "followup_with_history": (pair["followup"], (pair["first"],)),
+                "topic_change_with_history": (pair["original"], (pair["unrelated_first"],))}
+        for name, (question, history) in runs.items():
+            hits = retriever.retrieve(question, top_k, history=history).hits
+            found[name] += any(_from_document(h.chunk.path, pair.get("document"))
+                               and contains_answer(h.chunk.text, pair["answers"]) for h in hits)
+    n = max(1, len(pairs))
+    return {"followup_pairs": len(pairs),
+            **{f"followup_recall@{top_k}_{name}": count / n for name, count in found.items()},
+            "followup_examples": pairs[:3]}

@@ -592,3 +592,35 @@ def test_ask_cli_prints_sources_literally(settings: Settings, embedder, tmp_path
     assert "Rocket [/bold] notes :rocket: [red]x" in source_line
     assert str(docs / "rocket :x:.md") in source_line
     assert "\N{ROCKET}" not in proc.stdout and "\N{CROSS MARK}" not in proc.stdout
+
+
+# --------------------------------------------------------------------------- follow-up questions
+def test_followup_retrieves_with_the_conversation(retriever: Retriever, service: AnswerService):
+    first, followup = "Where was the first settlement in Victoria?", "When was it first settled?"
+    alone = retriever.retrieve(followup, 1).hits[0]
+    assert "1803" not in alone.chunk.text  # the pronoun alone does not find the passage
+    with_history = retriever.retrieve(followup, 1, history=(first,)).hits[0]
+    assert "1803" in with_history.chunk.text and with_history.chunk.path.endswith("victoria_australia.md")
+    # The same through the answer flow: a conversation's earlier question reaches retrieval.
+    messages = [{"role": "user", "content": first}, {"role": "assistant", "content": "In Victoria."},
+                {"role": "user", "content": followup}]
+    request = AnswerRequest.conversation(messages, options=options(top_k=1))
+    assert request.history == (first,)
+    assert "1803" in service.prepare(request).retrieval.hits[0].chunk.text
+
+
+def test_topic_change_is_not_pulled_back_to_the_earlier_question(retriever: Retriever):
+    question = "Who was the leader of the Normans who swore fealty to King Charles III?"
+    hits = retriever.retrieve(question, 3, history=("What percentage of Victorians are Christian?",)).hits
+    assert "Rollo" in hits[0].chunk.text
+
+
+def test_followup_pairs_replace_a_shared_name_with_a_pronoun():
+    from rag.evaluate import followup_pairs, load_questions, pronoun_followup
+
+    assert pronoun_followup("When did Edward return?", "Who was Edward's brother?", "Normans") == "When did it return?"
+    assert pronoun_followup("What did the Normans build?", "Who led the Normans?", "") == "What did they build?"
+    assert pronoun_followup("What is the capital?", "Who led the Normans?", "Normans") is None
+    pairs = followup_pairs(load_questions(SQUAD_QUESTIONS), 50, seed=0)
+    assert len(pairs) == 50 and all(p["followup"] != p["original"] for p in pairs)
+    assert all(p["unrelated_first"] and p["document"] for p in pairs)

@@ -15,6 +15,7 @@ from rag.core.errors import DocumentNotFoundError
 
 RRF_K = 60  # the usual constant from Cormack et al.; rank differences matter, scores don't
 CANDIDATES_PER_SIDE = 4  # each side proposes k * this many before fusion
+HISTORY_QUESTIONS = 2  # earlier user questions folded into a follow-up's retrieval query
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Retrieval:
     embed_ms: float
     search_ms: float
     query_vector: np.ndarray  # reused to score sentences during compression
+    query: str  # what was searched: the question, or a follow-up folded into the earlier questions
 
 
 def rrf_fuse(rankings: Sequence[Sequence[int]], k: int, rrf_k: int = RRF_K) -> list[tuple[int, float]]:
@@ -50,22 +52,33 @@ class Retriever:
         self.embedder = embedder
 
     def retrieve(self, question: str, k: int = 5, doc_ids: Sequence[str] | None = None,
-                 mode: str = "hybrid") -> Retrieval:
+                 mode: str = "hybrid", history: Sequence[str] = ()) -> Retrieval:
+        """The top ``k`` chunks for ``question``. With ``history`` (the conversation's earlier questions) a
+        follow-up such as "and when did he die?" is searched both alone and folded into the last
+        questions, and the rankings are fused: the folded query finds what the pronoun refers to, the
+        question alone keeps a change of topic from being pulled back to the old one."""
         start = time.perf_counter()
         doc_ids = self.resolve_documents(doc_ids) if doc_ids else None
-        query = self.embedder.embed_query(question)
+        queries = [question]
+        if history:
+            queries.append(" ".join([*history[-HISTORY_QUESTIONS:], question]))
+        vectors = self.embedder.embed(queries)
         embedded = time.perf_counter()
         pool = max(k * CANDIDATES_PER_SIDE, 20)
-        dense = self.reader.dense_search(query, pool, doc_ids) if mode != "lexical" else []
-        lexical = self.reader.lexical_search(question, pool, doc_ids) if mode != "dense" else []
-        fused = rrf_fuse([[i for i, _ in dense], [i for i, _ in lexical]], k)
+        dense_lists = [self.reader.dense_search(v, pool, doc_ids) if mode != "lexical" else [] for v in vectors]
+        lexical_lists = [self.reader.lexical_search(q, pool, doc_ids) if mode != "dense" else [] for q in queries]
+        fused = rrf_fuse([[i for i, _ in ranked] for ranked in dense_lists + lexical_lists], k)
         records = self.reader.chunks(i for i, _ in fused)
-        dense_scores, lexical_scores = dict(dense), dict(lexical)
+        dense_scores: dict[int, float] = {}
+        lexical_scores: dict[int, float] = {}
+        for ranked, scores in [(r, dense_scores) for r in dense_lists] + [(r, lexical_scores) for r in lexical_lists]:
+            for i, score in ranked:
+                scores[i] = max(score, scores.get(i, score))
         hits = [Hit(records[i], score, dense_scores.get(i), lexical_scores.get(i))
                 for i, score in fused if i in records]  # a concurrent delete may have removed a chunk
         done = time.perf_counter()
-        best = max((s for _, s in dense), default=0.0)
-        return Retrieval(hits, best, (embedded - start) * 1000, (done - embedded) * 1000, query)
+        best = max((s for ranked in dense_lists for _, s in ranked), default=0.0)
+        return Retrieval(hits, best, (embedded - start) * 1000, (done - embedded) * 1000, vectors[-1], queries[-1])
 
     def resolve_documents(self, ids_or_paths: Sequence[str]) -> list[str]:
         """Document ids for a filter given as ids or paths; an unknown one is an error, not an empty search."""

@@ -84,6 +84,12 @@ class AnswerRequest:
     use_context: bool = True  # False: plain chat with the model, no retrieval
     options: AnswerOptions = field(default_factory=AnswerOptions)
 
+    @property
+    def history(self) -> tuple[str, ...]:
+        """The conversation's earlier user questions (retrieval folds a follow-up into them)."""
+        users = [m["content"] for m in self.messages if m["role"] == "user" and m["content"].strip()]
+        return tuple(users[:-1])
+
     @classmethod
     def conversation(cls, messages: Sequence[Message], **kwargs: Any) -> "AnswerRequest":
         question = next((m["content"] for m in reversed(messages)
@@ -146,14 +152,15 @@ class AnswerService:
             messages = request.messages or ({"role": "user", "content": question},)
             return PreparedAnswer(request, question, None, [], self.generator.prompt(messages), started, 0.0)
         question = self.validate_question(request.question)
-        retrieval = self.retriever(request.index).retrieve(question, options.top_k, options.documents)
+        retrieval = self.retriever(request.index).retrieve(question, options.top_k, options.documents,
+                                                           history=request.history)
         t0 = time.perf_counter()
         passages: list[Passage] = []
         prompt = None
         if retrieval.hits and retrieval.best_dense >= options.abstain_threshold:
             sentences = candidate_sentences([h.chunk.text for h in retrieval.hits])
             vectors = self.embedder.embed([s.text for s in sentences]) if options.sentence_vectors else None
-            scores = score_sentences(question, retrieval.query_vector, sentences, vectors)
+            scores = score_sentences(retrieval.query, retrieval.query_vector, sentences, vectors)
             passages = select_passages(sentences, scores, self.generator.count_tokens, options.context_tokens)
             prompt = self.generator.prompt(build_messages(question, passages))
         return PreparedAnswer(request, question, retrieval, passages, prompt, started,

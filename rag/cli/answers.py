@@ -72,18 +72,20 @@ def ask_cmd(ctx: click.Context, question: str, index: str | None, top_k: int | N
 @index_option("Use this existing index instead of a scratch one.")
 @click.option("--k", "top_k", type=int, default=5, show_default=True)
 @click.option("--answers", type=int, default=0, help="Also answer N answerable + N unanswerable questions.")
+@click.option("--followups", type=click.IntRange(0), default=0,
+              help="Also measure follow-up retrieval on N two-turn conversations built from the set.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @json_option()
 @click.pass_context
 @handle_errors
 def eval_cmd(ctx: click.Context, questions: Path, docs: Path, index: str | None, top_k: int, answers: int,
-             seed: int, as_json: bool) -> None:
+             followups: int, seed: int, as_json: bool) -> None:
     """Retrieval recall@k and answer accuracy / abstention / latency on a QA set."""
     from rag.evaluate import evaluate
 
     settings = settings_from(ctx)
     report = evaluate(settings, questions, docs, index, top_k, answers, seed,
-                      log=lambda message: console.log(literal(message)))
+                      log=lambda message: console.log(literal(message)), followups=followups)
     if as_json:
         print_json(report)
         return
