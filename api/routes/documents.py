@@ -16,6 +16,7 @@ from litestar.params import Body, FromPath, FromQuery
 
 from api.protocol import UploadForm
 from api.state import AppState
+from ingest.formats.options import LoadOptions
 from ingest.loaders import load_document
 from ingest.pipeline import FileOutcome, delete_document, ingest_paths
 from ingest.store import IndexReader, normalise_path
@@ -46,11 +47,12 @@ class StagedUpload:
 def outcome_body(outcome: FileOutcome) -> dict:
     """One file's line in the upload response."""
     return {"file": Path(outcome.path).name, "status": outcome.status, "document_id": outcome.document_id,
-            "chunks": outcome.chunks, "reason": outcome.reason, "reason_type": outcome.reason_type}
+            "chunks": outcome.chunks, "reason": outcome.reason, "reason_type": outcome.reason_type,
+            "warning": outcome.warning}
 
 
 def ingest_uploads(uploads: list[StagedUpload], index_root: Path, embedder, chunk_tokens: int,
-                   chunk_overlap: int) -> list[FileOutcome]:
+                   chunk_overlap: int, load_options: LoadOptions | None = None) -> list[FileOutcome]:
     """Move the uploads into place and ingest them. A file that then fails to ingest, or every file when
     the ingest itself fails (e.g. the index is locked), gets its previous stored version back."""
     previous: dict[Path, Path] = {}
@@ -70,7 +72,7 @@ def ingest_uploads(uploads: list[StagedUpload], index_root: Path, embedder, chun
                 previous[upload.final] = kept
             upload.staged.replace(upload.final)
             moved.append(upload.final)
-        summary = ingest_paths(moved, index_root, embedder, chunk_tokens, chunk_overlap)
+        summary = ingest_paths(moved, index_root, embedder, chunk_tokens, chunk_overlap, load_options=load_options)
     except BaseException:
         for final in moved + list(previous.keys() - set(moved)):  # the rest: moved aside, upload not in place
             restore(final)
@@ -118,7 +120,8 @@ class DocumentsController(Controller):
             staged = folder / f".incoming-{uuid.uuid4().hex}-{filename}"
             staged.write_bytes(content)
             try:
-                await anyio.to_thread.run_sync(load_document, folder / filename, content)
+                await anyio.to_thread.run_sync(load_document, folder / filename, content,
+                                               LoadOptions.from_settings(app.settings))
             except UnprocessableDocumentError as exc:
                 staged.unlink(missing_ok=True)
                 outcomes.append(FileOutcome(filename, "failed", reason_type=exc.error_type, reason=exc.message))
@@ -129,7 +132,8 @@ class DocumentsController(Controller):
                 # One upload at a time per index: a second one must not move files while the first may restore.
                 with app.uploads_lock(name):
                     return ingest_uploads(accepted, app.settings.index_path(name), models.embedder,
-                                          app.settings.chunk_tokens, app.settings.chunk_overlap)
+                                          app.settings.chunk_tokens, app.settings.chunk_overlap,
+                                          LoadOptions.from_settings(app.settings))
 
             outcomes += await anyio.to_thread.run_sync(ingest)
         ok = [o for o in outcomes if o.status in ("added", "updated", "unchanged")]
