@@ -335,6 +335,22 @@ def test_time_limit_stops_a_file_and_the_run_goes_on(scans, embedder, tesseract,
     assert elapsed < 30
 
 
+def test_without_a_loader_process_files_load_in_process(made, monkeypatch, caplog):
+    """Where no child process can be spawned (e.g. a main module read from stdin), the run still loads."""
+    from ingest.formats import worker
+
+    def refuse(*args, **kwargs):
+        raise OSError("no processes here")
+
+    monkeypatch.setattr(worker.multiprocessing, "get_context", refuse)
+    with worker.FileLoader(LoadOptions()) as loader:
+        assert loader.load(made / "review.pptx", (made / "review.pptx").read_bytes()).pages == 3
+        assert loader.load(made / "lab.xlsx", (made / "lab.xlsx").read_bytes()).kind == "xlsx"
+    assert [r.message for r in caplog.records].count(
+        "cannot start the file loader process (OSError: no processes here); files load in-process, where "
+        "load_timeout_s is only checked between pages and rows") == 1
+
+
 # --------------------------------------------------------------------------- ingest: attachments, OCR counts, retrieval
 @pytest.fixture(scope="session")
 def all_formats(made, scans, tmp_path_factory) -> Path:

@@ -11,6 +11,7 @@ in their loops, which gives the same message sooner; the kill is the backstop. P
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from ingest.formats.registry import needs_isolation
 from ingest.loaders import BrokenDocument, LoadedDocument, load_document
 from rag.errors import UnprocessableDocumentError
 
+log = logging.getLogger(__name__)
 GRACE_S = 5.0  # beyond load_timeout_s: the loader's own deadline check should fire first
 START_TIMEOUT_S = 120.0
 
@@ -56,6 +58,7 @@ class FileLoader:
         self.progress = progress
         self._proc: Any = None
         self._conn: Any = None
+        self._in_process = False  # set when no loader process can be started here
 
     def __enter__(self) -> "FileLoader":
         return self
@@ -65,14 +68,14 @@ class FileLoader:
 
     def load(self, path: Path, data: bytes, progress: PageProgress | None = None) -> LoadedDocument:
         progress = progress or self.progress
-        if self.options.load_timeout_s <= 0 or not needs_isolation(path):
+        if self.options.load_timeout_s <= 0 or not needs_isolation(path) or not self._start():
             return load_document(path, data, self.options, progress)
-        self._start()
         try:
             self._conn.send((Path(path), data, self.options))
         except (BrokenPipeError, EOFError, OSError):  # the child died since the last file: once more
             self._kill()
-            self._start()
+            if not self._start():
+                return load_document(path, data, self.options, progress)
             self._conn.send((Path(path), data, self.options))
         deadline = time.monotonic() + self.options.load_timeout_s + GRACE_S
         while True:
@@ -95,19 +98,30 @@ class FileLoader:
                 raise message[1]
             return message[1]
 
-    def _start(self) -> None:
+    def _start(self) -> bool:
+        """A running loader process; False (files then load in-process, with the loaders' own deadline
+        checks only) when none can be started, e.g. when the main module cannot be re-imported."""
+        if self._in_process:
+            return False
         if self._proc is not None and self._proc.is_alive():
-            return
-        context = multiprocessing.get_context("spawn")
-        parent, child = context.Pipe()
-        proc = context.Process(target=_serve, args=(child,), name="rag-file-loader", daemon=True)
-        proc.start()
-        child.close()
-        self._proc, self._conn = proc, parent
-        if not parent.poll(START_TIMEOUT_S):
+            return True
+        try:
+            context = multiprocessing.get_context("spawn")
+            parent, child = context.Pipe()
+            proc = context.Process(target=_serve, args=(child,), name="rag-file-loader", daemon=True)
+            proc.start()
+            child.close()
+            self._proc, self._conn = proc, parent
+            if not parent.poll(START_TIMEOUT_S):
+                raise TimeoutError(f"no answer in {START_TIMEOUT_S:g} s")
+            parent.recv()
+            return True
+        except Exception as exc:
             self._kill()
-            raise RuntimeError("the file loader process did not start")
-        parent.recv()
+            self._in_process = True
+            log.warning("cannot start the file loader process (%s: %s); files load in-process, where "
+                        "load_timeout_s is only checked between pages and rows", type(exc).__name__, exc)
+            return False
 
     def _kill(self) -> None:
         proc, conn = self._proc, self._conn
