@@ -213,3 +213,12 @@ def word_recall(expected: str, got: str) -> float:
     want = Counter(re.findall(r"\w+", expected.lower()))
     have = Counter(re.findall(r"\w+", got.lower()))
     return sum(min(n, have[w]) for w, n in want.items()) / sum(want.values())
+
+
+def stuck_loader(conn) -> None:
+    """A loader process that takes a file and never answers: stands in for a parser stuck in C code."""
+    import time
+
+    conn.send(("ready",))
+    conn.recv()
+    time.sleep(3600)

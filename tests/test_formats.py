@@ -335,6 +335,23 @@ def test_time_limit_stops_a_file_and_the_run_goes_on(scans, embedder, tesseract,
     assert elapsed < 30
 
 
+def test_a_stuck_loader_process_is_killed_and_replaced(made, monkeypatch):
+    """The backstop for a parser that never returns to Python: the process is killed at the limit."""
+    from format_fixtures import stuck_loader
+    from ingest.formats import worker
+
+    monkeypatch.setattr(worker, "GRACE_S", 0.5)
+    with worker.FileLoader(LoadOptions(load_timeout_s=1)) as loader:
+        monkeypatch.setattr(worker, "_serve", stuck_loader)
+        start = time.perf_counter()
+        with pytest.raises(UnprocessableDocumentError, match=r"took longer than 1 s to load") as info:
+            loader.load(made / "review.pptx", (made / "review.pptx").read_bytes())
+        assert info.value.error_type == "load_timeout" and time.perf_counter() - start < 10
+        assert loader._proc is None  # killed
+        monkeypatch.undo()
+        assert loader.load(made / "review.pptx", (made / "review.pptx").read_bytes()).pages == 3  # a new one
+
+
 def test_without_a_loader_process_files_load_in_process(made, monkeypatch, caplog):
     """Where no child process can be spawned (e.g. a main module read from stdin), the run still loads."""
     from ingest.formats import worker
