@@ -144,6 +144,13 @@ def test_chunks_of_a_sheet_split_between_rows(made, embedder_tokenizer):
         assert chunk.text.startswith("Id: ") and chunk.text.split("\n")[-1].startswith("Notes: ")
 
 
+def test_epub_chapters(tmp_path):
+    doc = load_document(FIXTURES / "lo-book.epub")  # LibreOffice's EPUB export
+    _consistent(doc)
+    assert doc.kind == "epub" and doc.title == "The lighthouse almanac" and doc.pages is None
+    assert doc.text.endswith("The lamp burned colza oil until the keepers switched to paraffin in 1869.")
+
+
 def test_eml_headers_body_and_attachment(made):
     doc = load_document(made / "samples.eml")
     _consistent(doc)
@@ -447,6 +454,7 @@ QUESTIONS = [  # (question, file, page, section)
     ("When is oxalic acid applied against varroa?", "lo-report.docx", None, "Varroa treatment"),
     ("What time does the last ferry depart from November?", "lo-slides.pptx", 2, "Winter service"),
     ("How deep is Wastwater?", "lo-lakes.xlsx", None, "lo-lakes"),
+    ("What oil did the lamp burn before paraffin?", "lo-book.epub", None, None),
 ]
 
 

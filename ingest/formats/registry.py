@@ -43,6 +43,7 @@ FORMATS: tuple[Format, ...] = (
     Format("xlsx", (".xlsx", ".xlsm"), "ingest.formats.sheets:load_xlsx", "zip", True, "xl/workbook.xml"),
     Format("csv", (".csv", ".tsv"), "ingest.formats.sheets:load_csv", "text", False),
     Format("eml", (".eml",), "ingest.formats.mail:load_eml", "text", False),
+    Format("epub", (".epub",), "ingest.formats.ebook:load_epub", "zip", True, "META-INF/container.xml"),
     Format("image", (".png", ".jpg", ".jpeg", ".tif", ".tiff"), "ingest.formats.ocr:load_image", "image", True),
 )
 BY_SUFFIX: dict[str, Format] = {suffix: f for f in FORMATS for suffix in f.suffixes}
@@ -53,7 +54,7 @@ _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # legacy .doc / .xls / .ppt
 _IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"II*\x00", b"MM\x00*")
 _ODF_KINDS = {"application/vnd.oasis.opendocument.text": ".odt",
               "application/vnd.oasis.opendocument.presentation": ".odp",
-              "application/vnd.oasis.opendocument.spreadsheet": ".ods", "application/epub+zip": ".epub"}
+              "application/vnd.oasis.opendocument.spreadsheet": ".ods"}
 
 
 def format_for(path: Path) -> Format | None:
