@@ -244,14 +244,18 @@ def test_unknown_ocr_language_is_reported(scans, tesseract):
         load_document(scans / "scan.pdf", options=LoadOptions(ocr_languages="eng+xx-not-a-language"))
 
 
-def test_image_only_pdfs_of_the_corpus(tesseract):
-    """The corpus's image-only PDFs hold photos and 4-pt placeholder images, no writing: OCR runs and says so."""
+def test_image_pdfs_of_the_corpus(tesseract):
+    """The corpus's image-only PDFs hold photos and 4-pt placeholder images, no writing: OCR runs and says so.
+    base64image.pdf has only an annotator's banner as text layer over a captioned picture: the caption is read."""
     pdfs = PROJECT_ROOT.parent / "shared" / "data" / "pdfs"
     if not pdfs.is_dir():
         pytest.skip(f"PDF corpus not found at {pdfs}")
     for name in ("grayscale-image.pdf", "cmyk-image.pdf"):
-        with pytest.raises(NoExtractableText, match=r"OCR found no text"):
+        with pytest.raises(NoExtractableText, match=r"OCR found no text on page 1"):
             load_document(pdfs / name)
+    meme = load_document(pdfs / "base64image.pdf")
+    assert meme.ocr_pages == 1 and meme.sections[0].text.startswith("Produced with a Trial Version of PDF Annotator")
+    assert "assign it to yourself, fix the issue and close it" in meme.text
 
 
 def test_pdfium_reads_what_pypdf_cannot(monkeypatch):

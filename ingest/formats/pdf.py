@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from PIL.Image import Image
     from pypdf import PdfReader
 
+# A page whose text layer is this short and which is mostly picture (a scan with a stamped header, an
+# annotator's banner over a scanned page) is OCR'd too; its OCR text follows the text layer.
+THIN_TEXT_CHARS = 200
+IMAGE_SHARE_FOR_OCR = 0.2
+
 
 def load_pdf(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
     if not data:
@@ -40,8 +45,9 @@ def load_pdf(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
         raise BrokenDocument(f"broken PDF: text extraction failed on every page ({failures[0]})")
 
     missing = [n for n, text in enumerate(texts, 1) if not text]
-    if missing:
-        texts = _ocr_missing(data, texts, missing, ctx)
+    thin = [n for n, text in enumerate(texts, 1) if text and len(text) < THIN_TEXT_CHARS]
+    if missing or thin:
+        texts = _ocr_missing(data, texts, missing, thin, ctx)
     parts = [(n, None, text) for n, text in enumerate(texts, 1) if text]
     if not parts:
         raise NoExtractableText(f"no extractable text (image-only PDF: OCR found no text on {page_list(missing)})")
@@ -117,14 +123,17 @@ def _pdfium_text(pdf, index: int) -> str:
         page.close()
 
 
-def _ocr_missing(data: bytes, texts: list[str], missing: list[int], ctx: LoadContext) -> list[str]:
-    """Fill the pages without a text layer: PDFium's text where pypdf found none, else OCR."""
+def _ocr_missing(data: bytes, texts: list[str], missing: list[int], thin: list[int], ctx: LoadContext) -> list[str]:
+    """Fill the pages without a text layer (PDFium's text where pypdf found none, else OCR), and add OCR
+    text to pages with a thin text layer over a large picture."""
     import pypdfium2
 
     texts = list(texts)
     try:
         pdf = pypdfium2.PdfDocument(data)
     except Exception as exc:
+        if not missing:
+            return texts
         ctx.warnings.append(f"{page_list(missing)} without text, and pypdfium2 cannot render the file "
                             f"for OCR ({_describe(exc)})")
         return _no_ocr(texts, missing, None)
@@ -133,11 +142,14 @@ def _ocr_missing(data: bytes, texts: list[str], missing: list[int], ctx: LoadCon
             ctx.check_time()
             texts[number - 1] = _pdfium_text(pdf, number - 1)
         scanned = [n for n in missing if not texts[n - 1]]
-        if not scanned:
+        pictured = [n for n in thin if _image_share(pdf, n - 1) >= IMAGE_SHARE_FOR_OCR]
+        if not scanned and not pictured:
             return texts
         problem = tesseract_problem(ctx)
         if problem:
-            return _no_ocr(texts, scanned, problem, ctx)
+            return _no_ocr(texts, scanned, problem, ctx) if scanned else texts
+        under_text = {n: texts[n - 1] for n in pictured}
+        scanned = sorted(scanned + pictured)
 
         def rendered() -> Iterator[tuple[int, "Image"]]:
             for number in scanned:
@@ -149,10 +161,28 @@ def _ocr_missing(data: bytes, texts: list[str], missing: list[int], ctx: LoadCon
                     page.close()
 
         for number, text in ocr_images(rendered(), len(scanned), ctx).items():
-            texts[number - 1] = text
+            texts[number - 1] = "\n\n".join(t for t in (under_text.get(number, ""), text) if t)
         return texts
     finally:
         pdf.close()
+
+
+def _image_share(pdf, index: int) -> float:
+    """The share of the page covered by images (overlaps counted twice, capped at 1)."""
+    import pypdfium2
+
+    page = pdf[index]
+    try:
+        width, height = page.get_size()
+        covered = 0.0
+        for image in page.get_objects(filter=(pypdfium2.raw.FPDF_PAGEOBJ_IMAGE,), max_depth=2):
+            left, bottom, right, top = image.get_bounds()
+            covered += max(0.0, right - left) * max(0.0, top - bottom)
+        return min(1.0, covered / (width * height)) if width * height > 0 else 0.0
+    except Exception:  # odd image objects: not worth an OCR pass
+        return 0.0
+    finally:
+        page.close()
 
 
 def _ocr_dpi(page) -> float:
