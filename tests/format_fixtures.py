@@ -125,7 +125,9 @@ def scanned_page(text: str = SCANNED_TEXT, dpi: int = 200, angle: float = 0.8, s
     width, height = int(8.27 * dpi), int(11.69 * dpi)
     page = Image.new("L", (width, height), 255)
     draw = ImageDraw.Draw(page)
-    font = ImageFont.truetype(FONT, int(11 / 72 * dpi))
+    size = int(11 / 72 * dpi)
+    # DejaVu Sans (Debian: fonts-dejavu-core, installed by .ci/run); elsewhere Pillow's built-in scalable font.
+    font = ImageFont.truetype(FONT, size) if Path(FONT).is_file() else ImageFont.load_default(size)
     y = int(1.0 * dpi)
     for line in text.splitlines():
         draw.text((int(0.9 * dpi), y), line, font=font, fill=20)
