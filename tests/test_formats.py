@@ -239,6 +239,15 @@ def test_missing_tesseract_is_reported_never_silent(scans):
         load_document(scans / "scan.tiff", options=no_ocr)
 
 
+def test_a_partly_read_file_is_added_with_its_warning(scans, embedder, tmp_path):
+    no_ocr = LoadOptions(tesseract_cmd=str(tmp_path / "no-such-tesseract"))
+    summary = ingest_paths([scans / "mixed.pdf"], tmp_path / "indexes" / "t", embedder, load_options=no_ocr)
+    (outcome,) = summary.outcomes
+    assert outcome.status == "added" and outcome.reason is None and summary.ok
+    assert outcome.warning == "page 2 has no text layer; install tesseract-ocr to read scanned pages"
+    assert summary.as_dict()["files"][0]["warning"] == outcome.warning
+
+
 def test_unknown_ocr_language_is_reported(scans, tesseract):
     with pytest.raises(NoExtractableText, match=r"no data for language\(s\) xx-not-a-language"):
         load_document(scans / "scan.pdf", options=LoadOptions(ocr_languages="eng+xx-not-a-language"))
