@@ -10,6 +10,7 @@ PORT   ?= 8000
 
 # (Re)install whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
+	@echo "setting up $(VENV): installing the dependencies (a few minutes the first time)..."
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[build,dev,plot]"

@@ -197,6 +197,7 @@ class FileResult(msgspec.Struct):
     chunks: int
     reason: str | None
     reason_type: str | None
+    warning: str | None = None  # e.g. a page that needs OCR while Tesseract is not installed
 
 
 class UploadResponse(msgspec.Struct, omit_defaults=True):

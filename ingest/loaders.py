@@ -1,13 +1,14 @@
 """One file -> one LoadedDocument: normalised text split into titled, paged sections.
 
+The document model and the plain-text parsers (.txt, .md, .html) live here; ``load_document`` picks
+the loader through ``ingest.formats.registry`` (PDF, Office, spreadsheets, e-mail, images: ``ingest/formats/``).
 Every failure a user's file can cause leaves as an UnprocessableDocumentError
-subclass with a human message; nothing from pypdf or the codecs escapes.
+subclass with a human message; nothing from a parser library or the codecs escapes.
 """
 
 from __future__ import annotations
 
 import codecs
-import io
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -16,13 +17,13 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ingest.formats.registry import SUPPORTED_SUFFIXES
 from rag.core.errors import UnprocessableDocumentError
 
 if TYPE_CHECKING:
-    from pypdf import PdfReader
+    from ingest.formats.options import LoadOptions, PageProgress
 
-SUPPORTED_SUFFIXES = frozenset({".pdf", ".txt", ".md", ".markdown", ".html", ".htm"})
-_KINDS = {".pdf": "pdf", ".txt": "txt", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html"}
+__all__ = ["SUPPORTED_SUFFIXES", "Attachment", "LoadedDocument", "Section", "load_document", "normalize_pdf_text"]
 
 
 class UnsupportedFileType(UnprocessableDocumentError):
@@ -50,12 +51,24 @@ class Section:
 
 
 @dataclass(frozen=True)
+class Attachment:
+    """A file carried inside another (an e-mail attachment): ingested as a document of its own."""
+
+    name: str
+    data: bytes
+
+
+@dataclass(frozen=True)
 class LoadedDocument:
     path: Path
     kind: str
     title: str
     sections: tuple[Section, ...]
     pages: int | None
+    attachments: tuple[Attachment, ...] = ()
+    ocr_pages: int = 0  # pages (or images) read by OCR
+    ocr_seconds: float = 0.0
+    warnings: tuple[str, ...] = ()  # loaded, but something is missing (e.g. scanned pages without Tesseract)
 
     @cached_property
     def text(self) -> str:
@@ -77,29 +90,13 @@ _JUNK_TITLE_RE = re.compile(
 )
 
 
-def load_document(path: Path, data: bytes | None = None) -> LoadedDocument:
-    path = Path(path)
-    suffix = path.suffix.lower()
-    kind = _KINDS.get(suffix)
-    if kind is None:
-        raise UnsupportedFileType(f"unsupported file type '{suffix or path.name}'")
-    try:
-        if data is None:
-            data = path.read_bytes()
-        if kind == "pdf":
-            return _load_pdf(path, data)
-        text = _decode(data, sniff_html=kind == "html")
-        if kind == "txt":
-            return _finish(path, kind, [(None, None, _clean_plain(text))], pages=None, title=None)
-        if kind == "md":
-            return _load_markdown(path, text)
-        return _load_html(path, text)
-    except UnprocessableDocumentError:
-        raise
-    except OSError as exc:
-        raise BrokenDocument(f"cannot read file: {exc.strerror or exc}") from exc
-    except Exception as exc:  # any parser bug or oddity is the document's fault, never a 500
-        raise BrokenDocument(f"broken {kind.upper()}: {_describe(exc)}") from exc
+def load_document(path: Path, data: bytes | None = None, options: LoadOptions | None = None,
+                  progress: PageProgress | None = None) -> LoadedDocument:
+    """Read one file (``data``: its bytes, when already read). The loader is picked in one place,
+    ``ingest.formats.registry``: by suffix, then by the content's magic bytes."""
+    from ingest.formats.registry import load
+
+    return load(Path(path), data, options, progress)
 
 
 def normalize_pdf_text(s: str) -> str:
@@ -111,67 +108,6 @@ def normalize_pdf_text(s: str) -> str:
     s = _HYPHEN_BREAK_RE.sub(lambda m: m.group(1) + ("" if m.group(2).islower() else "-") + m.group(2), s)
     paragraphs = (" ".join(p.split("\n")).strip() for p in _BLANK_LINES_RE.split(s))
     return "\n\n".join(p for p in paragraphs if p)
-
-
-def _load_pdf(path: Path, data: bytes) -> LoadedDocument:
-    from pypdf import PdfReader
-    from pypdf.errors import FileNotDecryptedError
-
-    if not data:
-        raise BrokenDocument("broken PDF: empty file")
-    try:
-        reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted:
-            try:
-                decrypted = reader.decrypt("")
-            except Exception as exc:  # e.g. AES without the optional crypto dependency
-                raise EncryptedDocument(f"encrypted PDF: cannot decrypt ({_describe(exc)})") from exc
-            if not decrypted:
-                raise EncryptedDocument("encrypted PDF: needs a password")
-        pages = reader.pages
-        page_count = len(pages)
-    except FileNotDecryptedError as exc:
-        raise EncryptedDocument("encrypted PDF: needs a password") from exc
-    except UnprocessableDocumentError:
-        raise
-    except Exception as exc:
-        raise BrokenDocument(f"broken PDF: {_describe(exc)}") from exc
-    if page_count == 0:
-        raise NoExtractableText("no extractable text (PDF has no pages)")
-
-    parts: list[tuple[int | None, str | None, str]] = []
-    first_raw = ""
-    failures: list[str] = []
-    for number in range(1, page_count + 1):
-        try:
-            raw = pages[number - 1].extract_text() or ""
-        except Exception as exc:  # one bad page should not sink the document
-            failures.append(_describe(exc))
-            continue
-        text = normalize_pdf_text(raw)
-        if text:
-            first_raw = first_raw or raw
-            parts.append((number, None, text))
-    if not parts and len(failures) == page_count:
-        raise BrokenDocument(f"broken PDF: text extraction failed on every page ({failures[0]})")
-    if not parts:
-        raise NoExtractableText("no extractable text (scanned or image-only PDF?)")
-    title = _pdf_meta_title(reader) or _first_short_line(unicodedata.normalize("NFKC", first_raw))
-    return _finish(path, "pdf", parts, pages=page_count, title=title)
-
-
-def _pdf_meta_title(reader: PdfReader) -> str | None:
-    try:
-        meta = reader.metadata
-        raw = meta.title if meta is not None else None
-        if not isinstance(raw, str):
-            return None
-    except Exception:  # metadata is often the broken part of a PDF
-        return None
-    title = " ".join(_CONTROL_RE.sub("", unicodedata.normalize("NFKC", raw)).split())
-    if not title or len(title) > _MAX_TITLE or not title.isprintable() or _JUNK_TITLE_RE.match(title):
-        return None
-    return title
 
 
 def _load_markdown(path: Path, text: str) -> LoadedDocument:

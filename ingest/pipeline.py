@@ -12,7 +12,9 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from ingest.chunking import chunk_document
 from ingest.embedder import Embedder
-from ingest.loaders import SUPPORTED_SUFFIXES, LoadedDocument, UnsupportedFileType, load_document
+from ingest.formats.options import LoadOptions
+from ingest.formats.worker import FileLoader
+from ingest.loaders import SUPPORTED_SUFFIXES, LoadedDocument, UnsupportedFileType
 from ingest.records import Chunk, DocumentRecord, document_id, normalise_path
 from ingest.store import IndexWriter, StoredIndex
 from rag.core.errors import BadRequestError, UnprocessableDocumentError
@@ -32,6 +34,7 @@ class FileOutcome:
     chunks: int = 0
     reason: str | None = None
     reason_type: str | None = None
+    warning: str | None = None  # added, but not whole (e.g. scanned pages without Tesseract)
 
 
 @dataclass
@@ -42,6 +45,8 @@ class IngestSummary:
     pages: int = 0
     seconds: float = 0.0
     generation: int = 0
+    ocr_pages: int = 0
+    ocr_seconds: float = 0.0
 
     def count(self, status: str) -> int:
         return sum(1 for o in self.outcomes if o.status == status)
@@ -62,6 +67,7 @@ class IngestSummary:
             "unchanged": self.count("unchanged"), "skipped": self.count("skipped"), "failed": self.count("failed"),
             "chunks_written": self.chunks_written, "pages": self.pages, "seconds": round(self.seconds, 3),
             "chunks_per_s": round(self.chunks_per_s, 1), "generation": self.generation,
+            "ocr_pages": self.ocr_pages, "ocr_seconds": round(self.ocr_seconds, 3),
             "files": [o.__dict__ for o in self.outcomes],
         }
 
@@ -71,9 +77,12 @@ class _Pending:
     record: DocumentRecord
     chunks: list[Chunk]
     outcome: FileOutcome
+    loaded: LoadedDocument | None = None
 
 
-Progress = Callable[[str, int, int], None]  # (event, files_done, chunks_done)
+# (event, files_done, chunks_done); event: "start:N", a finished file's path, or "ocr:DONE/TOTAL:PATH"
+# while a file's pages are OCR'd.
+Progress = Callable[[str, int, int], None]
 
 
 def discover(paths: Sequence[Path], glob: str | None = None,
@@ -140,6 +149,7 @@ def ingest_paths(
     glob: str | None = None,
     progress: Progress | None = None,
     lock_timeout_s: float = 5.0,
+    load_options: LoadOptions | None = None,
 ) -> IngestSummary:
     start = time.perf_counter()
     summary = IngestSummary(index=index.name)
@@ -150,7 +160,8 @@ def ingest_paths(
     summary.outcomes.extend(rejected)
     notify = progress or (lambda event, files_done, chunks_done: None)
     notify(f"start:{len(files)}", 0, 0)
-    with index.writer(embedder.config.identity, embedder.dimension, lock_timeout_s) as writer:
+    with index.writer(embedder.config.identity, embedder.dimension, lock_timeout_s) as writer, \
+            FileLoader(load_options) as loader:
         pending: list[_Pending] = []
 
         def flush() -> None:
@@ -165,11 +176,22 @@ def ingest_paths(
             pending.clear()
 
         for done, path in enumerate(files, 1):
-            outcome, item = _prepare_file(path, writer, embedder, chunk_tokens, overlap)
-            if item is None:
-                summary.outcomes.append(outcome)
-            else:
+            chunks_so_far = summary.chunks_written + sum(len(p.chunks) for p in pending)
+            loader.progress = lambda ocr_done, ocr_total, path=path, files_done=done - 1, chunks=chunks_so_far: \
+                notify(f"ocr:{ocr_done}/{ocr_total}:{path}", files_done, chunks)
+            outcome, item = _prepare_file(path, writer, embedder, chunk_tokens, overlap, loader)
+            results = [(outcome, item)]
+            if item is not None and item.loaded is not None and item.loaded.kind == "eml":
+                results += prepare_attachments(path, item.loaded, writer, embedder, chunk_tokens, overlap, loader)
+            for outcome, item in results:
+                if item is None:
+                    summary.outcomes.append(outcome)
+                    continue
                 summary.pages += item.record.pages or 0
+                if item.loaded is not None:
+                    summary.ocr_pages += item.loaded.ocr_pages
+                    summary.ocr_seconds += item.loaded.ocr_seconds
+                    item.loaded = None  # the text lives on in the chunks; do not hold it until the flush
                 pending.append(item)
                 if sum(len(p.chunks) for p in pending) >= EMBED_BUFFER_CHUNKS:
                     flush()
@@ -178,20 +200,23 @@ def ingest_paths(
             flush()
         summary.generation = writer.commit()
     order = {str(path): i for i, path in enumerate(files)}
-    summary.outcomes.sort(key=lambda o: order.get(o.path, len(order)))  # skipped symlinks last
+    # Attachments right after their mail; skipped symlinks last.
+    summary.outcomes.sort(key=lambda o: order.get(o.path, order.get(o.path.split(ATTACHMENT_SEP)[0], len(order))))
     summary.seconds = time.perf_counter() - start
     return summary
 
 
 def _prepare_file(path: Path, writer: IndexWriter, embedder: Embedder, chunk_tokens: int,
-                  overlap: int) -> tuple[FileOutcome, _Pending | None]:
+                  overlap: int, loader: FileLoader, data: bytes | None = None,
+                  title: Callable[[LoadedDocument], str] | None = None) -> tuple[FileOutcome, _Pending | None]:
+    """``data``: the bytes of a file that is not on disk (an attachment); ``title``: names the document."""
     display = str(path)
     doc_id = document_id(path)
     if path.suffix.lower() not in SUPPORTED_SUFFIXES:
         return FileOutcome(display, "skipped", reason=f"unsupported file type '{path.suffix or path.name}'",
                            reason_type=UnsupportedFileType.error_type), None
     try:
-        data = path.read_bytes()
+        data = path.read_bytes() if data is None else data
     except OSError as exc:
         return FileOutcome(display, "failed", doc_id, reason=f"cannot read file: {exc.strerror or exc}",
                            reason_type="unreadable"), None
@@ -200,22 +225,61 @@ def _prepare_file(path: Path, writer: IndexWriter, embedder: Embedder, chunk_tok
     if existing is not None and existing.sha256 == sha:
         return FileOutcome(display, "unchanged", doc_id, existing.chunks), None
     try:
-        loaded: LoadedDocument = load_document(path, data)
+        loaded: LoadedDocument = loader.load(path, data)
     except UnprocessableDocumentError as exc:
         status = "skipped" if isinstance(exc, UnsupportedFileType) else "failed"
         return FileOutcome(display, status, doc_id, reason=exc.message, reason_type=exc.error_type), None
     chunks = chunk_document(loaded, embedder.tokenizer, chunk_tokens, overlap)
     record = DocumentRecord(
-        id=doc_id, path=normalise_path(path), title=loaded.title, kind=loaded.kind, sha256=sha,
-        pages=loaded.pages, bytes=len(data), chunks=len(chunks),
+        id=doc_id, path=normalise_path(path), title=title(loaded) if title else loaded.title, kind=loaded.kind,
+        sha256=sha, pages=loaded.pages, bytes=len(data), chunks=len(chunks),
         ingested_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    outcome = FileOutcome(display, "updated" if existing is not None else "added", doc_id, len(chunks))
-    return outcome, _Pending(record, chunks, outcome)
+    outcome = FileOutcome(display, "updated" if existing is not None else "added", doc_id, len(chunks),
+                          warning="; ".join(loaded.warnings) or None)
+    return outcome, _Pending(record, chunks, outcome, loaded)
+
+
+# --------------------------------------------------------------------------- attachments (e-mail)
+# A mail's attachments are documents of their own, stored at "<mail path>#<attachment name>" (so their
+# ids follow from the mail's path), read by the loader for their type, titled "attachment NAME of SUBJECT".
+ATTACHMENT_SEP = "#"
+MAX_ATTACHMENT_DEPTH = 3  # a mail attached to a mail attached to a mail: deeper ones are not opened
+
+
+def attachment_path(mail: Path, name: str) -> Path:
+    return Path(f"{mail}{ATTACHMENT_SEP}{name}")
+
+
+def prepare_attachments(mail: Path, loaded: LoadedDocument, writer: IndexWriter, embedder: Embedder,
+                        chunk_tokens: int, overlap: int, loader: FileLoader,
+                        depth: int = 1) -> list[tuple[FileOutcome, _Pending | None]]:
+    """Outcomes (and documents to write) for a freshly loaded mail's attachments; attachments an older
+    version of the mail had and this one has not are deleted."""
+    from ingest.formats.mail import attachment_title
+
+    results: list[tuple[FileOutcome, _Pending | None]] = []
+    kept: set[str] = set()
+    for attachment in loaded.attachments:
+        path = attachment_path(mail, attachment.name)
+        kept.add(normalise_path(path))
+        outcome, item = _prepare_file(path, writer, embedder, chunk_tokens, overlap, loader, attachment.data,
+                                      lambda doc, name=attachment.name: attachment_title(name, loaded.title))
+        results.append((outcome, item))
+        if item is not None and item.loaded is not None and item.loaded.kind == "eml":
+            if depth < MAX_ATTACHMENT_DEPTH:
+                results += prepare_attachments(path, item.loaded, writer, embedder, chunk_tokens, overlap, loader,
+                                               depth + 1)
+    for stale in writer.documents_under(normalise_path(mail) + ATTACHMENT_SEP):
+        if stale.path not in kept and not any(stale.path.startswith(k + ATTACHMENT_SEP) for k in kept):
+            writer.delete_document(stale.id)
+    return results
 
 
 def delete_document(index: StoredIndex, id_or_path: str, lock_timeout_s: float = 5.0) -> DocumentRecord:
     with index.existing_writer(lock_timeout_s) as writer:
         record = writer.find_document(id_or_path)
         writer.delete_document(record.id)
+        for attachment in writer.documents_under(record.path + ATTACHMENT_SEP):  # a mail's attachments go too
+            writer.delete_document(attachment.id)
         writer.commit()
     return record

@@ -7,6 +7,7 @@ gets its previously stored version back; deleting a document also removes our st
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 import uuid
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ingest.embedder import Embedder
+from ingest.formats.options import LoadOptions
 from ingest.loaders import load_document
 from ingest.pipeline import FileOutcome, delete_document, ingest_paths
 from ingest.records import DocumentRecord, normalise_path
@@ -77,7 +79,7 @@ class Uploads:
             return self._locks.setdefault(index, threading.Lock())
 
     def add(self, index: StoredIndex, files: Sequence[IncomingFile], embedder: Embedder, chunk_tokens: int,
-            chunk_overlap: int, max_file_bytes: int) -> UploadReport:
+            chunk_overlap: int, max_file_bytes: int, load_options: LoadOptions | None = None) -> UploadReport:
         """Store and ingest ``files``; per-file outcomes, in the order given. Raises BadRequestError for an
         upload that cannot be taken at all (no files, unusable or repeated names)."""
         if not files:
@@ -97,7 +99,7 @@ class Uploads:
                                                    reason=f"file is larger than {max_file_bytes // 2**20} MB"))
                 continue
             try:  # refuse an unreadable file before it replaces anything
-                load_document(folder / name, incoming.content)
+                load_document(folder / name, incoming.content, load_options)
             except UnprocessableDocumentError as exc:
                 report.outcomes.append(FileOutcome(name, "failed", reason_type=exc.error_type, reason=exc.message))
                 continue
@@ -106,7 +108,8 @@ class Uploads:
             accepted.append(_Staged(staged, folder / name))
         if accepted:
             with self._lock(index.name):
-                report.outcomes += _ingest_staged(accepted, index, embedder, chunk_tokens, chunk_overlap)
+                report.outcomes += _ingest_staged(accepted, index, embedder, chunk_tokens, chunk_overlap,
+                                                  load_options)
         return report
 
     def delete(self, index: StoredIndex, id_or_path: str) -> DocumentRecord:
@@ -120,7 +123,7 @@ class Uploads:
 
 
 def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedder, chunk_tokens: int,
-                   chunk_overlap: int) -> list[FileOutcome]:
+                   chunk_overlap: int, load_options: LoadOptions | None) -> list[FileOutcome]:
     previous: dict[Path, Path] = {}
     moved: list[Path] = []
 
@@ -138,7 +141,7 @@ def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedde
                 previous[upload.final] = kept
             upload.staged.replace(upload.final)
             moved.append(upload.final)
-        summary = ingest_paths(moved, index, embedder, chunk_tokens, chunk_overlap)
+        summary = ingest_paths(moved, index, embedder, chunk_tokens, chunk_overlap, load_options=load_options)
     except BaseException:
         for final in moved + list(previous.keys() - set(moved)):  # the rest: moved aside, upload not in place
             restore(final)
@@ -151,8 +154,7 @@ def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedde
         name = Path(outcome.path).name
         if outcome.status == "failed" and name in stored:
             restore(stored[name])
-        outcomes.append(FileOutcome(name, outcome.status, outcome.document_id, outcome.chunks, outcome.reason,
-                                    outcome.reason_type))
+        outcomes.append(dataclasses.replace(outcome, path=name))
     for kept in previous.values():
         kept.unlink(missing_ok=True)
     return outcomes

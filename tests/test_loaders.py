@@ -158,9 +158,9 @@ def test_txt_utf8_bom_and_latin1_fallback(tmp_path: Path):
 
 
 def test_unsupported_suffix(tmp_path: Path):
-    with pytest.raises(UnsupportedFileType, match=r"unsupported file type '\.docx'"):
-        load_document(tmp_path / "report.docx", data=b"PK\x03\x04")
-    assert ".pdf" in SUPPORTED_SUFFIXES and ".docx" not in SUPPORTED_SUFFIXES
+    with pytest.raises(UnsupportedFileType, match=r"unsupported file type '\.rtf'"):
+        load_document(tmp_path / "report.rtf", data=b"{\\rtf1 hello}")
+    assert ".pdf" in SUPPORTED_SUFFIXES and ".docx" in SUPPORTED_SUFFIXES and ".rtf" not in SUPPORTED_SUFFIXES
 
 
 @pytest.mark.parametrize("name", ["empty.txt", "blank.md", "blank.html"])

@@ -229,6 +229,20 @@ def test_follow_up_sends_history_and_conversations_survive_reload(page, server: 
     expect(page.locator(".turn")).to_have_count(2)
 
 
+def test_a_new_answer_in_a_long_conversation_stays_in_view(page, server: str):
+    page.set_viewport_size({"width": 1000, "height": 520})
+    open_ready(page, server)
+    for _ in range(3):  # taller than the window
+        turn = ask(page, ROLLO_QUESTION)
+    answer = turn.locator(".answer-text").bounding_box()
+    box = page.locator("#ask-form").bounding_box()
+    assert answer["y"] + answer["height"] <= box["y"] + 1, (answer, box)  # above the sticky question box
+    assert answer["y"] >= 0
+    page.reload()  # a reload opens at the last answer
+    expect(page.locator(".turn")).to_have_count(3)
+    page.wait_for_function("window.scrollY > 0")
+
+
 def test_off_topic_question_shows_not_in_the_documents_with_closest_sources(page, server: str):
     open_ready(page, server)
     turn = ask(page, OFF_TOPIC_QUESTION)

@@ -12,6 +12,7 @@ from litestar.params import Body, FromPath, FromQuery
 
 from api.protocol import DeleteResponse, DocumentList, ErrorBody, FileResult, UploadForm, UploadResponse
 from api.state import AppState
+from ingest.formats.options import LoadOptions
 from ingest.uploads import IncomingFile
 
 
@@ -29,10 +30,10 @@ class DocumentsController(Controller):
         settings = app.settings
         report = await anyio.to_thread.run_sync(
             lambda: app.uploads.add(target, files, models.embedder, settings.chunk_tokens, settings.chunk_overlap,
-                                    settings.max_upload_mb * 1024 * 1024))
+                                    settings.max_upload_mb * 1024 * 1024, LoadOptions.from_settings(settings)))
         body = UploadResponse(index=report.index, files=[
             FileResult(file=o.path, status=o.status, document_id=o.document_id, chunks=o.chunks, reason=o.reason,
-                       reason_type=o.reason_type) for o in report.outcomes])
+                       reason_type=o.reason_type, warning=o.warning) for o in report.outcomes])
         if report.accepted:
             return Response(body, status_code=200)
         first = report.outcomes[0]

@@ -163,6 +163,12 @@ class EmbeddedWriter:
         self._dirty = True
         return len(ids)
 
+    def documents_under(self, path_prefix: str) -> list[DocumentRecord]:
+        """Documents whose stored path starts with ``path_prefix`` (a mail's attachments: ``<mail>#``)."""
+        rows = self._conn.execute("SELECT * FROM documents WHERE substr(path, 1, ?) = ?",
+                                  (len(path_prefix), path_prefix)).fetchall()
+        return [_document(r) for r in rows]
+
     def put_document(self, record: DocumentRecord, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
         """Insert or replace a document with its chunks and their vectors."""
         if len(chunks) != len(vectors):

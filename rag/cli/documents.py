@@ -27,6 +27,7 @@ def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, p
     """Add or update files and folders (recursively) in an index. Exit 2 if any readable file failed."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from ingest.formats.options import LoadOptions
     from ingest.pipeline import ingest_paths
     from rag.runtime import load_embedder, open_index
 
@@ -40,6 +41,10 @@ def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, p
         task = bar.add_task("ingesting", total=None, chunks=0, rate=0.0, current="")
 
         def progress(event: str, files_done: int, chunks_done: int) -> None:
+            if event.startswith("ocr:"):  # "ocr:DONE/TOTAL:PATH" while a file's pages are OCR'd
+                pages, _, path = event[4:].partition(":")
+                bar.update(task, current=f"{Path(path).name[-40:]} · OCR page {pages}")
+                return
             if event.startswith("start:"):
                 bar.update(task, total=int(event.split(":", 1)[1]))
                 return
@@ -48,7 +53,8 @@ def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, p
                        rate=chunks_done / elapsed if elapsed else 0.0, current=Path(event).name[-40:])
 
         summary = ingest_paths(list(paths), index_handle, embedder, settings.chunk_tokens,
-                               settings.chunk_overlap, pattern, progress)
+                               settings.chunk_overlap, pattern, progress,
+                               load_options=LoadOptions.from_settings(settings))
     if as_json:
         print_json(summary.as_dict())
     else:
@@ -66,6 +72,14 @@ def render_ingest_summary(summary) -> None:
         for o in problems:
             table.add_row(literal(o.path), o.status, literal(o.reason))
         out.print(table)
+    warned = [o for o in summary.outcomes if o.warning]
+    if warned:
+        table = Table(title="ingested with warnings")
+        table.add_column("file", overflow="fold")
+        table.add_column("warning", overflow="fold")
+        for o in warned:
+            table.add_row(literal(o.path), literal(o.warning))
+        out.print(table)
     # One row per figure: nine columns side by side do not fit 80 columns without cutting the headers.
     table = Table(title=literal(f"index {summary.index!r}"), show_header=False)
     table.add_column(no_wrap=True)
@@ -73,7 +87,8 @@ def render_ingest_summary(summary) -> None:
     for status in ("added", "updated", "unchanged", "skipped", "failed"):
         table.add_row(status, str(summary.count(status)))
     for label, value in (("chunks written", str(summary.chunks_written)), ("pages", str(summary.pages)),
-                         ("seconds", f"{summary.seconds:.1f}"), ("chunks/s", f"{summary.chunks_per_s:.1f}")):
+                         ("seconds", f"{summary.seconds:.1f}"), ("chunks/s", f"{summary.chunks_per_s:.1f}"),
+                         ("OCR pages", str(summary.ocr_pages)), ("OCR seconds", f"{summary.ocr_seconds:.1f}")):
         table.add_row(label, value)
     out.print(table)
 

@@ -49,6 +49,18 @@ class Settings:
     chunk_tokens: int = field(default=200, metadata={"doc": "chunk size in embedder tokens"})
     chunk_overlap: int = field(default=30, metadata={"doc": "chunk overlap in embedder tokens"})
     embed_batch_size: int = field(default=16, metadata={"doc": "chunks per embedder batch"})
+    ocr_languages: str = field(
+        default="eng", metadata={"doc": "Tesseract languages for scanned pages and images, e.g. eng+deu"})
+    tesseract_cmd: Path | None = field(
+        default=None, metadata={"doc": "the tesseract executable, when it is not on PATH"})
+    max_pages_per_file: int = field(
+        default=2000, metadata={"doc": "a file with more pages, slides, sheets or image frames fails (0 = no cap)"})
+    max_rows_per_file: int = field(
+        default=200_000, metadata={"doc": "a spreadsheet or CSV with more rows fails (0 = no cap)"})
+    max_unzipped_mb: int = field(
+        default=512, metadata={"doc": "an Office file (a zip) that unpacks to more fails (zip bombs; 0 = no cap)"})
+    load_timeout_s: float = field(
+        default=600.0, metadata={"doc": "seconds one file may take to load (OCR included) before it fails; 0 = none"})
     top_k: int = field(default=5, metadata={"doc": "chunks retrieved per question"})
     context_tokens: int = field(default=100, metadata={"doc": "prompt context budget (tokens)"})
     sentence_vectors: bool = field(
@@ -197,6 +209,11 @@ def load_settings(
     if settings.chunk_overlap >= settings.chunk_tokens:
         raise ConfigError(f"chunk_overlap ({settings.chunk_overlap}) must be smaller than chunk_tokens "
                           f"({settings.chunk_tokens})")
+    for name in ("max_pages_per_file", "max_rows_per_file", "max_unzipped_mb", "load_timeout_s"):
+        if getattr(settings, name) < 0:
+            raise ConfigError(f"{name} must not be negative (0 = no limit), not {getattr(settings, name)}")
+    if not settings.ocr_languages.strip():
+        raise ConfigError("ocr_languages must name at least one Tesseract language, e.g. eng")
     if settings.prefix_cache_slots < 0 or settings.prefix_cache_tokens < 1:
         raise ConfigError("prefix_cache_slots must be >= 0 and prefix_cache_tokens >= 1")
     return settings

@@ -243,6 +243,15 @@ function updateStreamingAnswer(li, turn, turnIndex) {
   return undefined;
 }
 
+// The page follows a streaming answer while the reader is at the bottom; scrolling up stops that.
+function atBottom() {
+  return window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 120;
+}
+
+function reveal(li) {
+  li.scrollIntoView({ block: "end" });
+}
+
 export function render() {
   const conversation = current();
   renderConversationList();
@@ -282,7 +291,7 @@ async function ask(question, started) {
   render();
   const li = els.turns.lastElementChild;
   li.dataset.requestMessages = String(messages.length); // what this turn sent (read by tests)
-  li.scrollIntoView({ block: "end" });
+  reveal(li);
   const body = { messages };
   const index = currentIndex();
   if (index) body.index = index;
@@ -306,8 +315,10 @@ async function ask(question, started) {
         break;
       }
       if (typeof event.token === "string") {
+        const follow = atBottom();
         turn.answer += event.token;
         updateStreamingAnswer(li, turn, turnIndex);
+        if (follow) reveal(li);
         if (turn.timing.firstTokenMs === undefined) {
           turn.timing.firstTokenMs = -1; // measured once the token is painted
           requestAnimationFrame(() => {
@@ -331,7 +342,9 @@ async function ask(question, started) {
     if (turn.timing.firstTokenMs === -1) delete turn.timing.firstTokenMs;
     running = null;
     save();
+    const follow = atBottom();
     fillTurn(li, turn, turnIndex);
+    if (follow || turn.state === "error") reveal(li);
     setRunning(false);
     if (!document.activeElement || document.activeElement === document.body) els.question.focus();
     onAnswered(turn);
@@ -376,4 +389,5 @@ export function initChat(options) {
   });
   els.newConversation.addEventListener("click", newConversation);
   render();
+  if (els.turns.lastElementChild) reveal(els.turns.lastElementChild); // a reload opens at the last answer
 }
