@@ -18,6 +18,7 @@ from ingest.store.embedded import EmbeddedStore
 from ingest.uploads import Uploads
 from rag.answering.prompt import build_messages
 from rag.answering.service import AnswerService
+from rag.core.errors import ConfigError
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
 from rag.generation.base import Generator, SamplingOptions
@@ -27,10 +28,20 @@ from rag.generation.ort import LocalGenerator
 def open_store(settings: Settings) -> Store:
     """The embedded FAISS + SQLite store under indexes/, or PostgreSQL + pgvector with ``store_url``."""
     if settings.store_url:
-        from ingest.store.postgres import PostgresStore
-
-        return PostgresStore(settings.store_url, settings.store_pool_size)
+        return _postgres_store(settings)
     return EmbeddedStore(settings.indexes_dir)
+
+
+def _postgres_store(settings: Settings) -> Store:
+    try:
+        import pgvector.psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+
+        from ingest.store.postgres import PostgresStore
+    except ImportError as exc:
+        raise ConfigError(f"store_url needs the PostgreSQL packages ({exc.name} is missing): "
+                          "pip install 'offline-rag[postgres]'") from exc
+    return PostgresStore(settings.store_url or "", settings.store_pool_size)
 
 
 @contextmanager
@@ -40,9 +51,7 @@ def scratch_store(settings: Settings, folder: Path) -> Iterator[tuple[Store, str
     if not settings.store_url:
         yield EmbeddedStore(folder), settings.index
         return
-    from ingest.store.postgres import PostgresStore
-
-    store = PostgresStore(settings.store_url, settings.store_pool_size)
+    store = _postgres_store(settings)
     name = f"scratch-{uuid.uuid4().hex[:12]}"
     try:
         yield store, name

@@ -89,3 +89,14 @@ def postgres_url():
     yield server.get_uri()
     server.cleanup()
     shutil.rmtree(parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def upstream_generator(settings: Settings, tmp_path_factory: pytest.TempPathFactory):
+    """A real OpenAI-compatible server for the remote generator: this project's own `rag serve` (the local
+    model), in a second process. Yields its base URL, ``http://127.0.0.1:PORT/v1``."""
+    from tests.helpers import server_process
+
+    home = tmp_path_factory.mktemp("upstream")
+    with server_process(settings, home, home / "server.log") as base:
+        yield f"{base}/v1"
