@@ -359,18 +359,29 @@ class PostgresReader:
         return [(int(i), float(s)) for i, s in rows]
 
     def lexical_search(self, text: str, k: int, doc_ids: Sequence[str] | None = None) -> list[tuple[int, float]]:
-        """PostgreSQL full-text search (GIN), ranked by ``ts_rank_cd``; scores positive, higher is better."""
-        query = lexical_query(text)
-        if query is None:
+        """PostgreSQL full-text search (GIN) with BM25's idf: the score of a chunk is the sum, over the query's
+        words it contains, of idf(word) x ``ts_rank(chunk, word, 1)`` (a saturating term frequency divided by
+        1 + log(length)). Positive, higher is better. ``ts_rank_cd`` alone knows no word rarity: lexical
+        recall@5 on squad2-dev was 0.913 with it, 0.979 with this, 0.983 for FTS5's BM25 (README, Scaling out)."""
+        terms = content_terms(text)
+        if not terms:
             return []
-        where, args = "", {"query": query, "k": int(k)}
+        s = self.schema
+        where, args = "", {"terms": terms, "any": lexical_query(text), "k": int(k)}
         if doc_ids:
             where, args["docs"] = "AND c.doc_id = ANY(%(docs)s)", list(doc_ids)
-        rows = self.store.query(
-            f"SELECT c.id, ts_rank_cd(c.tsv, q, 1) AS score FROM {self.schema}.chunks c, "
-            f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(query)s) q WHERE c.tsv @@ q {where} "
-            f"ORDER BY score DESC, c.id LIMIT %(k)s", args)
-        return [(int(i), float(s)) for i, s in rows]
+        rows = self.store.query(f"""
+            WITH terms AS (SELECT DISTINCT plainto_tsquery('{TEXT_SEARCH_CONFIG}', t) AS q
+                           FROM unnest(%(terms)s::text[]) AS t),
+                 total AS (SELECT count(*)::float8 AS n FROM {s}.chunks),
+                 weights AS (SELECT q, ln(1 + (total.n - df + 0.5) / (df + 0.5)) AS idf FROM total,
+                             (SELECT q, (SELECT count(*) FROM {s}.chunks c WHERE c.tsv @@ terms.q) AS df
+                              FROM terms WHERE numnode(q) > 0) counted)
+            SELECT c.id, sum(w.idf * ts_rank(c.tsv, w.q, 1)) AS score
+            FROM {s}.chunks c JOIN weights w ON c.tsv @@ w.q
+            WHERE c.tsv @@ websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(any)s) {where}
+            GROUP BY c.id ORDER BY score DESC, c.id LIMIT %(k)s""", args)
+        return [(int(i), float(score)) for i, score in rows]
 
 
 class PostgresWriter:
