@@ -87,7 +87,7 @@ def load_answer_generator(settings: Settings, embedder: Embedder) -> Generator:
         counter = TokenCounter.from_file(settings.generator_tokenizer or embedder.path / "tokenizer.json")
         return RemoteGenerator(settings.generator_url, counter, model=settings.generator_model,
                                api_key=settings.generator_api_key, timeout_s=settings.generator_timeout_s,
-                               context_length=settings.generator_context_length,
+                               context_length=settings.generator_context,
                                extra_body=settings.generator_extra_body)
     return load_generator(settings)
 

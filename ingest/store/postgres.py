@@ -50,6 +50,7 @@ TEXT_SEARCH_CONFIG = "english"  # stemming + stop words, like FTS5's porter toke
 # HNSW candidate list per search (pgvector's default is 40). Retrieval asks for 20 per side; 100 keeps the
 # approximate search's results equal to the exact ones on the dev corpus at a small cost (README, Scaling out).
 HNSW_EF_SEARCH = 100
+DOCUMENT_LOCK_WAIT_S = 120.0  # a writer's longest wait for one document's lock (or the index registry's)
 
 
 @dataclass(frozen=True)
@@ -393,7 +394,10 @@ class PostgresWriter:
         self.name = name
         self._conn = store.connect()
         try:
-            self._conn.execute(f"SET lock_timeout = '{max(1, int(lock_timeout_s * 1000))}ms'")
+            # Waiting for another process's write of the same document is normal here (it is one short
+            # transaction, but several may queue): wait long before calling the document busy.
+            wait_s = max(lock_timeout_s, DOCUMENT_LOCK_WAIT_S)
+            self._conn.execute(f"SET lock_timeout = '{int(wait_s * 1000)}ms'")
             index_id, stored, stored_dimension = store.create(self._conn, name, embedder_identity, dimension)
             if stored != embedder_identity or stored_dimension != dimension:
                 raise EmbedderMismatchError(

@@ -90,7 +90,7 @@ class Settings:
     generator_api_key: str | None = field(default=None, metadata={"doc": "bearer token for generator_url"})
     generator_timeout_s: float = field(
         default=60.0, metadata={"doc": "remote generator: longest wait to connect, for the first token or between two"})
-    generator_context_length: int = field(
+    generator_context: int = field(
         default=2048, metadata={"doc": "remote generator: the model's context window in tokens"})
     generator_tokenizer: Path | None = field(
         default=None, metadata={"doc": "remote generator: the model's tokenizer.json for exact token counts "
@@ -236,8 +236,8 @@ def load_settings(
         raise ConfigError(f"store_url must be a postgresql:// URL, not {settings.store_url!r}")
     if settings.generator_url is not None and not settings.generator_url.startswith(("http://", "https://")):
         raise ConfigError(f"generator_url must be an http(s):// URL, not {settings.generator_url!r}")
-    if settings.generator_timeout_s <= 0 or settings.generator_context_length < 16 or settings.store_pool_size < 1:
-        raise ConfigError("generator_timeout_s must be > 0, generator_context_length >= 16, store_pool_size >= 1")
+    if settings.generator_timeout_s <= 0 or settings.generator_context < 16 or settings.store_pool_size < 1:
+        raise ConfigError("generator_timeout_s must be > 0, generator_context >= 16, store_pool_size >= 1")
     try:
         extra = json.loads(settings.generator_extra_body)
     except ValueError:

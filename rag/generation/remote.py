@@ -117,7 +117,7 @@ class RemoteGenerator:
         length = len(tokens) + TEMPLATE_TOKENS_PER_MESSAGE * len(messages) + TEMPLATE_TOKENS_REPLY
         if length >= self.context_length:
             raise BadRequestError(f"the prompt (about {length} tokens) does not fit the remote model's "
-                                  f"{self.context_length}-token context (setting generator_context_length)")
+                                  f"{self.context_length}-token context (setting generator_context)")
         padded = np.zeros(length, dtype=np.int32)  # the count is what matters: the server tokenises itself
         padded[:len(tokens)] = tokens
         return Prompt(tuple(messages), padded)
