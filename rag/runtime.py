@@ -113,6 +113,8 @@ class Models:
         local = self.local_generator
         if local is not None:
             local.generate(local.prompt(build_messages("Say hi.", [])).tokens, SamplingOptions(max_tokens=2))
+        elif hasattr(self.generator, "warm_up"):
+            self.generator.warm_up()  # a remote generator learns its model name
 
 
 def answer_service(settings: Settings, models: Models, generator: Generator | None = None,

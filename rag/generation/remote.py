@@ -142,6 +142,20 @@ class RemoteGenerator:
                                     "set generator_model") from exc
         return self._model
 
+    def warm_up(self) -> None:
+        """Learn the model name now if the server is up (a server started before its upstream learns it on
+        the first request instead)."""
+        if self._model is not None:
+            return
+        import httpx
+
+        try:
+            response = httpx.get(f"{self.url}/models", headers=self._headers, timeout=min(self.timeout_s, 10.0))
+            self._model = str(response.json()["data"][0]["id"])
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+            log.warning("the generator at %s did not list its models yet (%s); asking again on the first request",
+                        self.host, exc)
+
     def request_body(self, model: str, messages: Sequence[Message], options: SamplingOptions) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": model, "messages": list(messages), "stream": True, "max_tokens": options.max_tokens,
