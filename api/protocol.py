@@ -227,6 +227,8 @@ class HealthResponse(msgspec.Struct, omit_defaults=True):
     embedder: str
     index: IndexSummary
     reason: str | None = None
+    upstream: str | None = None  # host of the remote generator (backend "openai-remote")
+    store: str | None = None  # "embedded" | "postgresql"
 
 
 class IndexList(msgspec.Struct):

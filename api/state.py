@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from typing import AsyncIterator
+from urllib.parse import urlsplit
 
 from api.observability import ServiceMetrics
 from ingest.store import Store, StoredIndex
@@ -41,7 +42,9 @@ class AppState:
         """Load models once (called from the lifespan, off the event loop)."""
         try:
             self.models = Models.load(self.settings)
-            self.scheduler = GenerationScheduler(self.models.generator, self.settings.max_queue)
+            local = self.models.local_generator
+            # A remote generator (generator_url) queues and batches on its own server: no scheduler here.
+            self.scheduler = GenerationScheduler(local, self.settings.max_queue) if local is not None else None
             self.models.warm_up()
             self.answers = answer_service(self.settings, self.models, generator=self.scheduler, store=self.store)
             self.status = "ready"
@@ -56,6 +59,8 @@ class AppState:
             self.scheduler.close()
         if self.answers is not None:
             self.answers.close()
+        if self.store is not None:
+            self.store.close()
 
     def service(self) -> AnswerService:
         if self.status != "ready" or self.answers is None:
@@ -75,8 +80,8 @@ class AppState:
     async def events(self, request: AnswerRequest) -> AsyncIterator[str | AnswerResult]:
         """The answer service's stream, with the server's metrics recorded."""
         service = self.service()
-        assert self.scheduler is not None
-        self.metrics.queue_depth.set(self.scheduler.depth + 1)
+        depth = (lambda: self.scheduler.depth) if self.scheduler is not None else (lambda: 0)
+        self.metrics.queue_depth.set(depth() + 1)
         stream = service.stream(request)
         try:
             async for item in stream:
@@ -86,7 +91,14 @@ class AppState:
                 yield item
         finally:
             await stream.aclose()
-            self.metrics.queue_depth.set(self.scheduler.depth)
+            self.metrics.queue_depth.set(depth())
+
+    @property
+    def backend(self) -> tuple[str, str | None]:
+        """The generation backend's name, and the host of a remote one."""
+        if self.settings.generator_url:
+            return "openai-remote", urlsplit(self.settings.generator_url).netloc
+        return "onnx-genai", None
 
     async def answer(self, request: AnswerRequest) -> AnswerResult:
         return await final_result(self.events(request))

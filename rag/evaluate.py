@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Callable
 
 from ingest.pipeline import ingest_paths
-from ingest.store.embedded import EmbeddedStore
 from rag.answering.service import AnswerRequest, AnswerService, options_from
 from rag.bench.stats import percentile
 from rag.core.errors import BadRequestError
 from rag.core.settings import Settings
-from rag.runtime import Models, answer_service
+from rag.runtime import Models, answer_service, scratch_store
 
 
 PUNCTUATION = frozenset(string.punctuation)
@@ -56,15 +55,15 @@ def evaluate(settings: Settings, questions_file: Path, docs: Path, index: str | 
              answers: int, seed: int, log: Callable[..., None] = print, followups: int = 0) -> dict:
     questions = load_questions(questions_file)
     models = Models.load(settings)
-    with tempfile.TemporaryDirectory(prefix="rag-eval-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="rag-eval-") as scratch, \
+            scratch_store(settings, Path(scratch)) as (store, scratch_index):
         if index:
             service = answer_service(settings.replace(index=index), models)
         else:
-            store = EmbeddedStore(Path(scratch))
             log(f"ingesting {docs} into a scratch index")
-            ingest_paths([docs], store.index(settings.index), models.embedder, settings.chunk_tokens,
+            ingest_paths([docs], store.index(scratch_index), models.embedder, settings.chunk_tokens,
                          settings.chunk_overlap)
-            service = answer_service(settings, models, store=store)
+            service = answer_service(settings.replace(index=scratch_index), models, store=store)
         try:
             report = retrieval_report(service.retriever(), questions, top_k, log)
             if followups > 0:

@@ -6,7 +6,11 @@ service from here, so each component is chosen by settings in exactly one place.
 
 from __future__ import annotations
 
+import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
 
 from ingest.embedder import Embedder
 from ingest.store import Store, StoredIndex
@@ -14,6 +18,7 @@ from ingest.store.embedded import EmbeddedStore
 from ingest.uploads import Uploads
 from rag.answering.prompt import build_messages
 from rag.answering.service import AnswerService
+from rag.core.errors import ConfigError
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
 from rag.generation.base import Generator, SamplingOptions
@@ -21,7 +26,38 @@ from rag.generation.ort import LocalGenerator
 
 
 def open_store(settings: Settings) -> Store:
+    """The embedded FAISS + SQLite store under indexes/, or PostgreSQL + pgvector with ``store_url``."""
+    if settings.store_url:
+        return _postgres_store(settings)
     return EmbeddedStore(settings.indexes_dir)
+
+
+def _postgres_store(settings: Settings) -> Store:
+    try:
+        import pgvector.psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+
+        from ingest.store.postgres import PostgresStore
+    except ImportError as exc:
+        raise ConfigError(f"store_url needs the PostgreSQL packages ({exc.name} is missing): "
+                          "pip install 'offline-rag[postgres]'") from exc
+    return PostgresStore(settings.store_url or "", settings.store_pool_size)
+
+
+@contextmanager
+def scratch_store(settings: Settings, folder: Path) -> Iterator[tuple[Store, str]]:
+    """A store and an index name for a throwaway index (``rag eval``): the embedded store in ``folder``, or,
+    with ``store_url``, a uniquely named index in that database, dropped afterwards."""
+    if not settings.store_url:
+        yield EmbeddedStore(folder), settings.index
+        return
+    store = _postgres_store(settings)
+    name = f"scratch-{uuid.uuid4().hex[:12]}"
+    try:
+        yield store, name
+    finally:
+        store.close()
+        store.drop(name)
 
 
 def open_index(settings: Settings, name: str | None = None) -> StoredIndex:
@@ -29,7 +65,7 @@ def open_index(settings: Settings, name: str | None = None) -> StoredIndex:
 
 
 def open_uploads(settings: Settings) -> Uploads:
-    return Uploads(settings.home / "uploads")
+    return Uploads(settings.uploads_path)
 
 
 def load_embedder(settings: Settings) -> Embedder:
@@ -37,25 +73,48 @@ def load_embedder(settings: Settings) -> Embedder:
 
 
 def load_generator(settings: Settings) -> LocalGenerator:
+    """The local ORT GenAI model (``rag models check`` and ``rag bench engine`` measure this one)."""
     return LocalGenerator(settings.generator_path, settings.device, settings.threads,
                           settings.prefix_cache_slots, settings.prefix_cache_tokens)
+
+
+def load_answer_generator(settings: Settings, embedder: Embedder) -> Generator:
+    """The generator answers come from: an OpenAI-compatible server with ``generator_url`` (its token counts
+    from ``generator_tokenizer``, else from the embedder's tokenizer), else the local model."""
+    if settings.generator_url:
+        from rag.generation.remote import RemoteGenerator, TokenCounter
+
+        counter = TokenCounter.from_file(settings.generator_tokenizer or embedder.path / "tokenizer.json")
+        return RemoteGenerator(settings.generator_url, counter, model=settings.generator_model,
+                               api_key=settings.generator_api_key, timeout_s=settings.generator_timeout_s,
+                               context_length=settings.generator_context,
+                               extra_body=settings.generator_extra_body)
+    return load_generator(settings)
 
 
 @dataclass
 class Models:
     embedder: Embedder
-    generator: LocalGenerator
+    generator: Generator  # a LocalGenerator, or a RemoteGenerator with ``generator_url``
 
     @classmethod
     def load(cls, settings: Settings) -> "Models":
-        return cls(load_embedder(settings), load_generator(settings))
+        embedder = load_embedder(settings)
+        return cls(embedder, load_answer_generator(settings, embedder))
+
+    @property
+    def local_generator(self) -> LocalGenerator | None:
+        return self.generator if isinstance(self.generator, LocalGenerator) else None
 
     def warm_up(self) -> None:
         """Run each model once so the first user request does not pay for lazy initialisation; this also
         leaves the answer prompt's fixed system part in the generator's prefix cache."""
         self.embedder.embed(["warm-up sentence one.", "a second, somewhat longer warm-up sentence."])
-        self.generator.generate(self.generator.prompt(build_messages("Say hi.", [])).tokens,
-                                SamplingOptions(max_tokens=2))
+        local = self.local_generator
+        if local is not None:
+            local.generate(local.prompt(build_messages("Say hi.", [])).tokens, SamplingOptions(max_tokens=2))
+        elif hasattr(self.generator, "warm_up"):
+            self.generator.warm_up()  # a remote generator learns its model name
 
 
 def answer_service(settings: Settings, models: Models, generator: Generator | None = None,

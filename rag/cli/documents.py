@@ -147,7 +147,7 @@ def documents_delete(ctx: click.Context, document: str, index: str | None) -> No
 
 @click.group("index")
 def index_group() -> None:
-    """Inspect indexes."""
+    """Inspect indexes, or copy one between stores."""
 
 
 @index_group.command("info")
@@ -168,3 +168,35 @@ def index_info(ctx: click.Context, index: str | None, as_json: bool) -> None:
     out.print(table)
 
 
+@index_group.command("migrate")
+@click.option("--to", "target", required=True,
+              help="postgresql://… to copy a local index into that database, or a local index name (with --from URL).")
+@click.option("--from", "source",
+              help="The local index to copy (default: the `index` setting), or postgresql://… to copy back from.")
+@click.pass_context
+@handle_errors
+def index_migrate(ctx: click.Context, target: str, source: str | None) -> None:
+    """Copy an index between the embedded store and PostgreSQL, keeping document ids and vectors."""
+    import dataclasses
+
+    from ingest.store.copy import copy_index
+    from rag.core.errors import BadRequestError
+    from rag.core.names import validate_index_name
+    from rag.runtime import open_store
+
+    settings = settings_from(ctx)
+    is_url = lambda value: bool(value) and value.startswith(("postgresql://", "postgres://"))  # noqa: E731
+    if is_url(target) == is_url(source):
+        raise BadRequestError("give one side as a postgresql:// URL and the other as a local index name "
+                              "(--to URL [--from NAME], or --from URL --to NAME)")
+    to_url = is_url(target)
+    name = validate_index_name((source if to_url else target) or settings.index)
+    local = open_store(dataclasses.replace(settings, store_url=None))
+    remote = open_store(dataclasses.replace(settings, store_url=target if to_url else source))
+    src, dst = (local, remote) if to_url else (remote, local)
+    try:
+        report = copy_index(src.index(name), dst.index(name))
+    finally:
+        remote.close()
+    console.print(Text.assemble(("copied", "green"), f" {report.documents} documents, {report.chunks} chunks "
+                                f"of index {name!r} to {dst.index(name).location}"), soft_wrap=True)

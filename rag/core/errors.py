@@ -97,3 +97,31 @@ class OverloadedError(RagError):
     def __init__(self, message: str, retry_after_s: int = 1) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class UpstreamError(RagError):
+    """A remote engine (the OpenAI-compatible generator) answered with an error or with something unreadable."""
+
+    status_code = 502
+    error_type = "upstream_error"
+
+
+class UpstreamUnavailable(UpstreamError):
+    """The remote engine cannot be reached, or says it is overloaded."""
+
+    status_code = 503
+    error_type = "upstream_unavailable"
+
+
+class UpstreamTimeout(UpstreamError):
+    """The remote engine did not answer (or stopped answering) within the configured timeout."""
+
+    status_code = 504
+    error_type = "upstream_timeout"
+
+
+class StoreUnavailableError(RagError):
+    """The database behind the store cannot be reached."""
+
+    status_code = 503
+    error_type = "store_unavailable"

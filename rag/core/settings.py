@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -84,6 +86,31 @@ class Settings:
     max_upload_mb: int = field(default=50, metadata={"doc": "per-file upload limit"})
     max_queue: int = field(default=32, metadata={"doc": "waiting generations before 503"})
     log_file: Path | None = field(default=None, metadata={"doc": "rotating JSON log file"})
+    # Scaling out (README "Scaling out"): each part can move onto an existing engine.
+    store_url: str | None = field(
+        default=None, metadata={"doc": "postgresql://… : keep indexes in PostgreSQL + pgvector (unset = the "
+                                       "embedded FAISS + SQLite store under indexes/)"})
+    store_pool_size: int = field(default=8, metadata={"doc": "PostgreSQL connections per process (server pool)"})
+    uploads_dir: Path | None = field(
+        default=None, metadata={"doc": "where uploaded originals are kept (default: home/uploads); replicas share "
+                                       "one folder, mounted at the same path on each"})
+    generator_url: str | None = field(
+        default=None, metadata={"doc": "http://host:port/v1 of an OpenAI-compatible server that generates "
+                                       "instead of the local model (vLLM, llama.cpp server, Ollama, rag serve)"})
+    generator_model: str | None = field(
+        default=None, metadata={"doc": "model name sent to generator_url (default: the first of its /models)"})
+    generator_api_key: str | None = field(default=None, metadata={"doc": "bearer token for generator_url"})
+    generator_timeout_s: float = field(
+        default=60.0, metadata={"doc": "remote generator: longest wait to connect, for the first token or between two"})
+    generator_context: int = field(
+        default=2048, metadata={"doc": "remote generator: the model's context window in tokens"})
+    generator_tokenizer: Path | None = field(
+        default=None, metadata={"doc": "remote generator: the model's tokenizer.json for exact token counts "
+                                       "(default: the embedder's tokenizer, an approximation)"})
+    generator_extra_body: str = field(
+        default='{"use_context": false}',
+        metadata={"doc": "remote generator: JSON object merged into each request (the default stops an upstream "
+                         "rag serve from retrieving again; other servers ignore the field; {} for strict ones)"})
     # Not a setting: where each non-default value came from (a rag.toml path, "env RAG_...", "command line").
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False,
                                        metadata={"internal": True})
@@ -95,6 +122,10 @@ class Settings:
     @property
     def indexes_dir(self) -> Path:
         return self.home / "indexes"
+
+    @property
+    def uploads_path(self) -> Path:
+        return self.uploads_dir or self.home / "uploads"
 
     @property
     def generator_path(self) -> Path:
@@ -119,8 +150,10 @@ class Settings:
         out: dict[str, Any] = {}
         for f in settings_fields():
             value = getattr(self, f.name)
-            if f.name == "api_key" and value:
+            if f.name in ("api_key", "generator_api_key") and value:
                 value = "***"
+            if f.name == "store_url" and value:
+                value = re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", value)  # a password in the URL
             out[f.name] = str(value) if isinstance(value, Path) else value
         out["generator_dir"] = str(self.generator_path)
         out["embedder_dir"] = str(self.embedder_path)
@@ -216,4 +249,16 @@ def load_settings(
         raise ConfigError("ocr_languages must name at least one Tesseract language, e.g. eng")
     if settings.prefix_cache_slots < 0 or settings.prefix_cache_tokens < 1:
         raise ConfigError("prefix_cache_slots must be >= 0 and prefix_cache_tokens >= 1")
+    if settings.store_url is not None and not settings.store_url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(f"store_url must be a postgresql:// URL, not {settings.store_url!r}")
+    if settings.generator_url is not None and not settings.generator_url.startswith(("http://", "https://")):
+        raise ConfigError(f"generator_url must be an http(s):// URL, not {settings.generator_url!r}")
+    if settings.generator_timeout_s <= 0 or settings.generator_context < 16 or settings.store_pool_size < 1:
+        raise ConfigError("generator_timeout_s must be > 0, generator_context >= 16, store_pool_size >= 1")
+    try:
+        extra = json.loads(settings.generator_extra_body)
+    except ValueError:
+        extra = None
+    if not isinstance(extra, dict):
+        raise ConfigError(f"generator_extra_body must be a JSON object, not {settings.generator_extra_body!r}")
     return settings

@@ -1,0 +1,289 @@
+"""The store's behaviour, one set of tests for both backends: the embedded FAISS + SQLite store and
+PostgreSQL + pgvector (a real server, started for the session). Then what only a database server allows:
+concurrent ingest processes into one index, a killed ingest, and copying an index between the two."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ingest.pipeline import delete_document, ingest_paths
+from ingest.records import Chunk, DocumentRecord, document_id
+from ingest.store.copy import copy_index
+from ingest.store.embedded import EmbeddedStore
+from rag.answering.retrieval import Retriever
+from rag.core.errors import EmbedderMismatchError
+from rag.core.settings import PROJECT_ROOT
+from tests.conftest import SQUAD_DOCS
+from tests.helpers import cli_env
+
+BACKENDS = ("embedded", "postgresql")
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request, tmp_path: Path):
+    if request.param == "embedded":
+        yield EmbeddedStore(tmp_path / "indexes")
+        return
+    from ingest.store.postgres import PostgresStore
+
+    store = PostgresStore(request.getfixturevalue("postgres_url"), pool_size=2)
+    yield store
+    store.close()
+
+
+def fresh_name() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def paragraphs() -> list[tuple[str, str]]:
+    """(title, paragraph) of the SQuAD dev documents, in a fixed order."""
+    out = []
+    for doc in sorted(SQUAD_DOCS.glob("*.md")):
+        title = doc.stem.replace("_", " ").title()
+        out += [(title, p.strip()) for p in doc.read_text(encoding="utf-8").split("\n\n")
+                if len(p.strip()) > 200 and not p.startswith("#")]
+    return out
+
+
+def corpus(folder: Path, start: int, count: int) -> list[Path]:
+    paras = paragraphs()
+    return [write(folder, f"p{i:03d}.md", f"# {paras[i][0]} {i}\n\n{paras[i][1]}\n") for i in range(start, start + count)]
+
+
+def consistent(index) -> tuple[int, int]:
+    """(documents, chunks) after checking every document is whole: its chunks are all there, once each."""
+    reader = index.reader()
+    try:
+        info = reader.info()
+        total = 0
+        for record in reader.documents():
+            chunks, vectors = reader.document_chunks(record.id)
+            assert len(chunks) == record.chunks == len(vectors), record.path
+            assert [c.ordinal for c in chunks] == list(range(record.chunks)), record.path
+            total += len(chunks)
+        assert total == info.chunks
+        return info.documents, info.chunks
+    finally:
+        reader.close()
+
+
+# ---------------------------------------------------------------------- one behaviour, both backends
+def test_add_search_update_delete(store, embedder, tmp_path: Path) -> None:
+    index = store.index(fresh_name())
+    assert not index.exists()
+    docs = tmp_path / "docs"
+    normans = write(docs, "normans.md", "# Normans\n\nRollo was the leader of the Vikings who settled in Normandy. "
+                                         "He swore fealty to King Charles III of West Francia in 911.\n")
+    write(docs, "victoria.md", "# Victoria\n\nMelbourne is the capital of the Australian state of Victoria. "
+                               "The state's economy is driven by services and manufacturing.\n")
+    summary = ingest_paths([docs], index, embedder)
+    assert [o.status for o in summary.outcomes] == ["added", "added"]
+    assert index.exists() and index.name in store.names()
+    reader = index.reader()
+    info = reader.info()
+    assert (info.documents, info.chunks, info.dimension) == (2, 2, embedder.dimension)
+    assert info.embedder == embedder.config.identity
+
+    retriever = Retriever(reader, embedder)
+    hits = retriever.retrieve("Who swore fealty to Charles III?", 2).hits
+    assert hits[0].chunk.title == "Normans" and hits[0].chunk.doc_id == document_id(normans)
+    assert hits[0].dense_score > 0.3 and hits[0].lexical_score > 0
+    lexical = reader.lexical_search("capital of Victoria", 5)
+    assert lexical and all(score > 0 for _, score in lexical)
+    assert reader.chunks([lexical[0][0]])[lexical[0][0]].title == "Victoria"
+    assert reader.lexical_search("the of and", 5) == []  # only stop words: no query
+
+    # unchanged, then updated: the old chunk goes, the reader sees the new one without reopening
+    assert [o.status for o in ingest_paths([docs], index, embedder).outcomes] == ["unchanged", "unchanged"]
+    write(docs, "normans.md", "# Normans\n\nRollo, a Viking chieftain, founded the duchy of Normandy.\n\n" + "More. " * 300)
+    summary = ingest_paths([normans], index, embedder)
+    assert summary.outcomes[0].status == "updated" and summary.outcomes[0].chunks > 1
+    assert reader.find_document(str(normans)).chunks == summary.outcomes[0].chunks
+    assert "swore fealty" not in " ".join(h.chunk.text for h in retriever.retrieve("fealty Charles III", 5).hits)
+    assert consistent(index) == (2, 1 + summary.outcomes[0].chunks)
+
+    # delete: gone from metadata and from both searches
+    record = delete_document(index, str(normans))
+    assert record.id == document_id(normans)
+    assert reader.find_document(record.id) is None
+    assert all(h.chunk.doc_id != record.id for h in retriever.retrieve("Rollo Viking Normandy", 5).hits)
+    assert consistent(index) == (1, 1)
+    reader.close()
+
+
+def test_document_filters(store, embedder, tmp_path: Path) -> None:
+    index = store.index(fresh_name())
+    files = corpus(tmp_path / "docs", 0, 6)
+    ingest_paths(files, index, embedder)
+    reader = index.reader()
+    retriever = Retriever(reader, embedder)
+    wanted = [document_id(files[4]), document_id(files[5])]
+    unfiltered = retriever.retrieve(paragraphs()[0][1][:200], 5).hits
+    assert unfiltered[0].chunk.doc_id == document_id(files[0])
+    query = embedder.embed_query(paragraphs()[0][1][:200])
+    dense = reader.dense_search(query, 10, wanted)
+    assert dense and {reader.chunks([i])[i].doc_id for i, _ in dense} <= set(wanted)
+    assert len(dense) == sum(reader.find_document(d).chunks for d in wanted)  # every allowed chunk, none else
+    lexical = reader.lexical_search(paragraphs()[0][1][:200], 10, wanted)
+    assert {reader.chunks([i])[i].doc_id for i, _ in lexical} <= set(wanted)
+    hits = retriever.retrieve(paragraphs()[0][1][:200], 5, [str(files[4])]).hits  # a path works too
+    assert hits and {h.chunk.doc_id for h in hits} == {wanted[0]}
+    reader.close()
+
+
+def test_embedder_guard(store, embedder, tmp_path: Path) -> None:
+    index = store.index(fresh_name())
+    ingest_paths(corpus(tmp_path / "docs", 0, 1), index, embedder)
+    with pytest.raises(EmbedderMismatchError):
+        index.writer("another-embedder@384", 384)
+    with pytest.raises(EmbedderMismatchError):
+        index.writer(embedder.config.identity, 768)
+    reader = index.reader()
+    with pytest.raises(EmbedderMismatchError):
+        reader.check_embedder("another-embedder@384")
+    reader.check_embedder(embedder.config.identity)
+    reader.close()
+
+
+def test_failed_writes_leave_nothing_half_written(store, embedder, tmp_path: Path) -> None:
+    index = store.index(fresh_name())
+    files = corpus(tmp_path / "docs", 0, 2)
+    ingest_paths(files, index, embedder)
+    before = consistent(index)
+    record = DocumentRecord("broken0000000000", str(tmp_path / "broken.md"), "Broken", "md", "0" * 64, None, 10, 2,
+                            "2026-01-01T00:00:00+00:00")
+    chunks = [Chunk("one", None, None, 0, 3, 0), Chunk("two", None, None, 4, 7, 1)]
+    with pytest.raises(ValueError):
+        with index.writer(embedder.config.identity, embedder.dimension) as writer:
+            writer.put_document(record, chunks, np.zeros((1, embedder.dimension), np.float32))  # one vector short
+    with pytest.raises(RuntimeError):
+        with index.writer(embedder.config.identity, embedder.dimension) as writer:
+            writer.put_document(dataclasses.replace(record, chunks=1), chunks[:1],
+                                np.ones((1, embedder.dimension), np.float32) / 20)
+            raise RuntimeError("the run dies before commit")
+    # Embedded: the run is one transaction, nothing of it stays. PostgreSQL: each document commits on its own,
+    # so the document put before the failure stays, whole. Either way no document is half there.
+    documents, chunks_now = consistent(index)
+    assert (documents, chunks_now) in (before, (before[0] + 1, before[1] + 1))
+
+
+def test_copy_between_backends(embedder, postgres_url: str, tmp_path: Path) -> None:
+    from ingest.store.postgres import PostgresStore
+
+    embedded, pg = EmbeddedStore(tmp_path / "indexes"), PostgresStore(postgres_url, pool_size=2)
+    name = fresh_name()
+    files = corpus(tmp_path / "docs", 0, 5)
+    ingest_paths(files, embedded.index(name), embedder)
+    report = copy_index(embedded.index(name), pg.index(name))
+    assert report.documents == 5 and consistent(pg.index(name)) == consistent(embedded.index(name))
+    back = EmbeddedStore(tmp_path / "back")
+    copy_index(pg.index(name), back.index(name))
+    query = embedder.embed_query(paragraphs()[3][1][:150])
+    results = []
+    for store in (embedded, pg, back):
+        reader = store.index(name).reader()
+        assert sorted(d.id for d in reader.documents()) == sorted(document_id(f) for f in files)
+        found = reader.dense_search(query, 5)
+        records = reader.chunks(i for i, _ in found)
+        results.append([(records[i].doc_id, records[i].ordinal, round(score, 4)) for i, score in found])
+        reader.close()
+    assert results[0] == results[1] == results[2]  # same ids, same vectors (copied, not re-embedded)
+    pg.close()
+
+
+def test_migrate_command(settings, postgres_url: str, tmp_path: Path, embedder) -> None:
+    home, home_back = tmp_path / "home", tmp_path / "home-back"
+    name = fresh_name()
+    ingest_paths(corpus(tmp_path / "docs", 10, 3), EmbeddedStore(home / "indexes").index(name), embedder)
+
+    def run(where: Path, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(where), "index", "migrate", *args],
+                              cwd=PROJECT_ROOT, env=cli_env(settings), capture_output=True, text=True, timeout=120)
+
+    done = run(home, "--to", postgres_url, "--from", name)
+    assert done.returncode == 0, done.stderr
+    assert "copied 3 documents" in done.stderr
+    back = run(home_back, "--from", postgres_url, "--to", name)  # and back, into another home
+    assert back.returncode == 0, back.stderr
+    assert consistent(EmbeddedStore(home_back / "indexes").index(name)) == consistent(
+        EmbeddedStore(home / "indexes").index(name))
+    refused = run(home, "--to", name, "--from", name)
+    assert refused.returncode == 2 and "postgresql://" in refused.stderr
+
+
+# ---------------------------------------------------------------------- PostgreSQL: several writers at once
+def ingest_process(settings, postgres_url: str, folder: Path, index: str, *extra: str) -> subprocess.Popen:
+    env = cli_env(settings, RAG_STORE_URL=postgres_url)
+    return subprocess.Popen([sys.executable, "-m", "rag.cli", "ingest", str(folder), "--index", index, "--json",
+                             *extra], cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def test_concurrent_ingests_into_one_postgres_index(settings, postgres_url: str, tmp_path: Path) -> None:
+    from ingest.store.postgres import PostgresStore
+
+    store = PostgresStore(postgres_url, pool_size=2)
+    name = fresh_name()
+    a, b = tmp_path / "a", tmp_path / "b"
+    corpus(a, 0, 8)
+    corpus(b, 8, 8)
+    procs = [ingest_process(settings, postgres_url, folder, name) for folder in (a, b)]
+    outputs = [p.communicate(timeout=180) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    written = [json.loads(out)["chunks_written"] for out, _ in outputs]
+    assert consistent(store.index(name)) == (16, sum(written))
+
+    # The same files from two processes at once: one document each, no duplicate chunks.
+    same = fresh_name()
+    procs = [ingest_process(settings, postgres_url, a, same) for _ in range(2)]
+    outputs = [p.communicate(timeout=180) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert consistent(store.index(same)) == (8, written[0])
+    store.close()
+
+
+def test_killed_ingest_leaves_whole_documents(settings, postgres_url: str, tmp_path: Path) -> None:
+    from ingest.store.postgres import PostgresStore
+
+    store = PostgresStore(postgres_url, pool_size=2)
+    name = fresh_name()
+    folder = tmp_path / "docs"
+    files = corpus(folder, 0, 40)
+    # Small chunks: several embedding batches, so the process dies with documents written and others not.
+    args = ("--chunk-tokens", "24", "--overlap", "0")
+    proc = ingest_process(settings, postgres_url, folder, name, *args)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if store.index(name).exists() and store.index(name).reader().info().documents > 0:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the ingest finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    documents, _ = consistent(store.index(name))
+    assert 0 < documents < len(files)
+    rerun = ingest_process(settings, postgres_url, folder, name, *args)
+    out, err = rerun.communicate(timeout=180)
+    assert rerun.returncode == 0, err
+    summary = json.loads(out)
+    assert summary["unchanged"] == documents and summary["added"] == len(files) - documents
+    assert consistent(store.index(name))[0] == len(files)
+    store.close()
