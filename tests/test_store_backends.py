@@ -287,3 +287,24 @@ def test_killed_ingest_leaves_whole_documents(settings, postgres_url: str, tmp_p
     assert summary["unchanged"] == documents and summary["added"] == len(files) - documents
     assert consistent(store.index(name))[0] == len(files)
     store.close()
+
+
+def test_mail_attachments_are_documents_of_their_own(store, embedder, tmp_path: Path) -> None:
+    from format_fixtures import make_eml
+
+    index = store.index(fresh_name())
+    note = b"The volcanic ash layer at 40 metres dates from the Holocene.\n"
+    mail = make_eml(tmp_path / "site7.eml", ("ash-note.txt", note, "text/plain"))
+    summary = ingest_paths([mail], index, embedder)
+    assert summary.ok
+    reader = index.reader()
+    try:
+        titles = sorted(d.title for d in reader.documents())
+        assert len(titles) == 2 and any(t.startswith("attachment ash-note.txt") for t in titles), titles
+        make_eml(mail)  # the mail without its attachment: the attachment's document goes
+        ingest_paths([mail], index, embedder)
+        assert [d.title for d in reader.documents()] == ["Borehole samples from Site 7"]
+        delete_document(index, str(mail))
+        assert reader.documents() == []
+    finally:
+        reader.close()

@@ -428,6 +428,12 @@ class PostgresWriter:
             raise DocumentNotFoundError(f"no document {id_or_path!r} in index {self.name!r}")
         return record
 
+    def documents_under(self, path_prefix: str) -> list[DocumentRecord]:
+        """Documents whose stored path starts with ``path_prefix`` (a mail's attachments: ``<mail>#``)."""
+        rows = self._conn.execute(f"SELECT {DOCUMENT_COLUMNS} FROM {self.schema}.documents "
+                                  "WHERE left(path, %s) = %s", (len(path_prefix), path_prefix)).fetchall()
+        return [_document(r) for r in rows]
+
     def _locked(self, doc_id: str) -> None:
         """Within a transaction: wait for (and hold until its end) the lock on this document."""
         import psycopg
