@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Annotated
 
 import msgspec
-from litestar.datastructures import UploadFile
 
 from ingest.records import DocumentRecord
 from rag.answering.result import AnswerResult, Source
@@ -87,13 +85,6 @@ class RetrieveRequest(msgspec.Struct, forbid_unknown_fields=True):
     top_k: TopK | None = None
     documents: list[str] | None = None
     index: IndexName | None = None
-
-
-@dataclass
-class UploadForm:
-    """``POST /v1/documents`` multipart body: one or more files in the field ``data``."""
-
-    data: list[UploadFile] = field(default_factory=list)
 
 
 class ErrorBody(msgspec.Struct):
@@ -197,6 +188,7 @@ class FileResult(msgspec.Struct):
     chunks: int
     reason: str | None
     reason_type: str | None
+    renamed_from: str | None  # the file name as sent, when it was changed to be stored safely
 
 
 class UploadResponse(msgspec.Struct, omit_defaults=True):

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import anyio.to_thread
-from litestar import Controller, Response, delete, get, post
+from litestar import Controller, Request, Response, delete, get, post
 from litestar.datastructures import State
-from litestar.enums import RequestEncodingType
-from litestar.params import Body, FromPath, FromQuery
+from litestar.params import FromPath, FromQuery
 
-from api.protocol import DeleteResponse, DocumentList, ErrorBody, FileResult, UploadForm, UploadResponse
+from api.openapi import UPLOAD_RESPONSES, MultipartUpload, errors
+from api.protocol import DeleteResponse, DocumentList, ErrorBody, FileResult, UploadResponse
+from api.requests import uploaded_files
 from api.state import AppState
 from ingest.uploads import IncomingFile
 
@@ -19,27 +18,31 @@ class DocumentsController(Controller):
     path = "/v1/documents"
     tags = ["documents"]
 
-    @post("", summary="Upload and ingest one or more files (multipart field `data`)")
-    async def upload(self, state: State, data: Annotated[UploadForm, Body(media_type=RequestEncodingType.MULTI_PART)],
+    # The body is read by the handler (api.requests.uploaded_files: a part that is no file gets a message
+    # of its own) and documented by MultipartUpload.
+    @post("", status_code=200, summary="Upload and ingest one or more files (multipart field `data`)",
+          responses=UPLOAD_RESPONSES, operation_class=MultipartUpload)
+    async def upload(self, state: State, request: Request,
                      index: FromQuery[str | None] = None) -> Response[UploadResponse]:
         app: AppState = state.app
         models = app.require_ready()
         target = app.index(index)
-        files = [IncomingFile(upload.filename, await upload.read()) for upload in data.data]
+        files = [IncomingFile(upload.filename, await upload.read()) for upload in await uploaded_files(request)]
         settings = app.settings
         report = await anyio.to_thread.run_sync(
             lambda: app.uploads.add(target, files, models.embedder, settings.chunk_tokens, settings.chunk_overlap,
                                     settings.max_upload_mb * 1024 * 1024))
         body = UploadResponse(index=report.index, files=[
             FileResult(file=o.path, status=o.status, document_id=o.document_id, chunks=o.chunks, reason=o.reason,
-                       reason_type=o.reason_type) for o in report.outcomes])
+                       reason_type=o.reason_type, renamed_from=report.renamed.get(o.path))
+            for o in report.outcomes])
         if report.accepted:
             return Response(body, status_code=200)
         first = report.outcomes[0]
         body.error = ErrorBody(type=first.reason_type or "unprocessable_document", message=f"{first.path}: {first.reason}")
         return Response(body, status_code=413 if report.all_too_large else 422)
 
-    @get("", summary="Documents in an index")
+    @get("", summary="Documents in an index", responses=errors(400, 404))
     async def list_documents(self, state: State, index: FromQuery[str | None] = None) -> DocumentList:
         target = state.app.index(index)
         reader = target.reader()
@@ -48,7 +51,8 @@ class DocumentsController(Controller):
         finally:
             reader.close()
 
-    @delete("/{document_id:str}", status_code=200, summary="Remove a document and its vectors")
+    @delete("/{document_id:str}", status_code=200, summary="Remove a document and its vectors",
+            responses=errors(400, 404, 409))
     async def delete_document(self, state: State, document_id: FromPath[str],
                               index: FromQuery[str | None] = None) -> DeleteResponse:
         app: AppState = state.app
