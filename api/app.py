@@ -17,7 +17,7 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import EXCEPTION_HANDLERS, error_response
 from api.observability import ServiceMetrics, configure_logging
-from api.openapi import exact_request_schemas
+from api.openapi import complete_schema
 from api.requests import ApiRequest
 from api.routes.answers import AnswersController
 from api.routes.chat import ChatController
@@ -130,5 +130,5 @@ def create_app(settings: Settings | None = None) -> Litestar:
         logging_config=None,  # the product's own JSON logging (api/observability.py); no second plain-text format
         debug=False,
     )
-    exact_request_schemas(app)
+    complete_schema(app)
     return app

@@ -250,6 +250,12 @@ def test_answers_and_streams_are_described(schema: dict):
         assert "text/event-stream" in content, path
     stream = schema["paths"]["/v1/chat/stream"]["post"]["responses"]["200"]["content"]
     assert set(stream) == {"text/event-stream"}
+    for path, payload in (("/v1/ask", "AskEvent"), ("/v1/chat/stream", "SeedEvent"),
+                          ("/v1/chat/completions", "OpenAIEvent")):
+        event = schema["paths"][path]["post"]["responses"]["200"]["content"]["text/event-stream"]["schema"]
+        assert f"#/components/schemas/{payload}" in json.dumps(event["properties"]["data"]), (path, event)
+        kinds = {ref["$ref"].rsplit("/", 1)[-1] for ref in schema["components"]["schemas"][payload]["anyOf"]}
+        assert "ErrorResponse" in kinds and all(k in schema["components"]["schemas"] for k in kinds), kinds
     assert "data:" in schema["paths"]["/v1/chat/stream"]["post"]["responses"]["200"]["description"]
     responses = schema["paths"]["/v1/documents"]["post"]["responses"]
     assert "200" in responses and "201" not in responses and {"413", "422"} <= set(responses)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import anyio.to_thread
 from litestar import Controller, Request, post
 from litestar.datastructures import State
-from litestar.params import JSONBody
 from litestar.response import Stream
 
-from api.openapi import ANSWER_ERRORS, ASK_EVENTS, json_or_event_stream
+from api.openapi import ANSWER_ERRORS, operation
 from api.protocol import AskRequest, AskResponse, RetrieveMetrics, RetrieveRequest, RetrieveResponse
+from api.requests import json_body
 from api.sse import primed, sse, sse_error, sse_response
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, options_from, sources
@@ -21,10 +21,11 @@ class AnswersController(Controller):
     tags = ["answers"]
 
     # Annotated with the JSON answer only (the schema's 200); with "stream" the handler returns an SSE
-    # Stream, documented by json_or_event_stream (Litestar serves a returned Response as it is).
+    # Stream, documented by ``operation`` (Litestar serves a returned Response as it is).
     @post("/ask", status_code=200, summary="Answer a question from the indexed documents",
-          responses=ANSWER_ERRORS, operation_class=json_or_event_stream(ASK_EVENTS))
-    async def ask(self, data: JSONBody[AskRequest], state: State, request: Request) -> AskResponse:
+          responses=ANSWER_ERRORS, operation_class=operation(json_body=AskRequest))
+    async def ask(self, state: State, request: Request) -> AskResponse:
+        data = await json_body(request, AskRequest)
         app = state.app
         options = options_from(app.settings, top_k=data.top_k, max_tokens=data.max_tokens,
                                temperature=data.temperature, top_p=data.top_p,
@@ -34,8 +35,10 @@ class AnswersController(Controller):
             return await app.answer(answer_request, request.receive)
         return sse_response(ask_sse(await primed(app.events(answer_request))))  # type: ignore[return-value]
 
-    @post("/retrieve", status_code=200, summary="Retrieve chunks without generating", responses=ANSWER_ERRORS)
-    async def retrieve(self, data: JSONBody[RetrieveRequest], state: State) -> RetrieveResponse:
+    @post("/retrieve", status_code=200, summary="Retrieve chunks without generating", responses=ANSWER_ERRORS,
+          operation_class=operation(json_body=RetrieveRequest))
+    async def retrieve(self, state: State, request: Request) -> RetrieveResponse:
+        data = await json_body(request, RetrieveRequest)
         service = state.app.service()
         retrieval = await anyio.to_thread.run_sync(service.retrieve, data.query, data.index, data.top_k,
                                                    data.documents)

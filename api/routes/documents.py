@@ -7,7 +7,7 @@ from litestar import Controller, Request, Response, delete, get, post
 from litestar.datastructures import State
 from litestar.params import FromPath, FromQuery
 
-from api.openapi import UPLOAD_RESPONSES, MultipartUpload, errors
+from api.openapi import UPLOAD_RESPONSES, errors, operation
 from api.protocol import DeleteResponse, DocumentList, ErrorBody, FileResult, UploadResponse
 from api.requests import uploaded_files
 from api.state import AppState
@@ -19,9 +19,9 @@ class DocumentsController(Controller):
     tags = ["documents"]
 
     # The body is read by the handler (api.requests.uploaded_files: a part that is no file gets a message
-    # of its own) and documented by MultipartUpload.
+    # of its own) and documented by ``operation``.
     @post("", status_code=200, summary="Upload and ingest one or more files (multipart field `data`)",
-          responses=UPLOAD_RESPONSES, operation_class=MultipartUpload)
+          responses=UPLOAD_RESPONSES, operation_class=operation(upload=True))
     async def upload(self, state: State, request: Request,
                      index: FromQuery[str | None] = None) -> Response[UploadResponse]:
         app: AppState = state.app

@@ -7,13 +7,13 @@ import uuid
 
 from litestar import Controller, Request, get, post
 from litestar.datastructures import State
-from litestar.params import JSONBody
 from litestar.response import Stream
 
-from api.openapi import ANSWER_ERRORS, OPENAI_EVENTS, errors, json_or_event_stream
+from api.openapi import ANSWER_ERRORS, errors, operation
 from api.protocol import (AssistantMessage, ChatCompletion, ChatCompletionRequest, Choice, ModelCard, ModelList,
                           PromptTokensDetails, Usage)
 from api.routes.chat import as_dicts
+from api.requests import json_body
 from api.sse import primed, sse, sse_error, sse_response
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, options_from
@@ -40,11 +40,11 @@ class OpenAIController(Controller):
         model_id = state.app.service().generator.model_id
         return ModelList(object="list", data=[ModelCard(id=model_id, object="model", created=0, owned_by="local")])
 
-    # Annotated with the JSON completion (the schema's 200); streams are documented by json_or_event_stream.
+    # Annotated with the JSON completion (the schema's 200); streams are documented by ``operation``.
     @post("/chat/completions", status_code=200, summary="Chat completion grounded in the documents",
-          responses=ANSWER_ERRORS, operation_class=json_or_event_stream(OPENAI_EVENTS))
-    async def chat_completions(self, data: JSONBody[ChatCompletionRequest], state: State,
-                               request: Request) -> ChatCompletion:
+          responses=ANSWER_ERRORS, operation_class=operation(json_body=ChatCompletionRequest))
+    async def chat_completions(self, state: State, request: Request) -> ChatCompletion:
+        data = await json_body(request, ChatCompletionRequest)
         app = state.app
         options = options_from(app.settings, max_tokens=data.max_completion_tokens or data.max_tokens,
                                temperature=data.temperature, top_p=data.top_p, documents=data.documents,
