@@ -8,6 +8,7 @@ the Litestar app with ``TestClient``; disconnects and token counts need a real `
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import time
@@ -16,10 +17,13 @@ from pathlib import Path
 from typing import Iterator
 
 import httpx
+import msgspec
 import pytest
+from litestar import Litestar, post
 from litestar.testing import TestClient
 
 from api.app import create_app
+from api.errors import EXCEPTION_HANDLERS
 from helpers import server_process
 from ingest.pipeline import ingest_paths
 from ingest.records import candidate_ids
@@ -199,6 +203,39 @@ def test_a_file_name_with_a_line_break_is_refused_by_name(client: TestClient):
 
 
 # --------------------------------------------------------------------------- the general guard
+class Touchy(msgspec.Struct):
+    word: str
+
+    def __post_init__(self) -> None:
+        if self.word == "boom":  # a validator with a bug: msgspec lets anything but TypeError/ValueError through
+            raise RuntimeError("a bug in a validator")
+
+
+@post("/touchy")
+async def touchy(data: Touchy) -> str:
+    return data.word
+
+
+@post("/buggy")
+async def buggy(data: dict[str, str]) -> str:
+    raise RuntimeError("a bug after validation")
+
+
+def test_an_unforeseen_error_while_reading_a_request_is_a_logged_400(caplog: pytest.LogCaptureFixture):
+    app = Litestar([touchy, buggy], exception_handlers=EXCEPTION_HANDLERS, logging_config=None)  # as create_app
+    with TestClient(app) as mini:
+        assert mini.post("/touchy", json={"word": "fine"}).text == "fine"
+        with caplog.at_level(logging.WARNING, logger="rag.api"):
+            error = error_of(mini.post("/touchy", json={"word": "boom"}), 400)
+        assert error["type"] == "invalid_request" and "a bug in a validator" in error["message"]
+        [record] = [r for r in caplog.records if r.name == "rag.api"]
+        assert record.levelno == logging.WARNING and record.exc_info  # logged with its traceback
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="rag.api"):
+            assert error_of(mini.post("/buggy", json={}), 500)["type"] == "internal_error"
+        assert [r.levelno for r in caplog.records if r.name == "rag.api"] == [logging.ERROR]
+
+
 def test_unexpected_errors_while_reading_a_request_are_400s(client: TestClient):
     for content in (b'{"question": "\\ud800"}', b"\xef\xbb\xbf{}", "{\"question\": 1e999}".encode()):
         response = client.post("/v1/ask", content=content, headers={"Content-Type": "application/json"})
