@@ -5,7 +5,6 @@ from __future__ import annotations
 import anyio.to_thread
 from litestar import Controller, Request, post
 from litestar.datastructures import State
-from litestar.response import Stream
 
 from api.openapi import ANSWER_ERRORS, operation
 from api.protocol import AskRequest, AskResponse, RetrieveMetrics, RetrieveRequest, RetrieveResponse

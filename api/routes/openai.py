@@ -7,7 +7,6 @@ import uuid
 
 from litestar import Controller, Request, get, post
 from litestar.datastructures import State
-from litestar.response import Stream
 
 from api.openapi import ANSWER_ERRORS, errors, operation
 from api.protocol import (AssistantMessage, ChatCompletion, ChatCompletionRequest, Choice, ModelCard, ModelList,
