@@ -360,7 +360,9 @@ def test_a_client_that_leaves_a_plain_request_cancels_its_generation(server: str
         httpx.post(f"{server}{path}", json=body, timeout=httpx.Timeout(60, read=3))
     drained(server, 3)
     generated = metric(server, "rag_generated_tokens_total") - before
-    assert 0 < generated < 400, generated  # counted although cancelled (defect 8), and far below 4096
+    assert generated < 400, generated  # far below 4096
+    if path != "/v1/ask":  # without retrieval it is generating after 3 s (with it, on a loaded CPU, maybe not yet)
+        assert generated > 0, "a cancelled generation's tokens are counted too"
     after = httpx.post(f"{server}/v1/ask", json={"question": ROLLO, "max_tokens": 4}, timeout=60)
     assert after.status_code == 200, after.text
 
