@@ -117,6 +117,23 @@ def test_deeply_nested_json_is_a_400(client: TestClient, path: str):
     assert error_of(response, 400)["type"] == "invalid_request"
 
 
+@pytest.mark.parametrize("depth", [100, 500, 999])
+def test_nesting_inside_a_field_is_a_400(client: TestClient, depth: int):
+    body = b'{"query": "Rollo", "documents": ' + b"[" * depth + b"]" * depth + b"}"
+    response = client.post("/v1/retrieve", content=body, headers={"Content-Type": "application/json"})
+    assert error_of(response, 400)["type"] == "invalid_request"
+
+
+def test_json_fields_are_not_coerced(client: TestClient):
+    """Found by the fuzzer once the schema was exact: Litestar's lax decoding took 0 for false."""
+    for path, body in (("/v1/ask", {"question": ROLLO, "stream": 0}),
+                       ("/v1/ask", {"question": ROLLO, "max_tokens": "4"}),
+                       ("/v1/chat", {**JSON_ROUTES["/v1/chat"], "use_context": 0})):
+        assert "Expected" in error_of(client.post(path, json=body), 400)["message"], body
+    whole = client.post("/v1/ask", json={"question": ROLLO, "max_tokens": 4.0})  # 4.0 is the JSON integer 4
+    assert whole.status_code == 200 and whole.json()["metrics"]["output_tokens"] <= 4, whole.text
+
+
 # --------------------------------------------------------------------------- 5. upload names
 def test_unicode_names_are_kept_and_never_collide(client: TestClient, home: Path):
     folder = home / "uploads" / "default"
@@ -310,7 +327,8 @@ def test_enforced_constraints_are_in_the_schema(schema: dict):
     for name in ("AskRequest", "RetrieveRequest"):
         assert components[name]["additionalProperties"] is False, name
     ask = components["AskRequest"]["properties"]
-    assert (variant(ask["temperature"], "number")["minimum"], variant(ask["temperature"], "number")["maximum"]) == (0, 2)
+    temperature = variant(ask["temperature"], "number")
+    assert (temperature["minimum"], temperature["maximum"]) == (0, 2)
     assert variant(ask["top_p"], "number")["exclusiveMinimum"] == 0
     assert variant(ask["top_k_sampling"], "integer")["minimum"] == 0
     stop = components["ChatCompletionRequest"]["properties"]["stop"]
