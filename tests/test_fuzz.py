@@ -10,6 +10,7 @@ Settings shared with the long run (README, "Fuzzing"): tests/schemathesis.toml a
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -36,6 +37,11 @@ def answered(base: str) -> Counter:
     return Counter({(route, method, int(status)): int(float(n)) for method, route, status, n in REQUESTS.findall(text)})
 
 
+def fuzzer_env() -> dict[str, str]:
+    """schemathesis's environment: ours without RAG_*, and the repository on the path (for the hooks)."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("RAG_")}, "PYTHONPATH": str(PROJECT_ROOT)}
+
+
 def test_fuzzing_finds_no_server_errors_and_no_schema_violations(request: pytest.FixtureRequest, settings: Settings,
                                                                  embedder, tmp_path: Path):
     home = tmp_path / "home"
@@ -53,8 +59,7 @@ def test_fuzzing_finds_no_server_errors_and_no_schema_violations(request: pytest
              "run", f"{base}/schema/openapi.json", "--checks", "all", "--max-examples", str(examples),
              "--max-time", str(seconds), "--seed", str(request.config.getoption("--fuzz-seed")), "--workers", "1",
              "--request-timeout", "60", "--report", "json", "--report-json-path", str(report)],
-            cwd=PROJECT_ROOT, env={**cli_free_env(), "PYTHONPATH": str(PROJECT_ROOT)}, capture_output=True,
-            text=True, timeout=seconds + 120)
+            cwd=PROJECT_ROOT, env=fuzzer_env(), capture_output=True, text=True, timeout=seconds + 120)
         counts = answered(base) - before
     summary = json.loads(report.read_text())
     failures = {f["code"]: f["count"] for f in summary["failures"]}
@@ -68,10 +73,3 @@ def test_fuzzing_finds_no_server_errors_and_no_schema_violations(request: pytest
     assert not server_errors, server_errors
     for route in GENERATION_ROUTES:  # valid requests got through to generation on every answering route
         assert counts[(route, "POST", 200)] > 0, (route, sorted(counts.items()))
-
-
-def cli_free_env() -> dict[str, str]:
-    """This process's environment without RAG_* (schemathesis itself needs none)."""
-    import os
-
-    return {k: v for k, v in os.environ.items() if not k.startswith("RAG_")}
