@@ -29,7 +29,7 @@ def unreadable(what: str, exc: Exception) -> BadRequestError:
     if isinstance(exc, RecursionError):
         return BadRequestError(f"the {what} is nested too deeply")
     if isinstance(exc, UnicodeDecodeError):
-        return BadRequestError(f"the {what} is not valid UTF-8 (byte {exc.start}: {exc.reason})")
+        return BadRequestError(f"the {what} is not valid UTF-8 ({exc.reason})")
     log.warning("unreadable %s", what, exc_info=exc)
     return BadRequestError(f"the {what} could not be read: {exc}")
 
