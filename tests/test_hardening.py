@@ -31,6 +31,7 @@ from ingest.store.embedded import EmbeddedIndex
 import ingest.uploads as uploads
 from ingest.uploads import safe_filename
 from rag.core.errors import BadRequestError
+from rag.core.names import INDEX_NAME_PATTERN
 from rag.core.settings import PROJECT_ROOT, Settings
 
 DOC = PROJECT_ROOT / "examples" / "docs" / "normans.md"
@@ -331,6 +332,10 @@ def test_enforced_constraints_are_in_the_schema(schema: dict):
     assert (temperature["minimum"], temperature["maximum"]) == (0, 2)
     assert variant(ask["top_p"], "number")["exclusiveMinimum"] == 0
     assert variant(ask["top_k_sampling"], "integer")["minimum"] == 0
+    for path, method, operation in operations(schema):
+        for parameter in operation.get("parameters", []):
+            if parameter["name"] == "index":
+                assert parameter["schema"]["pattern"] == INDEX_NAME_PATTERN, (path, method, parameter)
     stop = components["ChatCompletionRequest"]["properties"]["stop"]
     assert variant(stop, "string") == {"type": "string", "minLength": 1, "maxLength": 200}
     assert variant(stop, "array")["maxItems"] == 4 and variant(stop, "array")["items"]["maxLength"] == 200
