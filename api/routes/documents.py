@@ -7,7 +7,7 @@ from typing import Annotated
 import anyio.to_thread
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.datastructures import State
-from litestar.params import FromPath, Parameter
+from litestar.params import FromPath, QueryParameter
 
 from api.openapi import UPLOAD_RESPONSES, errors, operation
 from api.protocol import DeleteResponse, DocumentList, ErrorBody, FileResult, UploadResponse
@@ -18,8 +18,8 @@ from rag.core.names import INDEX_NAME_PATTERN
 
 # The index name's pattern, in the schema and checked by Litestar (the long fuzzing run found that the schema
 # allowed names the index lookup refuses).
-IndexQuery = Annotated[str | None, Parameter(query="index", pattern=INDEX_NAME_PATTERN,
-                                             description="the index (default: the server's RAG_INDEX)")]
+IndexQuery = Annotated[str | None, QueryParameter(name="index", pattern=INDEX_NAME_PATTERN,
+                                                  description="the index (default: the server's RAG_INDEX)")]
 
 
 class DocumentsController(Controller):
