@@ -17,6 +17,8 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import EXCEPTION_HANDLERS, error_response
 from api.observability import ServiceMetrics, configure_logging
+from api.openapi import complete_schema
+from api.requests import ApiRequest
 from api.routes.answers import AnswersController
 from api.routes.chat import ChatController
 from api.routes.documents import DocumentsController
@@ -37,6 +39,16 @@ def bearer_token(headers: list[tuple[bytes, bytes]]) -> bytes:
     return token.strip() if scheme.lower() == b"bearer" else b""
 
 
+def allowed_methods(scope: Scope) -> str | None:
+    """Every method of the matched path. (Litestar 2.25 answers OPTIONS with the methods of the first
+    handler registered for a path: OPTIONS /v1/documents said "GET, OPTIONS", without POST.)"""
+    template = scope.get("path_template")
+    for route in scope["litestar_app"].routes:
+        if template in (route.path, route.path_format):
+            return ", ".join(sorted(route.methods))
+    return None
+
+
 def auth_and_logging(settings: Settings, state: AppState):
     """ASGI middleware: bearer auth (when RAG_API_KEY is set), request id, one JSON log line per request."""
     logger = configure_logging(settings.log_file)
@@ -55,7 +67,10 @@ def auth_and_logging(settings: Settings, state: AppState):
             async def send_wrapper(message: Message) -> None:
                 if message["type"] == "http.response.start":
                     status_holder["status"] = message["status"]
-                    MutableScopeHeaders.from_message(message)["X-Request-ID"] = request_id
+                    headers = MutableScopeHeaders.from_message(message)
+                    headers["X-Request-ID"] = request_id
+                    if scope["method"] == "OPTIONS" and "allow" in headers and (allow := allowed_methods(scope)):
+                        headers["Allow"] = allow
                 await send(message)
 
             if expected is not None and not path.startswith(OPEN_PATHS) and not is_open(scope["method"], path):
@@ -102,7 +117,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
     # Uploads may carry several files of up to max_upload_mb each; every other route takes small JSON bodies.
     documents = Router(path="/", route_handlers=[DocumentsController],
                        request_max_body_size=settings.max_upload_mb * 1024 * 1024 * 4)
-    return Litestar(
+    app = Litestar(
         route_handlers=[HealthController, AnswersController, ChatController, OpenAIController, IndexesController,
                         documents, *web_handlers()],
         lifespan=[lifespan],
@@ -110,7 +125,10 @@ def create_app(settings: Settings | None = None) -> Litestar:
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=[auth_and_logging(settings, app_state)],
         request_max_body_size=JSON_BODY_LIMIT,
+        request_class=ApiRequest,  # an unreadable body is a 400 that says why (api/requests.py)
         openapi_config=OpenAPIConfig(title="Offline RAG", version="0.1.0", path="/schema"),
         logging_config=None,  # the product's own JSON logging (api/observability.py); no second plain-text format
         debug=False,
     )
+    complete_schema(app)
+    return app

@@ -7,9 +7,14 @@ import logging
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
+from api.requests import ClientDisconnected
 from rag.core.errors import BadRequestError, OverloadedError, RagError
 
 log = logging.getLogger("rag.api")
+# Litestar's functions that read, decode and validate a request before its handler runs: an exception
+# raised inside them is about the request, whatever its type (checked by tests/test_hardening.py).
+REQUEST_READERS = frozenset({"to_kwargs", "parse_values_from_connection_kwargs"})
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left before the answer (never delivered)
 
 
 def error_response(status: int, error_type: str, message: str, headers: dict[str, str] | None = None) -> Response:
@@ -38,7 +43,25 @@ def http_error_handler(_: Request, exc: HTTPException) -> Response:
     return error_response(exc.status_code, types.get(exc.status_code, "http_error"), exc.detail, exc.headers)
 
 
+def raised_reading_the_request(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name in REQUEST_READERS and frame.f_globals.get("__name__", "").startswith("litestar."):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def disconnected_handler(_: Request, exc: ClientDisconnected) -> Response:
+    return error_response(CLIENT_CLOSED_REQUEST, "client_disconnected", "the client left before the answer")
+
+
 def internal_error_handler(request: Request, exc: Exception) -> Response:
+    if raised_reading_the_request(exc):  # the next unforeseen bad input: a 400, logged to be looked at
+        log.warning("unreadable request on %s", request.url.path, exc_info=exc)
+        return error_response(400, BadRequestError.error_type,
+                              f"the request could not be read: {type(exc).__name__}: {exc}")
     log.exception("unhandled error on %s", request.url.path)
     return error_response(500, "internal_error", "internal error; see the server log")
 
@@ -47,5 +70,6 @@ EXCEPTION_HANDLERS = {
     RagError: rag_error_handler,
     ValidationException: validation_error_handler,
     HTTPException: http_error_handler,
+    ClientDisconnected: disconnected_handler,
     Exception: internal_error_handler,
 }

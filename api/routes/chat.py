@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import msgspec
-from litestar import Controller, post
+from litestar import Controller, Request, post
 from litestar.datastructures import State
-from litestar.params import JSONBody
 from litestar.response import Stream
 
+from api.openapi import ANSWER_ERRORS, SEED_EVENTS, event_stream_only, operation
 from api.protocol import ChatMessage, ChatRequest, ChatResponse, SeedMetrics
+from api.requests import json_body
 from api.sse import primed, sse, sse_error, sse_response
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, options_from
@@ -41,14 +42,19 @@ class ChatController(Controller):
     path = "/v1/chat"
     tags = ["chat (seed-compatible)"]
 
-    @post("", status_code=200, summary="Chat turn; the last user message is the question")
-    async def chat(self, data: JSONBody[ChatRequest], state: State) -> ChatResponse:
-        result = await state.app.answer(self._request(data, state))
+    @post("", status_code=200, summary="Chat turn; the last user message is the question", responses=ANSWER_ERRORS,
+          operation_class=operation(json_body=ChatRequest))
+    async def chat(self, state: State, request: Request) -> ChatResponse:
+        data = await json_body(request, ChatRequest)
+        result = await state.app.answer(self._request(data, state), request.receive)
         return ChatResponse(content=result.answer, metrics=seed_metrics(result), sources=result.sources,
                             citations=result.citations, abstained=result.abstained)
 
-    @post("/stream", status_code=200, summary="Streaming chat turn (SSE)")
-    async def chat_stream(self, data: JSONBody[ChatRequest], state: State) -> Stream:
+    @post("/stream", status_code=200, summary="Streaming chat turn (SSE)",
+          responses={**ANSWER_ERRORS, **event_stream_only(SEED_EVENTS)},
+          operation_class=operation(json_body=ChatRequest))
+    async def chat_stream(self, state: State, request: Request) -> Stream:
+        data = await json_body(request, ChatRequest)
         return sse_response(seed_sse(await primed(state.app.events(self._request(data, state)))))
 
     @staticmethod

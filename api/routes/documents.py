@@ -5,43 +5,54 @@ from __future__ import annotations
 from typing import Annotated
 
 import anyio.to_thread
-from litestar import Controller, Response, delete, get, post
+from litestar import Controller, Request, Response, delete, get, post
 from litestar.datastructures import State
-from litestar.enums import RequestEncodingType
-from litestar.params import Body, FromPath, FromQuery
+from litestar.params import FromPath, QueryParameter
 
-from api.protocol import DeleteResponse, DocumentList, ErrorBody, FileResult, UploadForm, UploadResponse
+from api.openapi import UPLOAD_RESPONSES, errors, operation
+from api.protocol import DeleteResponse, DocumentList, ErrorBody, FileResult, UploadResponse
+from api.requests import uploaded_files
 from api.state import AppState
 from ingest.formats.options import LoadOptions
 from ingest.uploads import IncomingFile
+from rag.core.names import INDEX_NAME_PATTERN
+
+# The index name's pattern, in the schema and checked by Litestar (the long fuzzing run found that the schema
+# allowed names the index lookup refuses).
+IndexQuery = Annotated[str | None, QueryParameter(name="index", pattern=INDEX_NAME_PATTERN,
+                                                  description="the index (default: the server's RAG_INDEX)")]
 
 
 class DocumentsController(Controller):
     path = "/v1/documents"
     tags = ["documents"]
 
-    @post("", summary="Upload and ingest one or more files (multipart field `data`)")
-    async def upload(self, state: State, data: Annotated[UploadForm, Body(media_type=RequestEncodingType.MULTI_PART)],
-                     index: FromQuery[str | None] = None) -> Response[UploadResponse]:
+    # The body is read by the handler (api.requests.uploaded_files: a part that is no file gets a message
+    # of its own) and documented by ``operation``.
+    @post("", status_code=200, summary="Upload and ingest one or more files (multipart field `data`)",
+          responses=UPLOAD_RESPONSES, operation_class=operation(upload=True))
+    async def upload(self, state: State, request: Request,
+                     index: IndexQuery = None) -> Response[UploadResponse]:
         app: AppState = state.app
         models = app.require_ready()
         target = app.index(index)
-        files = [IncomingFile(upload.filename, await upload.read()) for upload in data.data]
+        files = [IncomingFile(upload.filename, await upload.read()) for upload in await uploaded_files(request)]
         settings = app.settings
         report = await anyio.to_thread.run_sync(
             lambda: app.uploads.add(target, files, models.embedder, settings.chunk_tokens, settings.chunk_overlap,
                                     settings.max_upload_mb * 1024 * 1024, LoadOptions.from_settings(settings)))
         body = UploadResponse(index=report.index, files=[
             FileResult(file=o.path, status=o.status, document_id=o.document_id, chunks=o.chunks, reason=o.reason,
-                       reason_type=o.reason_type, warning=o.warning) for o in report.outcomes])
+                       reason_type=o.reason_type, renamed_from=report.renamed.get(o.path), warning=o.warning)
+            for o in report.outcomes])
         if report.accepted:
             return Response(body, status_code=200)
         first = report.outcomes[0]
         body.error = ErrorBody(type=first.reason_type or "unprocessable_document", message=f"{first.path}: {first.reason}")
         return Response(body, status_code=413 if report.all_too_large else 422)
 
-    @get("", summary="Documents in an index")
-    async def list_documents(self, state: State, index: FromQuery[str | None] = None) -> DocumentList:
+    @get("", summary="Documents in an index", responses=errors(400, 404))
+    async def list_documents(self, state: State, index: IndexQuery = None) -> DocumentList:
         target = state.app.index(index)
         reader = target.reader()
         try:
@@ -49,9 +60,10 @@ class DocumentsController(Controller):
         finally:
             reader.close()
 
-    @delete("/{document_id:str}", status_code=200, summary="Remove a document and its vectors")
+    @delete("/{document_id:str}", status_code=200, summary="Remove a document and its vectors",
+            responses=errors(400, 404, 409))
     async def delete_document(self, state: State, document_id: FromPath[str],
-                              index: FromQuery[str | None] = None) -> DeleteResponse:
+                              index: IndexQuery = None) -> DeleteResponse:
         app: AppState = state.app
         record = await anyio.to_thread.run_sync(app.uploads.delete, app.index(index), document_id)
         return DeleteResponse(deleted=record.id, path=record.path, chunks=record.chunks)

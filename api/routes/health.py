@@ -5,6 +5,7 @@ from __future__ import annotations
 from litestar import Controller, Response, get
 from litestar.datastructures import State
 
+from api.openapi import HEALTH_RESPONSES, errors
 from api.protocol import HealthResponse, IndexSummary
 from api.state import AppState
 
@@ -24,7 +25,7 @@ def index_summary(app: AppState) -> IndexSummary:
 class HealthController(Controller):
     tags = ["operations"]
 
-    @get("/healthz", summary="Liveness and readiness", exclude_from_auth=True)
+    @get("/healthz", summary="Liveness and readiness", exclude_from_auth=True, responses=HEALTH_RESPONSES)
     async def healthz(self, state: State) -> Response[HealthResponse]:
         app: AppState = state.app
         backend, upstream = app.backend
@@ -40,7 +41,7 @@ class HealthController(Controller):
             return Response(body, status_code=503, headers={"Retry-After": "5"})
         return Response(body)
 
-    @get("/metrics", summary="Prometheus metrics", media_type="text/plain; version=0.0.4")
+    @get("/metrics", summary="Prometheus metrics", media_type="text/plain; version=0.0.4", responses=errors())
     async def metrics(self, state: State) -> bytes:
         app: AppState = state.app
         summary = index_summary(app)

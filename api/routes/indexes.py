@@ -5,6 +5,7 @@ from __future__ import annotations
 from litestar import Controller, get
 from litestar.datastructures import State
 
+from api.openapi import errors
 from api.protocol import IndexList, IndexSummary
 from api.state import AppState
 
@@ -13,7 +14,7 @@ class IndexesController(Controller):
     path = "/v1/indexes"
     tags = ["documents"]
 
-    @get("", summary="Indexes on this server, with their document and chunk counts")
+    @get("", summary="Indexes on this server, with their document and chunk counts", responses=errors())
     async def list_indexes(self, state: State) -> IndexList:
         app: AppState = state.app
         indexes = []

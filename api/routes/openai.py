@@ -5,14 +5,14 @@ from __future__ import annotations
 import time
 import uuid
 
-from litestar import Controller, get, post
+from litestar import Controller, Request, get, post
 from litestar.datastructures import State
-from litestar.params import JSONBody
-from litestar.response import Stream
 
+from api.openapi import ANSWER_ERRORS, errors, operation
 from api.protocol import (AssistantMessage, ChatCompletion, ChatCompletionRequest, Choice, ModelCard, ModelList,
                           PromptTokensDetails, Usage)
 from api.routes.chat import as_dicts
+from api.requests import json_body
 from api.sse import primed, sse, sse_error, sse_response
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, options_from
@@ -34,32 +34,35 @@ class OpenAIController(Controller):
     path = "/v1"
     tags = ["openai-compatible"]
 
-    @get("/models", summary="Models served (OpenAI list format)")
+    @get("/models", summary="Models served (OpenAI list format)", responses=errors(503))
     async def models(self, state: State) -> ModelList:
         model_id = state.app.service().generator.model_id
         return ModelList(object="list", data=[ModelCard(id=model_id, object="model", created=0, owned_by="local")])
 
-    @post("/chat/completions", status_code=200, summary="Chat completion grounded in the documents")
-    async def chat_completions(self, data: JSONBody[ChatCompletionRequest], state: State) -> ChatCompletion | Stream:
+    # Annotated with the JSON completion (the schema's 200); streams are documented by ``operation``.
+    @post("/chat/completions", status_code=200, summary="Chat completion grounded in the documents",
+          responses=ANSWER_ERRORS, operation_class=operation(json_body=ChatCompletionRequest))
+    async def chat_completions(self, state: State, request: Request) -> ChatCompletion:
+        data = await json_body(request, ChatCompletionRequest)
         app = state.app
         options = options_from(app.settings, max_tokens=data.max_completion_tokens or data.max_tokens,
                                temperature=data.temperature, top_p=data.top_p, documents=data.documents,
                                stop=[data.stop] if isinstance(data.stop, str) else data.stop)
-        request = AnswerRequest.conversation(as_dicts(data.messages), index=data.index,
-                                             use_context=data.use_context, options=options)
+        answer_request = AnswerRequest.conversation(as_dicts(data.messages), index=data.index,
+                                                    use_context=data.use_context, options=options)
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         if not data.stream:
-            result = await app.answer(request)
+            result = await app.answer(answer_request, request.receive)
             return ChatCompletion(
                 id=completion_id, object="chat.completion", created=created, model=result.model,
                 choices=[Choice(index=0, message=AssistantMessage(role="assistant", content=result.answer),
                                 finish_reason=finish_reason(result))],
                 usage=usage(result), sources=result.sources, citations=result.citations, abstained=result.abstained)
-        events = await primed(app.events(request))
+        events = await primed(app.events(answer_request))
         include_usage = bool(data.stream_options and data.stream_options.include_usage)
-        return sse_response(openai_sse(events, completion_id, created, app.service().generator.model_id,
-                                       include_usage))
+        return sse_response(openai_sse(events, completion_id, created,  # type: ignore[return-value]
+                                       app.service().generator.model_id, include_usage))
 
 
 async def openai_sse(events, completion_id: str, created: int, model: str, include_usage: bool):

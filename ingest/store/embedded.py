@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ingest.records import Chunk, ChunkRecord, DocumentRecord, IndexInfo, document_id
+from ingest.records import Chunk, ChunkRecord, DocumentRecord, IndexInfo, candidate_ids
 from rag.core.errors import (
     DocumentNotFoundError,
     EmbedderMismatchError,
@@ -146,7 +146,7 @@ class EmbeddedWriter:
         return _document(row) if row else None
 
     def find_document(self, id_or_path: str) -> DocumentRecord:
-        record = self.document(id_or_path) or self.document(document_id(Path(id_or_path)))
+        record = next(filter(None, map(self.document, candidate_ids(id_or_path))), None)
         if record is None:
             raise DocumentNotFoundError(f"no document {id_or_path!r} in index {self.root.name!r}")
         return record
@@ -296,7 +296,8 @@ class EmbeddedReader:
         return [_document(r) for r in self._query("SELECT * FROM documents ORDER BY path")]
 
     def find_document(self, id_or_path: str) -> DocumentRecord | None:
-        rows = self._query("SELECT * FROM documents WHERE id = ? OR id = ?", (id_or_path, document_id(Path(id_or_path))))
+        ids = candidate_ids(id_or_path)
+        rows = self._query("SELECT * FROM documents WHERE id = ? OR id = ?", ids) if ids else []
         return _document(rows[0]) if rows else None
 
     def chunks(self, ids: Iterable[int]) -> dict[int, ChunkRecord]:

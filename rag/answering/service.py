@@ -166,10 +166,13 @@ class AnswerService:
         return PreparedAnswer(request, question, retrieval, passages, prompt, started,
                               (time.perf_counter() - t0) * 1000)
 
-    async def stream(self, request: AnswerRequest) -> AsyncIterator[str | AnswerResult]:
-        """Text pieces as they are generated, then the ``AnswerResult``. Closing it cancels generation."""
+    async def stream(self, request: AnswerRequest,
+                     stats: GenerationStats | None = None) -> AsyncIterator[str | AnswerResult]:
+        """Text pieces as they are generated, then the ``AnswerResult``. Closing it cancels generation.
+        ``stats``, when given, is filled as tokens are generated, so a caller also learns what a stream
+        closed early cost."""
         prepared = await anyio.to_thread.run_sync(self.prepare, request)
-        stats = GenerationStats()
+        stats = stats if stats is not None else GenerationStats()
         pieces: list[str] = []
         if not prepared.abstain_early:
             tokens = self.generator.stream(prepared.prompt, request.options.sampling, stats)

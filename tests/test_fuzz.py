@@ -1,0 +1,75 @@
+"""Fuzzing the running service: schemathesis generates requests for every operation of the published
+OpenAPI schema (valid and invalid ones) against a real ``rag serve`` on a small real index, with all its
+checks on: no response may be a 5xx, or break the schema (status, content type, body, headers, SSE events).
+
+The run is bounded by ``--fuzz-examples`` / ``--fuzz-seconds`` (tests/conftest.py); the server counts what it
+answered (``rag_requests_total`` on /metrics), which is how the test knows that answers were generated.
+Settings shared with the long run (README, "Fuzzing"): tests/schemathesis.toml and tests/fuzz_hooks.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from helpers import server_process
+from ingest.pipeline import ingest_paths
+from ingest.store.embedded import EmbeddedIndex
+from rag.core.settings import PROJECT_ROOT, Settings
+
+CONFIG = PROJECT_ROOT / "tests" / "schemathesis.toml"
+GENERATION_ROUTES = ("/v1/ask", "/v1/chat", "/v1/chat/stream", "/v1/chat/completions")
+REQUESTS = re.compile(r'^rag_requests_total\{method="(\w+)",route="([^"]*)",status="(\d+)"\} (\S+)$', re.MULTILINE)
+
+
+def answered(base: str) -> Counter:
+    """(route, method, status) -> requests the server answered, from its own metrics."""
+    text = httpx.get(f"{base}/metrics", timeout=10).text
+    return Counter({(route, method, int(status)): int(float(n)) for method, route, status, n in REQUESTS.findall(text)})
+
+
+def fuzzer_env() -> dict[str, str]:
+    """schemathesis's environment: ours without RAG_*, and the repository on the path (for the hooks)."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("RAG_")}, "PYTHONPATH": str(PROJECT_ROOT)}
+
+
+def test_fuzzing_finds_no_server_errors_and_no_schema_violations(request: pytest.FixtureRequest, settings: Settings,
+                                                                 embedder, tmp_path: Path):
+    home = tmp_path / "home"
+    (home / "docs").mkdir(parents=True)
+    shutil.copy2(PROJECT_ROOT / "examples" / "docs" / "normans.md", home / "docs")
+    own = settings.replace(home=home)
+    ingest_paths([home / "docs" / "normans.md"], EmbeddedIndex(own.index_path()), embedder, own.chunk_tokens,
+                 own.chunk_overlap)
+    examples, seconds = request.config.getoption("--fuzz-examples"), request.config.getoption("--fuzz-seconds")
+    report = tmp_path / "schemathesis.json"
+    with server_process(own, home, tmp_path / "serve.log", RAG_MAX_TOKENS="4") as base:
+        before = answered(base)  # the readiness polls
+        run = subprocess.run(
+            [sys.executable, "-m", "schemathesis.cli", "--config-file", str(CONFIG), "--no-color",
+             "run", f"{base}/schema/openapi.json", "--checks", "all", "--max-examples", str(examples),
+             "--max-time", str(seconds), "--seed", str(request.config.getoption("--fuzz-seed")), "--workers", "1",
+             "--request-timeout", "60", "--report", "json", "--report-json-path", str(report)],
+            cwd=PROJECT_ROOT, env=fuzzer_env(), capture_output=True, text=True, timeout=seconds + 120)
+        counts = answered(base) - before
+    summary = json.loads(report.read_text())
+    failures = {f["code"]: f["count"] for f in summary["failures"]}
+    print(f"schemathesis: {summary['test_cases']['generated']} test cases in {summary['running_time']:.0f} s; "
+          f"server answered {sum(counts.values())} requests: "
+          f"{dict(sorted(Counter(s for (_, _, s) in counts.elements()).items()))}")
+    assert summary["operations"]["tested"] == summary["operations"]["total"] >= 12, summary["operations"]
+    assert not failures and not summary["errors"], run.stdout[-6000:]
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    server_errors = {key: n for key, n in counts.items() if key[2] >= 500}
+    assert not server_errors, server_errors
+    for route in GENERATION_ROUTES:  # valid requests got through to generation on every answering route
+        assert counts[(route, "POST", 200)] > 0, (route, sorted(counts.items()))
