@@ -226,6 +226,7 @@ class HealthResponse(msgspec.Struct, omit_defaults=True):
     embedder: str
     index: IndexSummary
     reason: str | None = None
+    providers: list[str] | None = None  # execution providers usable here, best first (as `rag info`)
 
 
 class IndexList(msgspec.Struct):

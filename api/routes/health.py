@@ -7,6 +7,7 @@ from litestar.datastructures import State
 
 from api.protocol import HealthResponse, IndexSummary
 from api.state import AppState
+from rag.generation.ort import provider_facts
 
 
 def index_summary(app: AppState) -> IndexSummary:
@@ -32,7 +33,7 @@ class HealthController(Controller):
             scheduler=app.scheduler.mode if app.scheduler else None,
             device=app.models.generator.device if app.models else app.settings.device,
             generator=app.settings.generator_path.name, embedder=app.settings.embedder_path.name,
-            index=index_summary(app))
+            index=index_summary(app), providers=list(provider_facts()["usable"]))
         if app.status != "ready":
             body.reason = app.error or "models are loading"
             return Response(body, status_code=503, headers={"Retry-After": "5"})

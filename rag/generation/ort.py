@@ -55,15 +55,56 @@ def validate_generator_dir(path: Path) -> GeneratorInfo:
     return GeneratorInfo(path=path, model_id=path.name, model_file=model_file, context_length=context_length)
 
 
-def resolve_provider(device: str) -> str:
-    """The provider actually used: the configured one if available, else CPU with a warning."""
+# Preference of ``device = "auto"``: the first that this onnxruntime-genai build has and a device backs.
+AUTO_ORDER = ("cuda", "dml", "cpu")
+ORT_PROVIDER_NAMES = {"cuda": "CUDAExecutionProvider", "dml": "DmlExecutionProvider", "cpu": "CPUExecutionProvider"}
+
+
+def provider_facts() -> dict[str, object]:
+    """What this install can run on: ONNX Runtime's providers and ORT GenAI's (usable = both have it)."""
+    import onnxruntime
     import onnxruntime_genai as og
 
-    available = {"cpu": True, "cuda": og.is_cuda_available(), "dml": og.is_dml_available()}
-    if available.get(device):
-        return device
-    log.warning("execution provider %r is not available in this onnxruntime-genai build; using cpu", device)
-    return "cpu"
+    ort_providers = list(onnxruntime.get_available_providers())
+    genai = {"cpu": True, "cuda": bool(og.is_cuda_available()), "dml": bool(og.is_dml_available())}
+    usable = [d for d in AUTO_ORDER if genai[d] and ORT_PROVIDER_NAMES[d] in ort_providers]
+    return {"onnxruntime": ort_providers, "genai": genai, "usable": usable or ["cpu"]}
+
+
+def choose_provider(device: str, facts: dict[str, object]) -> tuple[str, str]:
+    """(provider, why): ``auto`` takes CUDA > DirectML > CPU among the usable ones; an unusable
+    explicit choice falls back to CPU. Pure, so ``rag info`` can explain the choice."""
+    usable = list(facts["usable"])  # type: ignore[arg-type]
+    if device == "auto":
+        chosen = next(d for d in AUTO_ORDER if d in usable or d == "cpu")
+        skipped = list(AUTO_ORDER[:AUTO_ORDER.index(chosen)])
+        why = "auto: " + (f"{', '.join(skipped)} not usable in this install; " if skipped else "") + f"using {chosen}"
+        return chosen, why
+    if device in usable:
+        return device, f"{device} as configured"
+    return "cpu", f"{device} is not usable in this install (usable: {', '.join(usable)}); using cpu"
+
+
+def resolve_provider(device: str) -> str:
+    """The provider actually used (see ``choose_provider``); a fallback is logged with its reason."""
+    chosen, why = choose_provider(device, provider_facts())
+    if device not in ("auto", chosen):
+        log.warning("execution provider: %s", why)
+    else:
+        log.info("execution provider: %s", why)
+    return chosen
+
+
+def merge_system(messages: Sequence[Message]) -> list[Message]:
+    """The system message folded into the first user turn, for chat templates without a system role
+    (Gemma's raise on it or drop it)."""
+    system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+    rest = [dict(m) for m in messages if m["role"] != "system"]
+    for message in rest:
+        if message["role"] == "user":
+            message["content"] = f"{system}\n\n{message['content']}" if system else message["content"]
+            return rest  # type: ignore[return-value]
+    return [{"role": "user", "content": system}, *rest]  # type: ignore[list-item]
 
 
 def search_settings(options: SamplingOptions) -> dict[str, float | int | bool]:
@@ -113,6 +154,20 @@ class LocalGenerator:
 
     # ------------------------------------------------------------------ tokens
     def chat_prompt(self, messages: Sequence[Message]) -> str:
+        """The model's own chat template. Where it rejects the system role or renders without the system
+        text (Gemma), the instructions go into the first user turn instead: the one place this is handled."""
+        system = [m["content"] for m in messages if m["role"] == "system" and m["content"].strip()]
+        try:
+            text = self._render(messages)
+        except Exception as exc:  # onnxruntime-genai raises plain RuntimeError for template errors
+            if not system:
+                raise ModelError(f"the chat template of {self.info.path} failed: {exc}") from exc
+            text = None
+        if system and (text is None or any(part.strip() not in text for part in system)):
+            return self._render(merge_system(messages))
+        return text
+
+    def _render(self, messages: Sequence[Message]) -> str:
         return self.tokenizer.apply_chat_template(json.dumps(list(messages)), add_generation_prompt=True)
 
     def encode(self, text: str) -> np.ndarray:
