@@ -105,11 +105,13 @@ def models_check(settings: Settings, name: str | None, as_json: bool) -> None:
 @click.option("--precision", type=click.Choice(["int4", "int8", "fp16", "fp32"]), default="int4", show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda", "dml"]), default="cpu", show_default=True,
               help="Execution provider the model is built for.")
+@click.option("--chat-template", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="A Jinja chat template to use instead of the model's own (or for a model without one).")
 @click.option("--force", is_flag=True, help="Rebuild even if this source was already imported under NAME.")
 @click.pass_obj
 @handle_errors
 def models_import(settings: Settings, source: Path, name: str | None, precision: str, device: str,
-                  force: bool) -> None:
+                  chat_template: Path | None, force: bool) -> None:
     """Import a .gguf file, a Hugging Face model folder or an ORT GenAI folder into models/, offline."""
     from rag.generation.ort import validate_generator_dir
 
@@ -124,7 +126,7 @@ def models_import(settings: Settings, source: Path, name: str | None, precision:
 
         try:
             result = import_model(settings.models_dir, source, validate_generator_dir, name, precision, device,
-                                  force, report)
+                                  force, report, chat_template)
         except ImportError as exc:
             fail(f"model import needs the build extra (pip install -e .[build]): {exc}", 3)
     entry = result.entry

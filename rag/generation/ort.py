@@ -8,6 +8,7 @@ continuous-batching ``og.Engine`` for the scheduler. Everything that speaks ORT 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -33,6 +34,14 @@ class GeneratorInfo:
     model_id: str
     model_file: Path
     context_length: int
+    # A sliding-window model (Gemma 2/3) needs a KV cache of at least its window, whatever the request's
+    # length: ORT GenAI refuses a generator with max_length below it ("KV cache capacity (34) must be at
+    # least local_window_size (512)", measured on a Gemma 2 import).
+    sliding_window: int = 0
+
+    def kv_length(self, wanted: int) -> int:
+        """The ``max_length`` to give a generator for ``wanted`` tokens (prompt + output)."""
+        return min(self.context_length, max(wanted, self.sliding_window))
 
 
 def validate_generator_dir(path: Path) -> GeneratorInfo:
@@ -46,13 +55,15 @@ def validate_generator_dir(path: Path) -> GeneratorInfo:
         config = json.loads(config_path.read_text(encoding="utf-8"))
         model_file = path / config["model"]["decoder"]["filename"]
         context_length = int(config["model"].get("context_length", 2048))
+        sliding_window = int((config["model"]["decoder"].get("sliding_window") or {}).get("window_size") or 0)
     except (ValueError, KeyError, TypeError) as exc:
         raise ModelError(f"{config_path} is invalid: {exc}") from exc
     if not model_file.is_file():
         raise ModelError(f"generator dir {path} is missing {model_file.name} (named in genai_config.json)")
     if not (path / "tokenizer.json").is_file() and not (path / "tokenizer.model").is_file():
         raise ModelError(f"generator dir {path} is missing tokenizer.json")
-    return GeneratorInfo(path=path, model_id=path.name, model_file=model_file, context_length=context_length)
+    return GeneratorInfo(path=path, model_id=path.name, model_file=model_file, context_length=context_length,
+                         sliding_window=sliding_window)
 
 
 # Preference of ``device = "auto"``: the first that this onnxruntime-genai build has and a device backs.
@@ -93,6 +104,13 @@ def resolve_provider(device: str) -> str:
     else:
         log.info("execution provider: %s", why)
     return chosen
+
+
+def completion_prompt(messages: Sequence[Message]) -> str:
+    """Messages as plain text ending in "Answer:", for base models that have no chat template."""
+    parts = [m["content"].strip() if m["role"] != "assistant" else f"Answer: {m['content'].strip()}"
+             for m in messages]
+    return "\n\n".join(parts) + "\n\nAnswer:"
 
 
 def merge_system(messages: Sequence[Message]) -> list[Message]:
@@ -153,9 +171,23 @@ class LocalGenerator:
         return self.info.context_length
 
     # ------------------------------------------------------------------ tokens
+    @functools.cached_property
+    def has_chat_template(self) -> bool:
+        """Whether the model folder carries a chat template (base models often have none)."""
+        if (self.info.path / "chat_template.jinja").is_file():
+            return True
+        config = self.info.path / "tokenizer_config.json"
+        try:
+            return bool(config.is_file() and json.loads(config.read_text(encoding="utf-8")).get("chat_template"))
+        except ValueError:
+            return False
+
     def chat_prompt(self, messages: Sequence[Message]) -> str:
         """The model's own chat template. Where it rejects the system role or renders without the system
-        text (Gemma), the instructions go into the first user turn instead: the one place this is handled."""
+        text (Gemma), the instructions go into the first user turn instead: the one place this is handled.
+        A model without a template (a base model) gets a plain completion prompt."""
+        if not self.has_chat_template:
+            return completion_prompt(messages)
         system = [m["content"] for m in messages if m["role"] == "system" and m["content"].strip()]
         try:
             text = self._render(messages)
@@ -192,12 +224,12 @@ class LocalGenerator:
     # ------------------------------------------------------------------ generation
     def _greedy_generator(self, window: int) -> object:
         params = self._og.GeneratorParams(self.model)
-        params.set_search_options(max_length=window, do_sample=False)
+        params.set_search_options(max_length=self.info.kv_length(window), do_sample=False)
         return self._og.Generator(self.model, params)
 
     def _new_generator(self, max_length: int, options: SamplingOptions) -> object:
         params = self._og.GeneratorParams(self.model)
-        params.set_search_options(max_length=max_length, **search_settings(options))
+        params.set_search_options(max_length=self.info.kv_length(max_length), **search_settings(options))
         return self._og.Generator(self.model, params)
 
     def start(self, prompt_tokens: np.ndarray, options: SamplingOptions,

@@ -225,12 +225,25 @@ def finish_model_dir(out: Path, hf_dir: Path | None, report: Report) -> list[str
     return fixes
 
 
+def _set_template(out: Path, chat_template: Path | None) -> None:
+    if chat_template is None:
+        return
+    (out / "chat_template.jinja").write_text(chat_template.read_text(encoding="utf-8"), encoding="utf-8")
+    config = out / "tokenizer_config.json"
+    if config.is_file():  # one template only: the given file wins over an embedded one
+        data = json.loads(config.read_text(encoding="utf-8"))
+        if data.pop("chat_template", None) is not None:
+            config.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
 def build_ort_model(hf_dir: Path, work: Path, out: Path, report: Report, precision: str = "int4",
-                    device: str = "cpu", options: tuple[str, ...] | None = None) -> str:
+                    device: str = "cpu", options: tuple[str, ...] | None = None,
+                    chat_template: Path | None = None) -> str:
     """HF checkpoint -> finished ORT GenAI folder; returns the builder command as recorded."""
     check_architecture(hf_dir)
     command = run_builder(hf_dir, out, work, precision, device,
                           builder_options(precision) if options is None else options, report)
+    _set_template(out, chat_template)
     finish_model_dir(out, hf_dir, report)
     return command
 
@@ -275,9 +288,10 @@ def _is_current(models_dir: Path, name: str, hashes: dict[str, str], precision: 
 
 def import_model(models_dir: Path, source: Path, validate: Callable[[Path], object], name: str | None = None,
                  precision: str = "int4", device: str = "cpu", force: bool = False,
-                 report: Report = print) -> ImportResult:
+                 report: Report = print, chat_template: Path | None = None) -> ImportResult:
     """Import ``source`` (a .gguf file, an HF folder or an ORT GenAI folder) as ``models_dir/name``.
 
+    ``chat_template`` (a Jinja file) replaces the model's own template, or gives one to a model without.
     ``validate`` checks an ORT GenAI folder (``rag.generation.ort.validate_generator_dir``; the model
     store does not import the generation layer): the source of a copy, and every result.
     """
@@ -296,6 +310,8 @@ def import_model(models_dir: Path, source: Path, validate: Callable[[Path], obje
     models_dir.mkdir(parents=True, exist_ok=True)
     report(f"hashing {source.name}")
     hashes = source_hashes(source)
+    if chat_template is not None:
+        hashes = {**hashes, f"chat_template:{chat_template.name}": sha256_file(chat_template)}
     if kind == "ort":
         precision = "as built"
     if not force and (entry := _is_current(models_dir, name, hashes, precision, device)):
@@ -309,6 +325,7 @@ def import_model(models_dir: Path, source: Path, validate: Callable[[Path], obje
             validate(source)
             report(f"copying the ORT GenAI folder {source}")
             shutil.copytree(source, built)
+            _set_template(built, chat_template)
             finish_model_dir(built, None, report)
         else:
             if kind == "gguf":
@@ -319,7 +336,7 @@ def import_model(models_dir: Path, source: Path, validate: Callable[[Path], obje
             architecture = check_architecture(hf_dir)
             parameters = count_parameters(hf_dir)
             options = builder_options(precision)
-            command = build_ort_model(hf_dir, work, built, report, precision, device, options)
+            command = build_ort_model(hf_dir, work, built, report, precision, device, options, chat_template)
         validate(built)
         install_dir(built, models_dir / name)
     folder = models_dir / name
