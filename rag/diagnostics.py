@@ -63,7 +63,8 @@ def installed_models(models_dir: Path) -> list[dict]:
         folder = models_dir / name
         size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
         sha = _source_sha(entry)
-        rows.append({"name": name, "kind": entry.get("kind"), "architecture": entry.get("architecture"),
+        rows.append({"name": name, "kind": entry.get("kind"),
+                     "architecture": entry.get("architecture") or entry.get("model_type"),  # a copy: genai type
                      "parameters": entry.get("parameters"), "precision": entry.get("precision"),
                      "source": _source_text(entry), "sha256": sha, "licence": entry.get("licence"),
                      "built_at": entry.get("built_at"), "present": folder.is_dir(),

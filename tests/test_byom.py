@@ -473,3 +473,13 @@ def test_healthz_reports_the_usable_providers(settings: Settings):
     with TestClient(create_app(settings), timeout=120) as client:
         body = client.get("/healthz").json()  # answered while the models load (503) and after
     assert body["providers"] == provider_facts()["usable"] and body["providers"][-1] == "cpu"
+
+
+def test_models_bench_runs_the_engine_bench_on_a_named_model(imported: dict[str, Path], tmp_path: Path):
+    out = tmp_path / "bench.json"
+    run_cli("models", "bench", "tiny-gemma2", "--prompt-lengths", "16,64", "--new-tokens", "4", "--warmup", "0",
+            "--repeat", "1", "--json", str(out))
+    result = json.loads(out.read_text())
+    assert result["config"]["generator_path"].endswith("tiny-gemma2")
+    assert [r["prompt_tokens"] for r in result["results"]] == [16, 64]
+    assert all(r["output_tokens"] == 4 for r in result["samples"])

@@ -157,10 +157,12 @@ def models_use(settings: Settings, name: str) -> None:
 @click.option("--new-tokens", type=click.IntRange(1), default=32, show_default=True)
 @click.option("--warmup", type=click.IntRange(0), default=1, show_default=True)
 @click.option("--repeat", type=click.IntRange(1), default=3, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the full result as JSON.")
 @click.pass_context
 @handle_errors
 def models_bench(ctx: click.Context, name: str, prompt_lengths: str, new_tokens: int, warmup: int,
-                 repeat: int) -> None:
+                 repeat: int, json_path: Path | None) -> None:
     """The engine bench (``rag bench engine``) on models/NAME."""
     from rag.cli.bench import bench_engine_cmd
     from rag.diagnostics import model_path
@@ -169,4 +171,4 @@ def models_bench(ctx: click.Context, name: str, prompt_lengths: str, new_tokens:
     ctx.obj = settings.replace(generator_dir=model_path(settings, name))
     ctx.invoke(bench_engine_cmd, prompt_lengths=[int(n) for n in prompt_lengths.split(",") if n.strip()],
                new_tokens=new_tokens, warmup=warmup, repeat=repeat, stop_at_eos=False, threads=None,
-               json_path=None, csv_path=None, plot_path=None)
+               json_path=json_path, csv_path=None, plot_path=None)
