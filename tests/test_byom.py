@@ -208,7 +208,7 @@ def run_cli(*args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def imported() -> dict[str, Path]:
+def imported(models_dir: Path) -> dict[str, Path]:  # models_dir: the SmolLM2 tokenizer is borrowed
     """Each family imported from its HF folder (+ llama from GGUF and as a copied ORT folder)."""
     sources = BYOM_HOME / "sources"
     models = {}

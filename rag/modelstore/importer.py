@@ -168,7 +168,8 @@ def run_builder(hf_dir: Path, out: Path, work: Path, precision: str, device: str
     if proc.returncode != 0 or not (out / "genai_config.json").is_file():
         raise ModelError(f"onnxruntime_genai builder failed:\n{(proc.stdout + proc.stderr)[-2000:]}")
     return " ".join(["python", "-m", "rag.modelstore.onnx_builder", "-i", "HF_DIR", "-o", "OUT", *args]
-                    + (["--extra_options", *options] if options else []))
+                    + (["--extra_options", *options] if options else [])
+                    + ["# = python -m onnxruntime_genai.models.builder, transformers 5 Gemma 3 config fixed"])
 
 
 def _tokenizer_vocab(folder: Path) -> dict[str, int]:
