@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -101,12 +102,14 @@ def set_toml_key(text: str, key: str, value: str) -> str:
 
 
 def use_generator(settings: Settings, name: str) -> tuple[Path, Path]:
-    """Write ``generator_dir`` for models/NAME into the home's rag.toml; returns (model dir, file)."""
+    """Write ``generator_dir`` for models/NAME into the home's rag.toml (or the file RAG_CONFIG names);
+    returns (model dir, file)."""
     from rag.generation.ort import validate_generator_dir
 
     path = model_path(settings, name).resolve()
     validate_generator_dir(path)
-    config_file = settings.home / "rag.toml"
+    named = os.environ.get("RAG_CONFIG")  # the file settings are read from, as load_settings decides
+    config_file = Path(named).expanduser() if named else settings.home / "rag.toml"
     try:
         text = config_file.read_text(encoding="utf-8") if config_file.is_file() else ""
         tomllib.loads(text)
@@ -172,7 +175,6 @@ CPU_FLAGS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_vnni": "AVX-512 VNNI"
 def cpu_facts(cpuinfo: str | None = None) -> dict:
     """CPU name, cores and the instruction sets that matter for int4/int8 kernels. On Linux from
     /proc/cpuinfo; elsewhere what ``platform`` and ``os`` tell (instruction sets then unknown)."""
-    import os
     import platform
     import sys
 
