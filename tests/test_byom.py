@@ -312,7 +312,8 @@ def test_a_model_without_chat_template_gets_a_completion_prompt(imported: dict[s
     generator = load(base)
     assert not generator.has_chat_template
     text = generator.chat_prompt([{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Q?"}])
-    assert text == f"{SYSTEM}\n\nQ?\n\nAnswer:"
+    assert text == f"<|begin_of_text|>{SYSTEM}\n\nQ?\n\nAnswer:"  # BOS written out: encode adds none
+    assert int(generator.encode(text)[0]) == json.loads((base / "genai_config.json").read_text())["model"]["bos_token_id"]
     stats = GenerationStats()
     assert list(generator.run(generator.prompt([{"role": "user", "content": "Q?"}]).tokens,
                               SamplingOptions(max_tokens=4), stats)) and stats.output_tokens >= 1

@@ -182,12 +182,27 @@ class LocalGenerator:
         except ValueError:
             return False
 
+    @functools.cached_property
+    def _bos_text(self) -> str:
+        """The BOS token as text, for prompts without a template: a chat template writes it itself, and
+        ORT GenAI's encode adds none (Gemma without <bos> is a different model). Empty where BOS is also
+        an EOS id (Qwen's <|endoftext|>) or unknown."""
+        try:
+            config = json.loads((self.info.path / "genai_config.json").read_text(encoding="utf-8"))["model"]
+            bos = int(config["bos_token_id"])
+            added = json.loads((self.info.path / "tokenizer.json").read_text(encoding="utf-8"))["added_tokens"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return ""
+        if bos in self.eos_token_ids:
+            return ""
+        return next((t["content"] for t in added if t.get("id") == bos and t.get("special")), "")
+
     def chat_prompt(self, messages: Sequence[Message]) -> str:
         """The model's own chat template. Where it rejects the system role or renders without the system
         text (Gemma), the instructions go into the first user turn instead: the one place this is handled.
         A model without a template (a base model) gets a plain completion prompt."""
         if not self.has_chat_template:
-            return completion_prompt(messages)
+            return self._bos_text + completion_prompt(messages)
         system = [m["content"] for m in messages if m["role"] == "system" and m["content"].strip()]
         try:
             text = self._render(messages)
