@@ -236,6 +236,7 @@ class HealthResponse(msgspec.Struct, omit_defaults=True):
     reason: str | None = None
     upstream: str | None = None  # host of the remote generator (backend "openai-remote")
     store: str | None = None  # "embedded" | "postgresql"
+    providers: list[str] | None = None  # execution providers usable here, best first (as `rag info`)
 
 
 class IndexList(msgspec.Struct):

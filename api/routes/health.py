@@ -8,6 +8,7 @@ from litestar.datastructures import State
 from api.openapi import HEALTH_RESPONSES, errors
 from api.protocol import HealthResponse, IndexSummary
 from api.state import AppState
+from rag.generation.ort import provider_facts
 
 
 def index_summary(app: AppState) -> IndexSummary:
@@ -35,7 +36,8 @@ class HealthController(Controller):
             device=app.models.generator.device if app.models else app.settings.device,
             generator=app.models.generator.model_id if upstream and app.models else app.settings.generator_path.name,
             embedder=app.settings.embedder_path.name, index=index_summary(app), upstream=upstream,
-            store="postgresql" if app.settings.store_url else "embedded")
+            store="postgresql" if app.settings.store_url else "embedded",
+            providers=list(provider_facts()["usable"]))
         if app.status != "ready":
             body.reason = app.error or "models are loading"
             return Response(body, status_code=503, headers={"Retry-After": "5"})

@@ -58,7 +58,7 @@ def timed_generation(generator: Any, prompt: np.ndarray, new_tokens: int, stop_a
     prompt_len = int(len(prompt))
     start = time.perf_counter()
     params = og.GeneratorParams(generator.model)
-    search: dict[str, Any] = {"max_length": prompt_len + new_tokens, "do_sample": False}
+    search: dict[str, Any] = {"max_length": generator.info.kv_length(prompt_len + new_tokens), "do_sample": False}
     if not stop_at_eos:
         search["min_length"] = prompt_len + new_tokens
     params.set_search_options(**search)
@@ -79,6 +79,8 @@ def timed_generation(generator: Any, prompt: np.ndarray, new_tokens: int, stop_a
         if output == 1:
             ttft = time.perf_counter() - start
         decoder.decode(token)
+        if output >= new_tokens:  # max_length may exceed the request (a sliding-window model's floor)
+            break
     total = time.perf_counter() - start
     del gen
     tpot = (total - ttft) / (output - 1) if output > 1 else None

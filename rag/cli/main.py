@@ -12,6 +12,7 @@ from rag.cli.answers import ask_cmd, eval_cmd
 from rag.cli.bench import bench
 from rag.cli.common import handle_errors, json_option, literal, out, print_json
 from rag.cli.documents import documents, index_group, ingest_cmd
+from rag.cli.info import info_cmd
 from rag.cli.models import models
 from rag.cli.serve import serve_cmd
 from rag.core.settings import Settings, load_settings
@@ -46,5 +47,5 @@ def config_cmd(settings: Settings, as_json: bool) -> None:
 
 
 
-for command in (models, ingest_cmd, documents, index_group, ask_cmd, eval_cmd, bench, serve_cmd):
+for command in (models, ingest_cmd, documents, index_group, ask_cmd, eval_cmd, bench, serve_cmd, info_cmd):
     main.add_command(command)

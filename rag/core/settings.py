@@ -26,7 +26,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-DEVICES = ("cpu", "cuda", "dml")
+DEVICES = ("auto", "cpu", "cuda", "dml")
 DEFAULT_GENERATOR = "smollm2-135m-instruct-int4"
 DEFAULT_EMBEDDER = "all-minilm-l6-v2-int8"
 
@@ -45,7 +45,8 @@ class Settings:
     embedder_dir: Path | None = field(
         default=None, metadata={"doc": f"ONNX embedder dir (default: models/{DEFAULT_EMBEDDER})"}
     )
-    device: str = field(default="cpu", metadata={"doc": "cpu | cuda | dml (falls back to cpu)"})
+    device: str = field(default="auto", metadata={
+        "doc": "auto | cpu | cuda | dml; auto takes CUDA > DirectML > CPU among the usable ones (`rag info`)"})
     threads: int = field(default=0, metadata={"doc": "intra-op threads, 0 = number of cores"})
     index: str = field(default="default", metadata={"doc": "index name under indexes/"})
     chunk_tokens: int = field(default=200, metadata={"doc": "chunk size in embedder tokens"})

@@ -8,6 +8,7 @@ continuous-batching ``og.Engine`` for the scheduler. Everything that speaks ORT 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -33,6 +34,14 @@ class GeneratorInfo:
     model_id: str
     model_file: Path
     context_length: int
+    # A sliding-window model (Gemma 2/3) needs a KV cache of at least its window, whatever the request's
+    # length: ORT GenAI refuses a generator with max_length below it ("KV cache capacity (34) must be at
+    # least local_window_size (512)", measured on a Gemma 2 import).
+    sliding_window: int = 0
+
+    def kv_length(self, wanted: int) -> int:
+        """The ``max_length`` to give a generator for ``wanted`` tokens (prompt + output)."""
+        return min(self.context_length, max(wanted, self.sliding_window))
 
 
 def validate_generator_dir(path: Path) -> GeneratorInfo:
@@ -46,24 +55,74 @@ def validate_generator_dir(path: Path) -> GeneratorInfo:
         config = json.loads(config_path.read_text(encoding="utf-8"))
         model_file = path / config["model"]["decoder"]["filename"]
         context_length = int(config["model"].get("context_length", 2048))
+        sliding_window = int((config["model"]["decoder"].get("sliding_window") or {}).get("window_size") or 0)
     except (ValueError, KeyError, TypeError) as exc:
         raise ModelError(f"{config_path} is invalid: {exc}") from exc
     if not model_file.is_file():
         raise ModelError(f"generator dir {path} is missing {model_file.name} (named in genai_config.json)")
     if not (path / "tokenizer.json").is_file() and not (path / "tokenizer.model").is_file():
         raise ModelError(f"generator dir {path} is missing tokenizer.json")
-    return GeneratorInfo(path=path, model_id=path.name, model_file=model_file, context_length=context_length)
+    return GeneratorInfo(path=path, model_id=path.name, model_file=model_file, context_length=context_length,
+                         sliding_window=sliding_window)
+
+
+# Preference of ``device = "auto"``: the first that this onnxruntime-genai build has and a device backs.
+AUTO_ORDER = ("cuda", "dml", "cpu")
+ORT_PROVIDER_NAMES = {"cuda": "CUDAExecutionProvider", "dml": "DmlExecutionProvider", "cpu": "CPUExecutionProvider"}
+
+
+def provider_facts() -> dict[str, object]:
+    """What this install can run on: ONNX Runtime's providers and ORT GenAI's (usable = both have it)."""
+    import onnxruntime
+    import onnxruntime_genai as og
+
+    ort_providers = list(onnxruntime.get_available_providers())
+    genai = {"cpu": True, "cuda": bool(og.is_cuda_available()), "dml": bool(og.is_dml_available())}
+    usable = [d for d in AUTO_ORDER if genai[d] and ORT_PROVIDER_NAMES[d] in ort_providers]
+    return {"onnxruntime": ort_providers, "genai": genai, "usable": usable or ["cpu"]}
+
+
+def choose_provider(device: str, facts: dict[str, object]) -> tuple[str, str]:
+    """(provider, why): ``auto`` takes CUDA > DirectML > CPU among the usable ones; an unusable
+    explicit choice falls back to CPU. Pure, so ``rag info`` can explain the choice."""
+    usable = list(facts["usable"])  # type: ignore[arg-type]
+    if device == "auto":
+        chosen = next(d for d in AUTO_ORDER if d in usable or d == "cpu")
+        skipped = list(AUTO_ORDER[:AUTO_ORDER.index(chosen)])
+        why = "auto: " + (f"{', '.join(skipped)} not usable in this install; " if skipped else "") + f"using {chosen}"
+        return chosen, why
+    if device in usable:
+        return device, f"{device} as configured"
+    return "cpu", f"{device} is not usable in this install (usable: {', '.join(usable)}); using cpu"
 
 
 def resolve_provider(device: str) -> str:
-    """The provider actually used: the configured one if available, else CPU with a warning."""
-    import onnxruntime_genai as og
+    """The provider actually used (see ``choose_provider``); a fallback is logged with its reason."""
+    chosen, why = choose_provider(device, provider_facts())
+    if device not in ("auto", chosen):
+        log.warning("execution provider: %s", why)
+    else:
+        log.info("execution provider: %s", why)
+    return chosen
 
-    available = {"cpu": True, "cuda": og.is_cuda_available(), "dml": og.is_dml_available()}
-    if available.get(device):
-        return device
-    log.warning("execution provider %r is not available in this onnxruntime-genai build; using cpu", device)
-    return "cpu"
+
+def completion_prompt(messages: Sequence[Message]) -> str:
+    """Messages as plain text ending in "Answer:", for base models that have no chat template."""
+    parts = [m["content"].strip() if m["role"] != "assistant" else f"Answer: {m['content'].strip()}"
+             for m in messages]
+    return "\n\n".join(parts) + "\n\nAnswer:"
+
+
+def merge_system(messages: Sequence[Message]) -> list[Message]:
+    """The system message folded into the first user turn, for chat templates without a system role
+    (Gemma's raise on it or drop it)."""
+    system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+    rest = [dict(m) for m in messages if m["role"] != "system"]
+    for message in rest:
+        if message["role"] == "user":
+            message["content"] = f"{system}\n\n{message['content']}" if system else message["content"]
+            return rest  # type: ignore[return-value]
+    return [{"role": "user", "content": system}, *rest]  # type: ignore[list-item]
 
 
 def search_settings(options: SamplingOptions) -> dict[str, float | int | bool]:
@@ -112,7 +171,50 @@ class LocalGenerator:
         return self.info.context_length
 
     # ------------------------------------------------------------------ tokens
+    @functools.cached_property
+    def has_chat_template(self) -> bool:
+        """Whether the model folder carries a chat template (base models often have none)."""
+        if (self.info.path / "chat_template.jinja").is_file():
+            return True
+        config = self.info.path / "tokenizer_config.json"
+        try:
+            return bool(config.is_file() and json.loads(config.read_text(encoding="utf-8")).get("chat_template"))
+        except ValueError:
+            return False
+
+    @functools.cached_property
+    def _bos_text(self) -> str:
+        """The BOS token as text, for prompts without a template: a chat template writes it itself, and
+        ORT GenAI's encode adds none (Gemma without <bos> is a different model). Empty where BOS is also
+        an EOS id (Qwen's <|endoftext|>) or unknown."""
+        try:
+            config = json.loads((self.info.path / "genai_config.json").read_text(encoding="utf-8"))["model"]
+            bos = int(config["bos_token_id"])
+            added = json.loads((self.info.path / "tokenizer.json").read_text(encoding="utf-8"))["added_tokens"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return ""
+        if bos in self.eos_token_ids:
+            return ""
+        return next((t["content"] for t in added if t.get("id") == bos and t.get("special")), "")
+
     def chat_prompt(self, messages: Sequence[Message]) -> str:
+        """The model's own chat template. Where it rejects the system role or renders without the system
+        text (Gemma), the instructions go into the first user turn instead: the one place this is handled.
+        A model without a template (a base model) gets a plain completion prompt."""
+        if not self.has_chat_template:
+            return self._bos_text + completion_prompt(messages)
+        system = [m["content"] for m in messages if m["role"] == "system" and m["content"].strip()]
+        try:
+            text = self._render(messages)
+        except Exception as exc:  # onnxruntime-genai raises plain RuntimeError for template errors
+            if not system:
+                raise ModelError(f"the chat template of {self.info.path} failed: {exc}") from exc
+            text = None
+        if system and (text is None or any(part.strip() not in text for part in system)):
+            return self._render(merge_system(messages))
+        return text
+
+    def _render(self, messages: Sequence[Message]) -> str:
         return self.tokenizer.apply_chat_template(json.dumps(list(messages)), add_generation_prompt=True)
 
     def encode(self, text: str) -> np.ndarray:
@@ -137,12 +239,12 @@ class LocalGenerator:
     # ------------------------------------------------------------------ generation
     def _greedy_generator(self, window: int) -> object:
         params = self._og.GeneratorParams(self.model)
-        params.set_search_options(max_length=window, do_sample=False)
+        params.set_search_options(max_length=self.info.kv_length(window), do_sample=False)
         return self._og.Generator(self.model, params)
 
     def _new_generator(self, max_length: int, options: SamplingOptions) -> object:
         params = self._og.GeneratorParams(self.model)
-        params.set_search_options(max_length=max_length, **search_settings(options))
+        params.set_search_options(max_length=self.info.kv_length(max_length), **search_settings(options))
         return self._og.Generator(self.model, params)
 
     def start(self, prompt_tokens: np.ndarray, options: SamplingOptions,

