@@ -378,9 +378,14 @@ def server(settings: Settings, home: Path, tmp_path_factory: pytest.TempPathFact
 def test_a_client_that_leaves_a_plain_request_cancels_its_generation(server: str, path: str, body: dict):
     """The client gives up after 3 s; a 4096-token answer takes minutes on this CPU, so a queue drained
     within 3 s after that, and far fewer tokens than asked, prove the generation stopped with the client."""
-    before = metric(server, "rag_generated_tokens_total")
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{server}{path}", json=body, timeout=httpx.Timeout(60, read=3))
+    for _ in range(3):  # sampling at 1.5 may, rarely, end the reply within 3 s: then the client did not leave
+        before = metric(server, "rag_generated_tokens_total")
+        try:
+            httpx.post(f"{server}{path}", json=body, timeout=httpx.Timeout(60, read=3))
+        except httpx.ReadTimeout:
+            break
+    else:
+        pytest.fail("three replies ended within 3 s: no client left a running generation")
     drained(server, 3)
     generated = metric(server, "rag_generated_tokens_total") - before
     assert generated < 400, generated  # far below 4096
