@@ -72,6 +72,9 @@ class Settings:
     max_upload_mb: int = field(default=50, metadata={"doc": "per-file upload limit"})
     max_queue: int = field(default=32, metadata={"doc": "waiting generations before 503"})
     log_file: Path | None = field(default=None, metadata={"doc": "rotating JSON log file"})
+    copy_bias: float = field(
+        default=2.0, metadata={"doc": "added to the logits of the passages' tokens while answering, so the model "
+                                      "copies the evidence (0 = off; ignored by the og.Engine batching path)"})
     # Not a setting: where each non-default value came from (a rag.toml path, "env RAG_...", "command line").
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False,
                                        metadata={"internal": True})
