@@ -40,10 +40,10 @@ def context_text(passages: Sequence[Passage]) -> str:
     return "\n".join(f"[{p.number}] {p.text}" for p in passages)
 
 
-def copy_text(passages: Sequence[Passage]) -> str:
-    """The text whose tokens the copy bias favours: the context, and the model's own abstention reply, so
+def copy_texts(passages: Sequence[Passage]) -> tuple[str, str]:
+    """The texts whose tokens the copy bias favours: the context, and the model's own abstention reply, so
     that "I don't know." stays as likely, relative to copying, as it was without the bias."""
-    return f"{context_text(passages)}\n{MODEL_ABSTENTION}"
+    return context_text(passages), MODEL_ABSTENTION
 
 
 def drop_repeated_tail(reply: str, min_chars: int = 12, max_chars: int = 512) -> str:

@@ -21,7 +21,7 @@ import numpy as np
 from ingest.embedder import Embedder
 from ingest.store import Store
 from rag.answering.compress import Passage, Sentence, candidate_sentences, score_sentences, select_passages
-from rag.answering.prompt import (ABSTENTION_MESSAGE, build_messages, cited_numbers, copy_text,
+from rag.answering.prompt import (ABSTENTION_MESSAGE, build_messages, cited_numbers, copy_texts,
                                   drop_repeated_tail, grounded_share, model_abstained)
 from rag.answering.result import AnswerResult, Metrics, Source
 from rag.answering.retrieval import Retrieval, Retriever
@@ -166,7 +166,8 @@ class AnswerService:
             prompt = self.generator.prompt(build_messages(question, passages))
             best = best_sentence(sentences, scores, passages)
             if sampling.copy_bias:
-                copy_tokens = tuple(int(t) for t in np.unique(self.generator.encode(copy_text(passages))))
+                ids = np.concatenate([self.generator.encode(text) for text in copy_texts(passages)])
+                copy_tokens = tuple(int(t) for t in np.unique(ids))
                 sampling = dataclasses.replace(sampling, copy_tokens=copy_tokens)
         return PreparedAnswer(request, question, retrieval, passages, prompt, started,
                               (time.perf_counter() - t0) * 1000, sampling, best)

@@ -9,7 +9,7 @@ copy the evidence instead.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -22,11 +22,12 @@ class LogitBias:
     delta: float
 
     @classmethod
-    def of(cls, tokens: Sequence[int], delta: float) -> "LogitBias | None":
-        """The bias for ``tokens`` (any order, repeats allowed); None when it would change nothing."""
+    def of(cls, tokens: Sequence[int], delta: float, also: Iterable[int] = ()) -> "LogitBias | None":
+        """The bias for ``tokens`` (any order, repeats allowed) and the ids ``also``; None when it would
+        change nothing (no delta or no tokens)."""
         if not delta or not len(tokens):
             return None
-        return cls(np.unique(np.asarray(tokens, dtype=np.int64)), float(delta))
+        return cls(np.unique(np.asarray([*tokens, *also], dtype=np.int64)), float(delta))
 
     def apply(self, logits: np.ndarray) -> np.ndarray:
         """Adds the bias to ``logits`` (``[..., vocab]``) in place and returns them."""

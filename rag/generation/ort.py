@@ -208,7 +208,8 @@ class GenerationSession:
                 f"prompt of {stats.prompt_tokens} tokens does not fit the {owner.context_length}-token context")
         self._options = options
         self._prompt_tokens = prompt_tokens
-        self._bias = LogitBias.of(options.copy_tokens, options.copy_bias)
+        # EOS is biased with the passages' tokens: copying must not make stopping less likely than it was.
+        self._bias = LogitBias.of(options.copy_tokens, options.copy_bias, also=owner.eos_token_ids)
         cache = owner.prefix_cache
         self._cache = cache if cache.fits(prompt_tokens, options.max_tokens, options.sampling) else None
         self._healthy = False  # a generator goes back to the cache only if no call on it failed
