@@ -175,3 +175,13 @@ def test_service_biases_rag_answers_only(tmp_path: Path, settings: Settings, emb
         assert "Plato" in result.answer and not result.abstained
     finally:
         service.close()
+
+
+def test_bench_engine_times_the_bias_in_the_same_run(uncached: LocalGenerator):
+    from rag.bench.engine import bench_engine
+
+    result = bench_engine(uncached, [16], new_tokens=4, warmup=0, repeat=1, copy_bias=2.0)
+    assert [row["copy_bias"] for row in result["results"]] == [0.0, 2.0]
+    assert all(row["output_tokens_mean"] == 4 for row in result["results"])
+    [overhead] = result["copy_bias_overhead"]
+    assert overhead["prompt_tokens"] == 16 and overhead["tpot_ms_p50"] > 0 and overhead["overhead"] is not None
