@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from ingest.pipeline import ingest_paths
-from rag.answering.service import AnswerRequest, AnswerService, options_from
+from rag.answering.service import AnswerRequest, AnswerService, PreparedAnswer, options_from
 from rag.bench.stats import percentile
 from rag.core.errors import BadRequestError
 from rag.core.settings import Settings
@@ -106,15 +106,21 @@ def answer_report(service: AnswerService, questions: list[dict], top_k: int, n: 
     options = options_from(service.settings, top_k=top_k)
     service.ask(AnswerRequest(question="warm-up question?", options=options))
     correct = false_abstain = abstain_u = 0
-    ttft, total, failures = [], [], []
+    funnel = {"chunks": 0, "prompt": 0, "best_sentence": 0}
+    ttft, total, output_tokens, failures = [], [], [], []
     for i, q in enumerate(sample_a + sample_u, 1):
-        result = service.ask(AnswerRequest(question=q["question"], options=options))
+        prepared = service.prepare(AnswerRequest(question=q["question"], options=options))
+        result = service.ask_prepared(prepared)
         total.append(result.metrics.total_ms)
         if result.metrics.output_tokens:
             ttft.append(result.metrics.ttft_ms)
+            output_tokens.append(result.metrics.output_tokens)
         if q["unanswerable"]:
             abstain_u += result.abstained
-        elif result.abstained:
+            continue
+        for stage, found in evidence_funnel(prepared, q).items():
+            funnel[stage] += found
+        if result.abstained:
             false_abstain += 1
         elif contains_answer(result.answer, q["answers"]):
             correct += 1
@@ -123,12 +129,34 @@ def answer_report(service: AnswerService, questions: list[dict], top_k: int, n: 
         if i % 50 == 0:
             log(f"answered {i}/{len(sample_a) + len(sample_u)}")
     na, nu = max(1, len(sample_a)), max(1, len(sample_u))
+    sampling = options.sampling
     return {
         "answered_answerable": len(sample_a), "answered_unanswerable": len(sample_u),
         "accuracy": correct / na, "false_abstention": false_abstain / na, "abstention_unanswerable": abstain_u / nu,
+        # Where gold answers are lost, over the answerable sample: retrieved (a top-k chunk of the question's
+        # document holds it) -> in the compressed context sent to the model -> in the top-scored sentence
+        # sent (evidence@1) -> in the reply (the accuracy).
+        f"gold_in_top{top_k}_chunks": funnel["chunks"] / na, "gold_in_prompt": funnel["prompt"] / na,
+        "evidence@1": funnel["best_sentence"] / na, "gold_in_reply": correct / na,
+        "output_tokens_mean": sum(output_tokens) / len(output_tokens) if output_tokens else 0.0,
         "ttft_ms_p50": percentile(ttft, 50) or 0.0, "ttft_ms_p95": percentile(ttft, 95) or 0.0,
         "total_ms_p50": percentile(total, 50) or 0.0, "total_ms_p95": percentile(total, 95) or 0.0,
+        "model": service.generator.model_id, "top_k": options.top_k, "context_tokens": options.context_tokens,
+        "max_tokens": sampling.max_tokens, "temperature": sampling.temperature, "copy_bias": sampling.copy_bias,
+        "seed": seed,
         "sample_failures": failures[:10],
+    }
+
+
+def evidence_funnel(prepared: PreparedAnswer, question: dict) -> dict[str, bool]:
+    """Whether an answerable question's gold answer survived each step before generation."""
+    gold = question["answers"]
+    hits = prepared.retrieval.hits if prepared.retrieval is not None else []
+    return {
+        "chunks": any(_from_document(h.chunk.path, question.get("document")) and contains_answer(h.chunk.text, gold)
+                      for h in hits),
+        "prompt": contains_answer(" ".join(p.text for p in prepared.passages), gold),
+        "best_sentence": contains_answer(prepared.best_sentence or "", gold),
     }
 
 

@@ -8,10 +8,11 @@ from typing import Sequence
 from rag.answering.compress import Passage
 from rag.core.text import content_words
 
+MODEL_ABSTENTION = "I don't know."  # the reply the system prompt asks for when the context lacks the answer
 SYSTEM_PROMPT = (
     "You answer questions using only the numbered context. "
     "Give a short answer (a few words or one sentence) and cite the source number like [1]. "
-    "If the context does not contain the answer, reply exactly: I don't know."
+    f"If the context does not contain the answer, reply exactly: {MODEL_ABSTENTION}"
 )
 ABSTENTION_MESSAGE = "The documents do not contain an answer to this question."
 # Ways a small model says it cannot answer from the context.
@@ -28,11 +29,21 @@ def build_messages(question: str, passages: Sequence[Passage]) -> list[dict[str,
     # (230 answerable questions, two samples): 49% gold answers, against 38% with an instruction repeated
     # after the context (the small model often echoed it back in a loop), 41-47% with the question
     # repeated there, 40% for context first.
-    context = "\n".join(f"[{p.number}] {p.text}" for p in passages)
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": f"Question: {question.strip()}\n\nContext:\n{context}"},
+        {"role": "user", "content": f"Question: {question.strip()}\n\nContext:\n{context_text(passages)}"},
     ]
+
+
+def context_text(passages: Sequence[Passage]) -> str:
+    """The numbered context as the prompt shows it."""
+    return "\n".join(f"[{p.number}] {p.text}" for p in passages)
+
+
+def copy_texts(passages: Sequence[Passage]) -> tuple[str, str]:
+    """The texts whose tokens the copy bias favours: the context, and the model's own abstention reply, so
+    that "I don't know." stays as likely, relative to copying, as it was without the bias."""
+    return context_text(passages), MODEL_ABSTENTION
 
 
 def drop_repeated_tail(reply: str, min_chars: int = 12, max_chars: int = 512) -> str:

@@ -9,18 +9,20 @@ abstention on weak evidence; ``stream`` runs prepare -> generate -> finish over 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Sequence
 
 import anyio.to_thread
+import numpy as np
 
 from ingest.embedder import Embedder
 from ingest.store import Store
-from rag.answering.compress import Passage, candidate_sentences, score_sentences, select_passages
-from rag.answering.prompt import (ABSTENTION_MESSAGE, build_messages, cited_numbers, drop_repeated_tail,
-                                  grounded_share, model_abstained)
+from rag.answering.compress import Passage, Sentence, candidate_sentences, score_sentences, select_passages
+from rag.answering.prompt import (ABSTENTION_MESSAGE, build_messages, cited_numbers, copy_texts,
+                                  drop_repeated_tail, grounded_share, model_abstained)
 from rag.answering.result import AnswerResult, Metrics, Source
 from rag.answering.retrieval import Retrieval, Retriever
 from rag.core.errors import BadRequestError
@@ -61,7 +63,8 @@ def options_from(settings: Settings, **overrides: Any) -> AnswerOptions:
 
     sampling = SamplingOptions(
         max_tokens=pick("max_tokens", settings.max_tokens), temperature=pick("temperature", settings.temperature),
-        top_p=pick("top_p", 1.0), top_k_sampling=pick("top_k_sampling", 0), stop=tuple(pick("stop", ())))
+        top_p=pick("top_p", 1.0), top_k_sampling=pick("top_k_sampling", 0), stop=tuple(pick("stop", ())),
+        copy_bias=pick("copy_bias", settings.copy_bias))
     documents: Sequence[str] | None = overrides.pop("documents", None)
     options = AnswerOptions(
         top_k=pick("top_k", settings.top_k), context_tokens=pick("context_tokens", settings.context_tokens),
@@ -108,6 +111,8 @@ class PreparedAnswer:
     prompt: Prompt | None  # None when abstaining without generation
     started: float
     compress_ms: float
+    sampling: SamplingOptions = SamplingOptions()  # the request's, with the copy-bias tokens of its passages
+    best_sentence: str | None = None  # the top-scored sentence sent to the model
 
     @property
     def abstain_early(self) -> bool:
@@ -150,21 +155,29 @@ class AnswerService:
         if not request.use_context:
             question = (request.question or "").strip()
             messages = request.messages or ({"role": "user", "content": question},)
-            return PreparedAnswer(request, question, None, [], self.generator.prompt(messages), started, 0.0)
+            return PreparedAnswer(request, question, None, [], self.generator.prompt(messages), started, 0.0,
+                                  options.sampling)
         question = self.validate_question(request.question)
         retrieval = self.retriever(request.index).retrieve(question, options.top_k, options.documents,
                                                            history=request.history)
         t0 = time.perf_counter()
         passages: list[Passage] = []
         prompt = None
+        sampling = options.sampling
+        best = None
         if retrieval.hits and retrieval.best_dense >= options.abstain_threshold:
             sentences = candidate_sentences([h.chunk.text for h in retrieval.hits])
             vectors = self.embedder.embed([s.text for s in sentences]) if options.sentence_vectors else None
             scores = score_sentences(retrieval.query, retrieval.query_vector, sentences, vectors)
             passages = select_passages(sentences, scores, self.generator.count_tokens, options.context_tokens)
             prompt = self.generator.prompt(build_messages(question, passages))
+            best = best_sentence(sentences, scores, passages)
+            if sampling.copy_bias:
+                ids = np.concatenate([self.generator.encode(text) for text in copy_texts(passages)])
+                copy_tokens = tuple(int(t) for t in np.unique(ids))
+                sampling = dataclasses.replace(sampling, copy_tokens=copy_tokens)
         return PreparedAnswer(request, question, retrieval, passages, prompt, started,
-                              (time.perf_counter() - t0) * 1000)
+                              (time.perf_counter() - t0) * 1000, sampling, best)
 
     async def stream(self, request: AnswerRequest,
                      stats: GenerationStats | None = None) -> AsyncIterator[str | AnswerResult]:
@@ -172,10 +185,20 @@ class AnswerService:
         ``stats``, when given, is filled as tokens are generated, so a caller also learns what a stream
         closed early cost."""
         prepared = await anyio.to_thread.run_sync(self.prepare, request)
+        events = self.generate(prepared, stats)
+        try:
+            async for item in events:
+                yield item
+        finally:
+            await events.aclose()  # a reader that stops early cancels the generation
+
+    async def generate(self, prepared: PreparedAnswer,
+                       stats: GenerationStats | None = None) -> AsyncIterator[str | AnswerResult]:
+        """``stream`` for an answer already prepared."""
         stats = stats if stats is not None else GenerationStats()
         pieces: list[str] = []
         if not prepared.abstain_early:
-            tokens = self.generator.stream(prepared.prompt, request.options.sampling, stats)
+            tokens = self.generator.stream(prepared.prompt, prepared.sampling, stats)
             try:
                 async for piece in tokens:
                     pieces.append(piece)
@@ -191,6 +214,10 @@ class AnswerService:
     def ask(self, request: AnswerRequest) -> AnswerResult:
         """``answer`` for synchronous callers (CLI, eval, bench)."""
         return asyncio.run(self.answer(request))
+
+    def ask_prepared(self, prepared: PreparedAnswer) -> AnswerResult:
+        """The answer to a prepared request, synchronously (eval reads the prepared evidence too)."""
+        return asyncio.run(final_result(self.generate(prepared)))
 
     def validate_question(self, question: str) -> str:
         question = (question or "").strip()
@@ -245,6 +272,15 @@ async def final_result(events: AsyncIterator[str | AnswerResult]) -> AnswerResul
     finally:
         await events.aclose()
     raise AssertionError("the answer stream ended without a result")
+
+
+def best_sentence(sentences: Sequence[Sentence], scores: np.ndarray, passages: Sequence[Passage]) -> str | None:
+    """The highest-scored sentence the model was shown (the head of it, when only that fitted)."""
+    shown = {text for p in passages for text in p.sentences}
+    for i in np.argsort(-scores, kind="stable"):
+        if sentences[int(i)].text in shown:
+            return sentences[int(i)].text
+    return passages[0].sentences[0] if passages and passages[0].sentences else None
 
 
 def sources(retrieval: Retrieval, passages: Sequence[Passage] = ()) -> list[Source]:

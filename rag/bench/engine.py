@@ -6,7 +6,10 @@ suppressed with ORT GenAI's ``min_length`` so every run decodes ``new_tokens``
 tokens (``stop_at_eos`` lets the model stop early instead); the actual count is
 always reported. Timing follows ``LocalGenerator.stream``: the clock starts before
 the generator is created, TTFT is the first generated token (prefill), and each
-token is detokenised incrementally as it would be when streaming.
+token is detokenised incrementally as it would be when streaming. With ``copy_bias``, every run is paired
+with a run of the same prompt whose logits get the copy bias (over the ids of the prompt's first
+``COPY_BIAS_TOKENS`` tokens and EOS, like an answer's context), alternating, so both are measured in one
+sitting; ``copy_bias_overhead`` compares their TPOT.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from rag.bench.stats import summarise
+from rag.generation.logits import LogitBias
+from rag.generation.ort import next_token
+
+COPY_BIAS_TOKENS = 100  # about the context tokens of an answer's prompt (context_tokens 100)
 
 # Neutral, descriptive prose: long enough to cut any prompt length from, and it invites more of the same.
 NEUTRAL_TEXT = (
@@ -51,8 +58,9 @@ def synthetic_prompt_tokens(generator: Any, n: int) -> np.ndarray:
     return np.ascontiguousarray(ids[:n], dtype=np.int32)
 
 
-def timed_generation(generator: Any, prompt: np.ndarray, new_tokens: int, stop_at_eos: bool = False) -> dict:
-    """One greedy generation of up to ``new_tokens`` tokens; returns its timings."""
+def timed_generation(generator: Any, prompt: np.ndarray, new_tokens: int, stop_at_eos: bool = False,
+                     bias: LogitBias | None = None) -> dict:
+    """One greedy generation of up to ``new_tokens`` tokens (its logits biased by ``bias``); returns its timings."""
     import onnxruntime_genai as og
 
     prompt_len = int(len(prompt))
@@ -70,8 +78,7 @@ def timed_generation(generator: Any, prompt: np.ndarray, new_tokens: int, stop_a
     output = 0
     finish = "length"
     while not gen.is_done():
-        gen.generate_next_token()
-        token = int(gen.get_next_tokens()[0])
+        token = next_token(gen, bias)
         if stop_at_eos and token in eos:
             finish = "stop"
             break
@@ -110,8 +117,9 @@ def plan_lengths(prompt_lengths: Sequence[int], new_tokens: int, context_length:
 
 def bench_engine(generator: Any, prompt_lengths: Sequence[int], new_tokens: int, warmup: int, repeat: int,
                  stop_at_eos: bool = False, progress: Callable[[str], None] = lambda message: None,
-                 warn: Callable[[str], None] = lambda message: None) -> dict:
-    """Per prompt length: ``warmup`` unmeasured runs, then ``repeat`` measured ones, summarised."""
+                 warn: Callable[[str], None] = lambda message: None, copy_bias: float = 0.0) -> dict:
+    """Per prompt length: ``warmup`` unmeasured runs, then ``repeat`` measured ones, summarised (with
+    ``copy_bias``: each also with the bias, alternating, in rows of their own)."""
     if repeat < 1:
         raise ValueError("repeat must be at least 1")
     plan = plan_lengths(prompt_lengths, new_tokens, generator.context_length, warn)
@@ -119,27 +127,43 @@ def bench_engine(generator: Any, prompt_lengths: Sequence[int], new_tokens: int,
         from rag.core.errors import BadRequestError
 
         raise BadRequestError(f"no prompt length fits the model's {generator.context_length}-token context")
+    bias = LogitBias.of(synthetic_prompt_tokens(generator, COPY_BIAS_TOKENS).tolist(), copy_bias,
+                        also=generator.eos_token_ids)
+    variants: list[tuple[float, LogitBias | None]] = [(0.0, None)] + ([(copy_bias, bias)] if bias else [])
     rows: list[dict] = []
     samples: list[dict] = []
+    overhead: list[dict] = []
     for length, tokens in plan:
         prompt = synthetic_prompt_tokens(generator, length)
         for i in range(warmup):
             progress(f"prompt {length}: warm-up {i + 1}/{warmup}")
-            timed_generation(generator, prompt, tokens, stop_at_eos)
-        runs = []
+            for _, variant in variants:
+                timed_generation(generator, prompt, tokens, stop_at_eos, variant)
+        runs: dict[float, list[dict]] = {delta: [] for delta, _ in variants}
         for i in range(repeat):
             progress(f"prompt {length}: run {i + 1}/{repeat}")
-            run = timed_generation(generator, prompt, tokens, stop_at_eos)
-            runs.append(run)
-            samples.append({"prompt_tokens": length, "run": i, **run})
-        short = sum(r["output_tokens"] < tokens for r in runs)
-        if short:
-            warn(f"prompt length {length}: {short}/{repeat} runs stopped at EOS before {tokens} tokens")
-        row: dict[str, Any] = {"prompt_tokens": length, "new_tokens": tokens, "runs": repeat}
-        for key in ("output_tokens", "ttft_ms", "tpot_ms", "decode_tokens_per_s", "prefill_tokens_per_s",
-                    "total_ms"):
-            stats = summarise([r[key] for r in runs], percentiles=(50, 95), prefix=key)
-            stats.pop(f"{key}_n")
-            row.update(stats)
-        rows.append(row)
-    return {"benchmark": "engine", "results": rows, "samples": samples}
+            for delta, variant in variants:
+                run = timed_generation(generator, prompt, tokens, stop_at_eos, variant)
+                runs[delta].append(run)
+                samples.append({"prompt_tokens": length, "run": i, **({"copy_bias": delta} if bias else {}), **run})
+        for delta, measured in runs.items():
+            short = sum(r["output_tokens"] < tokens for r in measured)
+            if short:
+                warn(f"prompt length {length}: {short}/{repeat} runs stopped at EOS before {tokens} tokens")
+            row: dict[str, Any] = {"prompt_tokens": length, "new_tokens": tokens, "runs": repeat}
+            if bias:
+                row["copy_bias"] = delta
+            for key in ("output_tokens", "ttft_ms", "tpot_ms", "decode_tokens_per_s", "prefill_tokens_per_s",
+                        "total_ms"):
+                stats = summarise([r[key] for r in measured], percentiles=(50, 95), prefix=key)
+                stats.pop(f"{key}_n")
+                row.update(stats)
+            rows.append(row)
+        if bias:
+            base, biased = rows[-2]["tpot_ms_p50"], rows[-1]["tpot_ms_p50"]
+            overhead.append({"prompt_tokens": length, "tpot_ms_p50": base, "tpot_ms_p50_biased": biased,
+                             "overhead": biased / base - 1 if base and biased else None})
+    result: dict[str, Any] = {"benchmark": "engine", "results": rows, "samples": samples}
+    if bias:
+        result["copy_bias_overhead"] = overhead
+    return result

@@ -158,7 +158,8 @@ def table(result: dict) -> Table:
         t = Table("prompt tok", "out tok", "TTFT mean ms", "TTFT p50 ms", "prefill tok/s", "TPOT p50 ms",
                   "decode tok/s", "wall mean ms", "wall p50 ms", title="engine (greedy, in-process)")
         for r in rows:
-            t.add_row(str(r["prompt_tokens"]), fmt(r["output_tokens_mean"]), fmt(r["ttft_ms_mean"]),
+            label = str(r["prompt_tokens"]) + (f" bias {r['copy_bias']:g}" if r.get("copy_bias") else "")
+            t.add_row(label, fmt(r["output_tokens_mean"]), fmt(r["ttft_ms_mean"]),
                       fmt(r["ttft_ms_p50"]), fmt(r["prefill_tokens_per_s_mean"], 0), fmt(r["tpot_ms_p50"], 2),
                       fmt(r["decode_tokens_per_s_mean"]), fmt(r["total_ms_mean"], 0), fmt(r["total_ms_p50"], 0))
     elif kind == "serve":

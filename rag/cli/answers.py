@@ -17,12 +17,13 @@ from rag.cli.common import console, handle_errors, index_option, json_option, li
 @click.option("--k", "top_k", type=int, help="Chunks to retrieve.")
 @click.option("--max-tokens", type=int, help="Max new tokens.")
 @click.option("--temperature", type=float, help="Sampling temperature (0 = greedy).")
+@click.option("--copy-bias", type=float, help="Logit bias toward the passages' tokens (0 = off).")
 @click.option("--document", "documents", multiple=True, help="Restrict to these document ids (repeatable).")
 @json_option("Print the result object as JSON.")
 @click.pass_context
 @handle_errors
 def ask_cmd(ctx: click.Context, question: str, index: str | None, top_k: int | None, max_tokens: int | None,
-            temperature: float | None, documents: tuple[str, ...], as_json: bool) -> None:
+            temperature: float | None, copy_bias: float | None, documents: tuple[str, ...], as_json: bool) -> None:
     """Answer QUESTION from the indexed documents, streaming the answer."""
     import asyncio
 
@@ -34,7 +35,7 @@ def ask_cmd(ctx: click.Context, question: str, index: str | None, top_k: int | N
     open_reader(settings).close()  # a missing index is reported before the models load
     service = answer_service(settings, Models.load(settings))
     options = options_from(settings, top_k=top_k, max_tokens=max_tokens, temperature=temperature,
-                           documents=list(documents) or None)
+                           copy_bias=copy_bias, documents=list(documents) or None)
 
     async def answer() -> AnswerResult | None:
         async for item in service.stream(AnswerRequest(question=question, options=options)):

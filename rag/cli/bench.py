@@ -61,12 +61,15 @@ def bench() -> None:
 @click.option("--repeat", type=click.IntRange(1), default=10, show_default=True, help="Measured runs per length.")
 @click.option("--stop-at-eos", is_flag=True, help="Let the model stop at EOS (output counts are reported).")
 @click.option("--threads", type=click.IntRange(0), help="Intra-op threads (0 = all cores).")
+@click.option("--copy-bias", type=click.FloatRange(0), default=0.0, show_default=True,
+              help="Also time every run with this copy bias (over 100 prompt tokens), alternating, and report the "
+                   "TPOT overhead.")
 @_bench_outputs
 @click.pass_context
 @handle_errors
 def bench_engine_cmd(ctx: click.Context, prompt_lengths: list[int], new_tokens: int, warmup: int, repeat: int,
-                     stop_at_eos: bool, threads: int | None, json_path: Path | None, csv_path: Path | None,
-                     plot_path: Path | None) -> None:
+                     stop_at_eos: bool, threads: int | None, copy_bias: float, json_path: Path | None,
+                     csv_path: Path | None, plot_path: Path | None) -> None:
     """Prefill (TTFT) and decode speed of the local generator at exact prompt lengths, greedy, in-process."""
     from rag.bench.engine import bench_engine
     from rag.bench.environment import environment
@@ -79,12 +82,16 @@ def bench_engine_cmd(ctx: click.Context, prompt_lengths: list[int], new_tokens: 
     with console.status("loading the generator…") as status:
         generator = load_generator(settings)
         result = bench_engine(generator, prompt_lengths, new_tokens, warmup, repeat, stop_at_eos,
-                              progress=_status_text(status), warn=_bench_warn)
+                              progress=_status_text(status), warn=_bench_warn, copy_bias=copy_bias)
     result["environment"] = environment(settings, device=generator.device)
     result["config"] = {"prompt_lengths": prompt_lengths, "new_tokens": new_tokens, "warmup": warmup,
-                        "repeat": repeat, "stop_at_eos": stop_at_eos, "context_length": generator.context_length,
+                        "repeat": repeat, "stop_at_eos": stop_at_eos, "copy_bias": copy_bias, "context_length": generator.context_length,
                         "generator_path": str(settings.generator_path), "load_s": round(generator.load_s, 3)}
     _bench_finish(result, json_path, csv_path, plot_path)
+    for row in result.get("copy_bias_overhead", []):
+        change = f"{row['overhead']:+.1%}" if row["overhead"] is not None else "n/a"
+        out.print(f"copy bias {copy_bias:g}, prompt {row['prompt_tokens']} tok: TPOT p50 {row['tpot_ms_p50']:.2f} ms "
+                  f"-> {row['tpot_ms_p50_biased']:.2f} ms ({change})", highlight=False, markup=False)
 
 
 @bench.command("serve")

@@ -24,6 +24,11 @@ class SamplingOptions:
     top_p: float = 1.0
     top_k_sampling: int = 0  # sample among the k likeliest tokens; 0 = no cut
     stop: tuple[str, ...] = ()  # generation ends where one of these strings appears; it is not returned
+    # Copy bias: ``copy_bias`` is added to the logits of ``copy_tokens`` at every step, before greedy or
+    # sampled picking. The answering layer fills ``copy_tokens`` with the token ids of the passages it gave
+    # the model (and of its abstention reply); plain chat leaves it empty, which turns the bias off.
+    copy_bias: float = Settings.copy_bias
+    copy_tokens: tuple[int, ...] = ()
 
     def validate(self) -> "SamplingOptions":
         if not 1 <= self.max_tokens <= 4096:
@@ -36,6 +41,8 @@ class SamplingOptions:
             raise BadRequestError("top_k_sampling must be between 0 and 1000")
         if len(self.stop) > 4 or not all(self.stop):
             raise BadRequestError("stop takes at most 4 non-empty strings")
+        if not 0.0 <= self.copy_bias <= 10.0:
+            raise BadRequestError("copy_bias must be between 0 and 10")
         return self
 
     @property
@@ -85,6 +92,10 @@ class Generator(Protocol):
     context_length: int
 
     def count_tokens(self, text: str) -> int: ...
+
+    def encode(self, text: str) -> np.ndarray:
+        """The model's token ids for ``text`` (no chat template)."""
+        ...
 
     def prompt(self, messages: Sequence[Message]) -> Prompt:
         """The prompt for ``messages``; BadRequestError when it does not fit the context."""

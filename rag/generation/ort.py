@@ -22,6 +22,7 @@ import numpy as np
 from rag.core.errors import BadRequestError, ModelError
 from rag.core.settings import resolve_threads
 from rag.generation.base import GenerationStats, Message, Prompt, SamplingOptions
+from rag.generation.logits import LogitBias
 from rag.generation.prefix_cache import PrefixCache
 from rag.generation.recorder import TokenRecorder
 
@@ -133,6 +134,16 @@ def search_settings(options: SamplingOptions) -> dict[str, float | int | bool]:
         if options.top_k_sampling:
             settings["top_k"] = options.top_k_sampling
     return settings
+
+
+def next_token(generator: object, bias: LogitBias | None = None) -> int:
+    """Advance an ``og.Generator`` by one token and return it. With a bias, the logits are read, biased and
+    written back before ORT GenAI picks (argmax, or its temperature / top-p / top-k sampling), so the pick
+    follows the generator's own search options; without one this is exactly ``generate_next_token``."""
+    if bias is not None:
+        generator.set_logits(bias.apply(generator.get_logits()))
+    generator.generate_next_token()
+    return int(generator.get_next_tokens()[0])
 
 
 class LocalGenerator:
@@ -299,6 +310,8 @@ class GenerationSession:
                 f"prompt of {stats.prompt_tokens} tokens does not fit the {owner.context_length}-token context")
         self._options = options
         self._prompt_tokens = prompt_tokens
+        # EOS is biased with the passages' tokens: copying must not make stopping less likely than it was.
+        self._bias = LogitBias.of(options.copy_tokens, options.copy_bias, also=owner.eos_token_ids)
         cache = owner.prefix_cache
         self._cache = cache if cache.fits(prompt_tokens, options.max_tokens, options.sampling) else None
         self._healthy = False  # a generator goes back to the cache only if no call on it failed
@@ -319,8 +332,7 @@ class GenerationSession:
         if self.done or generator.is_done():
             return self._close()
         self._healthy = False
-        generator.generate_next_token()
-        token = int(generator.get_next_tokens()[0])
+        token = next_token(generator, self._bias)
         self._healthy = True
         piece = self._recorder.add(token)
         if piece is None:
@@ -356,7 +368,8 @@ class EngineEvent:
 
 class BatchingEngine:
     """ORT GenAI's continuous-batching ``og.Engine`` over the generator's model. It may only be used from
-    the thread that created it."""
+    the thread that created it. The engine picks tokens itself, with no logits hook: ``copy_bias`` is
+    ignored on this path (the default model cannot run it and is served by ``GenerationSession``)."""
 
     def __init__(self, generator: LocalGenerator) -> None:
         og = generator._og
