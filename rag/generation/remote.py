@@ -112,6 +112,10 @@ class RemoteGenerator:
     def count_tokens(self, text: str) -> int:
         return self.counter.count(text)
 
+    def encode(self, text: str) -> np.ndarray:
+        """Token ids by the counting tokenizer (the copy bias is a local logits step; a remote server ignores it)."""
+        return self.counter.encode(text)
+
     def prompt(self, messages: Sequence[Message]) -> Prompt:
         tokens = np.concatenate([self.counter.encode(m["content"]) for m in messages] or [np.zeros(0, np.int32)])
         length = len(tokens) + TEMPLATE_TOKENS_PER_MESSAGE * len(messages) + TEMPLATE_TOKENS_REPLY
