@@ -52,33 +52,9 @@ def free_port() -> int:
 
 @contextmanager
 def running_server(settings: Settings, home: Path, log_path: Path, timeout_s: float = 90) -> Iterator[str]:
-    """`rag serve` (uvicorn) on a free port until the block ends; yields its base URL."""
-    port = free_port()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "rag.cli", "--home", str(home), "serve", "--port", str(port)],
-                                cwd=PROJECT_ROOT, env=cli_env(settings), stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited with {proc.returncode}:\n{log_path.read_text(errors='replace')}")
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"server not healthy after {timeout_s:.0f} s:\n{log_path.read_text(errors='replace')}")
-            time.sleep(0.25)
+    """`rag serve` (uvicorn) on a free port until the block ends; yields its base URL once /healthz is 200."""
+    with server_process(settings, home, log_path, timeout_s=timeout_s) as base:
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @contextmanager
