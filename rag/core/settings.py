@@ -51,7 +51,7 @@ class Settings:
     index: str = field(default="default", metadata={"doc": "index name under indexes/"})
     chunk_tokens: int = field(default=200, metadata={"doc": "chunk size in embedder tokens"})
     chunk_overlap: int = field(default=30, metadata={"doc": "chunk overlap in embedder tokens"})
-    embed_batch_size: int = field(default=16, metadata={"doc": "chunks per embedder batch"})
+    embed_batch_size: int = field(default=4, metadata={"doc": "chunks per embedder batch (batches run one per core)"})
     ocr_languages: str = field(
         default="eng", metadata={"doc": "Tesseract languages for scanned pages and images, e.g. eng+deu"})
     tesseract_cmd: Path | None = field(
