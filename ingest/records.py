@@ -59,6 +59,7 @@ class IndexInfo:
     documents: int
     chunks: int
     size_bytes: int
+    vector_index: str = ""  # the kind of dense search and its parameters (exact, IVF, HNSW)
 
 
 def normalise_path(path: Path | str) -> str:

@@ -308,3 +308,29 @@ def test_mail_attachments_are_documents_of_their_own(store, embedder, tmp_path: 
         assert reader.documents() == []
     finally:
         reader.close()
+
+
+def test_large_index_lexical_search_ranks_the_rare_words(store, embedder, tmp_path: Path, monkeypatch) -> None:
+    """Past the row budget (lowered here to 30 chunks) a query keeps its rare words: the chunk that holds
+    them comes first although every chunk holds the common ones."""
+    import ingest.store.embedded
+    import ingest.store.postgres
+
+    for module in (ingest.store.embedded, ingest.store.postgres):
+        monkeypatch.setattr(module, "LEXICAL_ROW_BUDGET", 30)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(60):
+        rare = " The harbour master keeps a zeppelin mooring mast." if i == 41 else ""
+        (folder / f"town{i:02d}.txt").write_text(
+            f"Town {i} has a market square and a church near the river.{rare} The market opens every week.",
+            encoding="utf-8")
+    index = store.index(fresh_name())
+    ingest_paths([folder], index, embedder)
+    reader = index.reader()
+    hits = reader.lexical_search("Which town has a zeppelin mooring mast near the market square?", 5)
+    top = reader.chunks([hits[0][0]])[hits[0][0]]
+    assert top.path.endswith("town41.txt") and len(hits) >= 1
+    # Only common words (each in all 60 chunks, over the budget): the lexical side stands aside.
+    assert reader.lexical_search("market church river week", 5) == []
+    reader.close()

@@ -51,10 +51,13 @@ def write_plot(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     env = result.get("environment", {})
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     kind = result["benchmark"]
     rows = result["results"]
-    if kind == "engine":
+    fig, grid = plt.subplots(2, 2, figsize=(11, 7.5)) if kind == "scale" else plt.subplots(1, 2, figsize=(11, 4.2))
+    axes = list(grid.flat)
+    if kind == "scale":
+        _plot_scale(axes, rows)
+    elif kind == "engine":
         x = [r["prompt_tokens"] for r in rows]
         axes[0].plot(x, [r["decode_tokens_per_s_mean"] for r in rows], marker="o", label="decode")
         axes[0].set(title="decode speed", xlabel="prompt tokens", ylabel="tokens/s")
@@ -102,6 +105,30 @@ def write_plot(result: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _plot_scale(axes: list, rows: list[dict]) -> None:
+    """Four growth curves against the corpus size (log axis): search latency, recall, memory/disk, answers."""
+    x = [r["chunks"] for r in rows]
+    for name in ("dense", "lexical", "fused"):
+        line, = axes[0].plot(x, [r[f"{name}_ms_p95"] for r in rows], marker="o", label=f"{name} p95")
+        axes[0].plot(x, [r[f"{name}_ms_p50"] for r in rows], marker="x", linestyle="--", color=line.get_color(),
+                     label=f"{name} p50")
+    axes[0].set(title="retrieval latency (question embedding excluded)", ylabel="ms")
+    axes[0].set_yscale("log")
+    for key, label in (("recall@5", "fused"), ("recall@5_dense", "dense"), ("recall@5_lexical", "lexical")):
+        axes[1].plot(x, [r[key] for r in rows], marker="o", label=label)
+    axes[1].set(title="recall@5 of the dev questions", ylabel="recall@5", ylim=(0, 1.02))
+    axes[2].plot(x, [r["index_rss_mb"] for r in rows], marker="o", label="reader memory (index, RSS)")
+    axes[2].plot(x, [r["disk_mb"] for r in rows], marker="s", label="on disk")
+    axes[2].set(title="memory and disk", ylabel="MB")
+    axes[2].set_yscale("log")
+    axes[3].plot(x, [r["ask_total_ms_p50"] for r in rows], marker="o", label="ask total p50")
+    axes[3].plot(x, [r["ask_ttft_ms_p50"] for r in rows], marker="x", label="ask TTFT p50")
+    axes[3].set(title="answers", ylabel="ms", ylim=(0, None))
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("chunks in the index")
 
 
 def save(result: dict, json_path: Path | None, csv_path: Path | None, plot_path: Path | None) -> list[str]:
@@ -173,6 +200,21 @@ def table(result: dict) -> Table:
                       fmt(r["ttft_ms_p50"], 0), fmt(r["ttft_ms_p99"], 0), fmt(r["itl_ms_p50"], 1),
                       fmt(r["itl_ms_p99"], 1), fmt(r["tpot_ms_p50"], 1), fmt(r["e2e_ms_p50"], 0),
                       fmt(r["e2e_ms_p99"], 0))
+    elif kind == "scale":
+        c = result["corpus"]
+        t = Table("chunks", "vector index", "build s", "disk MB", "index RSS MB", "dense p50/p95", "lexical p50/p95",
+                  "fused p50/p95", "recall@5 fused/dense/lex", "ask TTFT p50", "ask total p50",
+                  title="scale · latency in ms",
+                  caption=f"{c['real_chunks']} real chunks (ingested at {c['real_ingest_chunks_per_s']} chunks/s) + "
+                          f"synthetic ones; build = {c['build']}; mean-vector cosine to a real embedding "
+                          f"{c['synthetic_vector_cosine_to_real_embedding']}")
+        for r in rows:
+            t.add_row(f"{r['chunks']:,}", Text(r["vector_index"].split(":")[0]), fmt(r["build_s"]), fmt(r["disk_mb"]),
+                      fmt(r["index_rss_mb"]), f"{fmt(r['dense_ms_p50'])}/{fmt(r['dense_ms_p95'])}",
+                      f"{fmt(r['lexical_ms_p50'])}/{fmt(r['lexical_ms_p95'])}",
+                      f"{fmt(r['fused_ms_p50'])}/{fmt(r['fused_ms_p95'])}",
+                      f"{r['recall@5']:.3f}/{r['recall@5_dense']:.3f}/{r['recall@5_lexical']:.3f}",
+                      fmt(r["ask_ttft_ms_p50"], 0), fmt(r["ask_total_ms_p50"], 0))
     else:
         a = result["abstentions"]
         t = Table("stage", "n", "p50 ms", "p95 ms", "mean ms",
