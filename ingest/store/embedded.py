@@ -98,9 +98,13 @@ FILTERED_EXACT_MAX = 100_000  # a document filter this small is scored exactly (
 
 
 def ivf_cells(n: int) -> int:
-    """Cells for an IVF index over ``n`` vectors: the power of two nearest 2 sqrt(n), at least 256."""
+    """Cells for an IVF index over ``n`` vectors: the power of two nearest 2 sqrt(n), at least 256 (fewer
+    only for a tiny index, so that k-means has four points per cell)."""
     target = NLIST_PER_SQRT_N * n ** 0.5
-    return max(256, 1 << max(0, round(np.log2(max(target, 1)))))
+    cells = max(256, 1 << max(0, round(np.log2(max(target, 1)))))
+    while cells > 1 and cells * 4 > n:
+        cells //= 2
+    return cells
 
 
 def vector_index_plan(n: int, current_cells: int | None) -> int | None:
@@ -152,7 +156,7 @@ def build_ivf(ids: np.ndarray, vectors: np.ndarray, cells: int, seed: int = 0):
         vectors[np.sort(rng.choice(len(vectors), cells * TRAIN_PER_CELL, replace=False))]
     index.train(np.ascontiguousarray(sample, dtype=np.float32))
     index.set_direct_map_type(faiss.DirectMap.Hashtable)  # reconstruct by id and remove_ids
-    index.nprobe = max(MIN_NPROBE, int(cells * NPROBE_FRACTION))
+    index.nprobe = min(cells, max(MIN_NPROBE, int(cells * NPROBE_FRACTION)))
     for start in range(0, len(ids), 100_000):
         index.add_with_ids(np.ascontiguousarray(vectors[start:start + 100_000], dtype=np.float32),
                            ids[start:start + 100_000])
