@@ -126,25 +126,41 @@ def _ivf_cells_of(index) -> int | None:
     return int(ivf.nlist) if ivf is not None else None
 
 
-def _all_vectors(index) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, vectors) of a flat or IVF index (IVF's vectors come back decoded from their 8-bit codes)."""
+REBUILD_BATCH = 100_000  # vectors decoded at a time while rebuilding: memory stays flat at any index size
+
+
+def _stored_ids(index) -> np.ndarray:
+    """The ids of a flat (ID-mapped) or IVF index."""
     import faiss
 
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is None:
-        ids = faiss.vector_to_array(index.id_map).astype(np.int64)
-        return ids, index.index.reconstruct_n(0, index.ntotal) if len(ids) else np.zeros((0, index.d), np.float32)
+        return faiss.vector_to_array(index.id_map).astype(np.int64)
     lists = ivf.invlists
-    ids = np.concatenate([faiss.rev_swig_ptr(lists.get_ids(c), lists.list_size(c)).copy()
-                          for c in range(ivf.nlist)] or [np.zeros(0, np.int64)]).astype(np.int64)
-    return ids, ivf.reconstruct_batch(ids) if len(ids) else np.zeros((0, ivf.d), np.float32)
+    return np.concatenate([faiss.rev_swig_ptr(lists.get_ids(c), lists.list_size(c)).copy()
+                           for c in range(ivf.nlist)] or [np.zeros(0, np.int64)]).astype(np.int64)
 
 
-def build_ivf(ids: np.ndarray, vectors: np.ndarray, cells: int, seed: int = 0):
-    """An IVF (inner product) index with SQ8 codes over ``vectors``, k-means trained on a sample."""
+def _vectors_of(index, ids: np.ndarray) -> np.ndarray:
+    """Vectors by id (an IVF index's come back decoded from their 8-bit codes)."""
     import faiss
 
-    dimension = vectors.shape[1]
+    ivf = faiss.try_extract_index_ivf(index)
+    return np.ascontiguousarray((ivf or index).reconstruct_batch(ids), dtype=np.float32)
+
+
+def _rebuild(source, target, ids: np.ndarray) -> None:
+    for start in range(0, len(ids), REBUILD_BATCH):
+        batch = ids[start:start + REBUILD_BATCH]
+        target.add_with_ids(_vectors_of(source, batch), batch)
+
+
+def build_ivf(source, cells: int, seed: int = 0):
+    """An IVF (inner product) index with SQ8 codes holding ``source``'s vectors, k-means trained on a sample."""
+    import faiss
+
+    dimension = source.d
+    ids = _stored_ids(source)
     quantizer = faiss.IndexFlatIP(dimension)
     index = faiss.IndexIVFScalarQuantizer(quantizer, dimension, cells, faiss.ScalarQuantizer.QT_8bit,
                                           faiss.METRIC_INNER_PRODUCT)
@@ -152,33 +168,26 @@ def build_ivf(ids: np.ndarray, vectors: np.ndarray, cells: int, seed: int = 0):
     quantizer.this.disown()
     index.cp.niter = 10
     rng = np.random.default_rng(seed)
-    sample = vectors if len(vectors) <= cells * TRAIN_PER_CELL else \
-        vectors[np.sort(rng.choice(len(vectors), cells * TRAIN_PER_CELL, replace=False))]
-    index.train(np.ascontiguousarray(sample, dtype=np.float32))
+    sample = ids if len(ids) <= cells * TRAIN_PER_CELL else \
+        np.sort(rng.choice(ids, cells * TRAIN_PER_CELL, replace=False))
+    index.train(_vectors_of(source, sample))
     index.set_direct_map_type(faiss.DirectMap.Hashtable)  # reconstruct by id and remove_ids
     index.nprobe = min(cells, max(MIN_NPROBE, int(cells * NPROBE_FRACTION)))
-    for start in range(0, len(ids), 100_000):
-        index.add_with_ids(np.ascontiguousarray(vectors[start:start + 100_000], dtype=np.float32),
-                           ids[start:start + 100_000])
+    _rebuild(source, index, ids)
     return index
 
 
 def fit_vector_index(index, dimension: int):
     """The index a commit writes: the same one, or rebuilt exact/IVF for its size (see ``vector_index_plan``)."""
-    import faiss
-
     current = _ivf_cells_of(index)
     wanted = vector_index_plan(index.ntotal, current)
     if wanted == current:
         return index
-    ids, vectors = _all_vectors(index)
     if wanted is None:
         exact = _new_faiss(dimension)
-        if len(ids):
-            exact.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), ids)
+        _rebuild(index, exact, _stored_ids(index))
         return exact
-    del faiss
-    return build_ivf(ids, vectors, wanted)
+    return build_ivf(index, wanted)
 
 
 def describe_vector_index(index) -> str:
