@@ -33,6 +33,12 @@ def contains_answer(text: str, answers: list[str]) -> bool:
     return any(gold and gold in haystack for gold in map(normalise_answer, answers))
 
 
+def holds_gold(path: str, text: str, question: dict) -> bool:
+    """A retrieved chunk (its document path and text) is a gold passage for ``question``: from the
+    question's document (when it names one) and containing one of its answers."""
+    return _from_document(path, question.get("document")) and contains_answer(text, question["answers"])
+
+
 def answerable(questions: list[dict]) -> list[dict]:
     return [q for q in questions if not q["unanswerable"] and q["answers"]]
 
@@ -83,8 +89,7 @@ def retrieval_report(retriever, questions: list[dict], top_k: int, log: Callable
     for q in candidates:
         for mode in found:
             hits = retriever.retrieve(q["question"], top_k, mode=mode).hits
-            if any(_from_document(h.chunk.path, q.get("document")) and contains_answer(h.chunk.text, q["answers"])
-                   for h in hits):
+            if any(holds_gold(h.chunk.path, h.chunk.text, q) for h in hits):
                 found[mode] += 1
     n = max(1, len(candidates))
     return {"questions": len(questions), "answerable": len(candidates), "k": top_k,

@@ -122,12 +122,17 @@ def grow(index: Any, embedder: Any, rng: random.Random, sentences: list[str], do
     return doc
 
 
+def current_vectors_file(root: Path) -> Path:
+    """The newest generation's vectors file of the embedded index in ``root``."""
+    generation = max((int(p.stem.split("-")[1]) for p in root.glob("vectors-*.faiss")), default=0)
+    return root / f"vectors-{generation}.faiss"
+
+
 def index_disk_bytes(root: Path) -> int:
     """SQLite (with its WAL) and the current vectors file; the previous generation's file is not counted."""
     from ingest.store.embedded import DB_NAME
 
-    generation = max((int(p.stem.split("-")[1]) for p in root.glob("vectors-*.faiss")), default=0)
-    files = [root / DB_NAME, root / f"{DB_NAME}-wal", root / f"vectors-{generation}.faiss"]
+    files = [root / DB_NAME, root / f"{DB_NAME}-wal", current_vectors_file(root)]
     return sum(p.stat().st_size for p in files if p.is_file())
 
 
@@ -225,7 +230,7 @@ def probe(spec: dict) -> dict:
     from ingest.store.embedded import EmbeddedStore
     from rag.answering.service import AnswerRequest, options_from
     from rag.core.settings import load_settings
-    from rag.evaluate import contains_answer
+    from rag.evaluate import holds_gold
     from rag.runtime import Models, answer_service
 
     settings = load_settings(overrides={**spec["settings"], "index": INDEX}, environ={})
@@ -242,8 +247,7 @@ def probe(spec: dict) -> dict:
         for mode in latency:
             retrieval = retriever.retrieve(q["question"], 5, mode=mode)
             latency[mode].append(retrieval.search_ms)
-            found[mode] += any(Path(h.chunk.path).name == q.get("document", Path(h.chunk.path).name)
-                               and contains_answer(h.chunk.text, q["answers"]) for h in retrieval.hits)
+            found[mode] += any(holds_gold(h.chunk.path, h.chunk.text, q) for h in retrieval.hits)
     index_mb = resident_mb() - base_mb
     exact_found = exhaustive_dense_recall(Path(spec["root"]) / INDEX, models.embedder, questions)
     options = options_from(settings)
@@ -273,10 +277,9 @@ def exhaustive_dense_recall(root: Path, embedder: Any, questions: list[dict]) ->
     import faiss
 
     from ingest.store.embedded import EmbeddedStore
-    from rag.evaluate import contains_answer
+    from rag.evaluate import holds_gold
 
-    generation = max(int(p.stem.split("-")[1]) for p in root.glob("vectors-*.faiss"))
-    index = faiss.read_index(str(root / f"vectors-{generation}.faiss"))
+    index = faiss.read_index(str(current_vectors_file(root)))
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is None:
         return None
@@ -286,8 +289,7 @@ def exhaustive_dense_recall(root: Path, embedder: Any, questions: list[dict]) ->
     found = 0
     for q, row in zip(questions, ids):
         chunks = reader.chunks(int(i) for i in row if i >= 0).values()
-        found += any(Path(c.path).name == q.get("document", Path(c.path).name)
-                     and contains_answer(c.text, q["answers"]) for c in chunks)
+        found += any(holds_gold(c.path, c.text, q) for c in chunks)
     reader.close()
     return found
 
