@@ -471,11 +471,11 @@ class EmbeddedReader:
         scores, ids = self._index.search(query, min(k, self._index.ntotal), params=params)
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i >= 0]
 
-    def _count_matches(self, word: str, cap: int | None) -> int:
-        """Chunks holding ``word`` (FTS5 tokenises it as it does the chunks); counting stops at ``cap``."""
+    def _count_matches(self, words: Sequence[str], cap: int | None) -> dict[str, int]:
+        """Chunks holding each word (FTS5 tokenises it as it does the chunks); counting stops at ``cap``."""
         limit = f" LIMIT {int(cap)}" if cap else ""
-        return int(self._query(f"SELECT count(*) FROM (SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?{limit})",
-                               (f'"{word}"',))[0][0])
+        sql = f"SELECT count(*) FROM (SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?{limit})"
+        return {word: int(self._query(sql, (f'"{word}"',))[0][0]) for word in words}
 
     def lexical_search(self, text: str, k: int, doc_ids: Sequence[str] | None = None) -> list[tuple[int, float]]:
         """BM25 via SQLite FTS5 over the query's words (on a large index, the rarest ones: ``choose_words``);

@@ -10,8 +10,9 @@ from typing import Callable, Sequence
 # more rows than that adds little to BM25 (low idf) and much to the time. Small indexes use every word.
 LEXICAL_ROW_BUDGET = 20_000
 
-# count(word, cap): chunks holding the word; counting stops at ``cap``.
-Counter = Callable[[str, "int | None"], int]
+# count(words, cap): for each word, the chunks holding it; counting stops at ``cap``. One call per query, so
+# a store can count every word in one round trip.
+Counter = Callable[[Sequence[str], "int | None"], dict[str, int]]
 
 
 def choose_words(words: Sequence[str], count: Counter,
@@ -20,7 +21,7 @@ def choose_words(words: Sequence[str], count: Counter,
     budget (at least the rarest one). None when every word is over the budget: scoring such a query costs
     time in proportion to the corpus (BM25's idf reads each word's whole row list, ANDed or not: 100-200 ms
     at 1M chunks) and the dense side answers it alone."""
-    capped = {w: count(w, budget + 1) for w in dict.fromkeys(words)}
+    capped = count(list(dict.fromkeys(words)), budget + 1)
     present = sorted((df, w) for w, df in capped.items() if 0 < df <= budget)
     chosen, rows = [], 0
     for df, word in present:

@@ -358,13 +358,14 @@ class PostgresReader:
                                 f"ORDER BY embedding <#> %(q)s LIMIT %(k)s", args, settings)
         return [(int(i), float(s)) for i, s in rows]
 
-    def _count_matches(self, word: str, cap: int | None) -> int:
-        """Chunks holding ``word``, counted through the GIN index; counting stops at ``cap``."""
+    def _count_matches(self, words: Sequence[str], cap: int | None) -> dict[str, int]:
+        """Chunks holding each word, counted through the GIN index in one query; counting stops at ``cap``."""
         limit = "LIMIT %(cap)s" if cap else ""
-        return int(self.store.query(
-            f"SELECT count(*) FROM (SELECT 1 FROM {self.schema}.chunks "
-            f"WHERE tsv @@ plainto_tsquery('{TEXT_SEARCH_CONFIG}', %(word)s) {limit}) hits",
-            {"word": word, "cap": cap})[0][0])
+        rows = self.store.query(
+            f"SELECT t, (SELECT count(*) FROM (SELECT 1 FROM {self.schema}.chunks "
+            f"WHERE tsv @@ plainto_tsquery('{TEXT_SEARCH_CONFIG}', t) {limit}) hits) "
+            f"FROM unnest(%(words)s::text[]) AS t", {"words": list(words), "cap": cap})
+        return {word: int(count) for word, count in rows}
 
     def _chunk_estimate(self) -> float:
         """The planner's row count of the chunks table (exact count once it was never analysed): idf needs
@@ -386,7 +387,7 @@ class PostgresReader:
         s = self.schema
         total = self._chunk_estimate()
         if total <= LEXICAL_ROW_BUDGET:
-            frequencies = {w: self._count_matches(w, None) for w in dict.fromkeys(terms)}
+            frequencies = self._count_matches(list(dict.fromkeys(terms)), None)
             chosen = [w for w, df in frequencies.items() if df > 0]
         else:
             chosen, frequencies = choose_words(terms, self._count_matches, LEXICAL_ROW_BUDGET)
