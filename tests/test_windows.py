@@ -74,3 +74,68 @@ def test_the_generator_gets_a_path_its_library_can_open(tmp_path: Path, monkeypa
     monkeypatch.chdir(tmp_path)
     assert path_for_native_library(models, windows=True) is None  # the caller says what to do
     assert path_for_native_library(tmp_path, windows=True) == str(tmp_path)
+
+
+# ------------------------------------------------------------------ 2. letter case; 6-7. locks, short names
+def _add(uploads, index, embedder, *files: tuple[str, bytes]):
+    from ingest.uploads import IncomingFile
+
+    return uploads.add(index, [IncomingFile(n, c) for n, c in files], embedder, 200, 30, 10_000)
+
+
+def test_names_that_differ_only_in_case_are_one_file_and_one_index(tmp_path: Path, embedder):
+    from ingest.uploads import Uploads
+    from rag.core.errors import BadRequestError
+
+    store, uploads = EmbeddedStore(tmp_path / "indexes"), Uploads(tmp_path / "uploads")
+    with pytest.raises(BadRequestError, match="several files named Report.txt, report.txt"):
+        _add(uploads, store.index("Docs"), embedder, ("Report.txt", WOMBAT), ("report.txt", QUOKKA))
+    assert _add(uploads, store.index("Docs"), embedder, ("Report.txt", WOMBAT)).outcomes[0].status == "added"
+    # Later, the same name in other letters updates that file, in the same index ("docs" is the folder "Docs").
+    again = _add(uploads, store.index("docs"), embedder, ("REPORT.txt", QUOKKA))
+    assert [(o.path, o.status) for o in again.outcomes] == [("Report.txt", "updated")]
+    assert [p.name for p in (tmp_path / "uploads").iterdir()] == ["Docs"]
+    assert [p.name for p in (tmp_path / "uploads" / "Docs").iterdir()] == ["Report.txt"]
+    assert (tmp_path / "uploads" / "Docs" / "Report.txt").read_bytes() == QUOKKA
+    assert store.names() == ["Docs"]
+    assert uploads._lock("Docs") is uploads._lock("docs")
+
+
+def test_uploads_survive_a_scanner_and_a_reader_holding_the_file(tmp_path: Path, embedder,
+                                                                  windows_rules: WindowsRules):
+    from ingest.uploads import Uploads
+
+    store, uploads = EmbeddedStore(tmp_path / "indexes"), Uploads(tmp_path / "uploads")
+    stored = tmp_path / "uploads" / "default" / "wombat.txt"
+    windows_rules.fail_next(2, str(tmp_path / "uploads"))  # the scanner opens each new file for a moment
+    first = _add(uploads, store.index("default"), embedder, ("wombat.txt", WOMBAT))
+    windows_rules.fail_next(2, str(tmp_path / "uploads"))
+    second = _add(uploads, store.index("default"), embedder, ("wombat.txt", QUOKKA))
+    assert [o.status for o in first.outcomes + second.outcomes] == ["added", "updated"]
+    assert len(windows_rules.refused) == 4 and stored.read_bytes() == QUOKKA
+    assert [p.name for p in stored.parent.iterdir()] == ["wombat.txt"]  # nothing staged or kept aside is left
+    with stored.open("rb"):  # someone has it open: the document goes, the held file stays (no error after commit)
+        record = uploads.delete(store.index("default"), second.outcomes[0].document_id)
+    assert record.path.endswith("wombat.txt")
+    assert any(f"unlink {stored} (open" in r for r in windows_rules.refused)
+    reader = store.index("default").reader()
+    assert reader.documents() == []
+    reader.close()
+
+
+def test_staged_uploads_fit_in_max_path_and_a_refused_path_is_reported(tmp_path: Path, embedder,
+                                                                        windows_rules: WindowsRules):
+    from ingest.uploads import Uploads
+
+    name = "n" * 116 + ".txt"  # 120 characters; its stored path is exactly 259 characters
+    root = tmp_path / ("u" * (259 - len(str(tmp_path)) - 1 - len("/default/") - len(name)))
+    store, uploads = EmbeddedStore(tmp_path / "indexes"), Uploads(root)
+    windows_rules.max_path = 259
+    assert len(str(root / "default" / name)) == 259
+    report = _add(uploads, store.index("default"), embedder, (name, WOMBAT))
+    assert [o.status for o in report.outcomes] == ["added"] and (root / "default" / name).is_file()
+    windows_rules.max_path = len(str(root / "default")) + 8  # room for no file name at all
+    refused = _add(uploads, store.index("default"), embedder, ("other.txt", QUOKKA))
+    assert [(o.status, o.reason_type) for o in refused.outcomes] == [("failed", "unwritable")]
+    assert "cannot store" in refused.outcomes[0].reason
+    assert sorted(p.name for p in (root / "default").iterdir()) == [name]

@@ -6,6 +6,8 @@ shutil call) so that, as on Windows:
 * a file that this process has open (tracked with psutil, the way Windows tracks handles) cannot be replaced,
   renamed or deleted, nor can a folder that holds an open file be renamed or removed: PermissionError;
 * ``os.rename`` onto an existing file fails (FileExistsError), unless the names differ only in case;
+* ``max_path``: opening a file whose absolute path is longer fails (Windows' MAX_PATH, 260 with the NUL,
+  when LongPathsEnabled is off);
 * ``fail_next(n, where)`` makes the next ``n`` such calls on a path containing ``where`` raise PermissionError
   once each: a scanner that opened the new file for a moment.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pathlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +35,7 @@ def _full(path, dir_fd: int | None) -> Path:
 class WindowsRules:
     injected: list[str] = field(default_factory=list)  # one entry per refusal still to come: a path fragment
     refused: list[str] = field(default_factory=list)  # what was refused, for assertions
+    max_path: int | None = None
 
     def fail_next(self, times: int = 1, where: str = "") -> None:
         self.injected += [where] * times
@@ -77,6 +81,16 @@ def windows_rules(monkeypatch: pytest.MonkeyPatch) -> WindowsRules:
         rules.check("rmdir", _full(path, dir_fd))
         return real_rmdir(path, dir_fd=dir_fd)
 
+    real_open = pathlib.Path.open
+
+    def path_open(self, *args, **kwargs):
+        full = os.path.abspath(self)
+        if rules.max_path is not None and len(full) > rules.max_path:
+            rules.refused.append(f"open {full} (longer than {rules.max_path})")
+            raise FileNotFoundError(errno.ENOENT, "The system cannot find the path specified", full)
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "open", path_open)
     monkeypatch.setattr(os, "replace", replace)
     monkeypatch.setattr(os, "rename", rename)
     monkeypatch.setattr(os, "unlink", unlink)

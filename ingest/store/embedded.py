@@ -555,7 +555,13 @@ class EmbeddedStore:
         self.indexes_dir = indexes_dir
 
     def index(self, name: str) -> EmbeddedIndex:
-        return EmbeddedIndex(self.indexes_dir / validate_index_name(name))
+        """The index ``name``; an existing index whose name differs only in letter case is that index ("Docs" and
+        "docs" are one folder on Windows, so they are one index everywhere)."""
+        name = validate_index_name(name)
+        if self.indexes_dir.is_dir() and not (self.indexes_dir / name).is_dir():
+            name = next((p.name for p in self.indexes_dir.iterdir()
+                         if p.name.casefold() == name.casefold() and p.is_dir()), name)
+        return EmbeddedIndex(self.indexes_dir / name)
 
     def close(self) -> None:
         """Nothing held: each reader and writer owns its files."""
