@@ -139,3 +139,75 @@ def test_staged_uploads_fit_in_max_path_and_a_refused_path_is_reported(tmp_path:
     assert [(o.status, o.reason_type) for o in refused.outcomes] == [("failed", "unwritable")]
     assert "cannot store" in refused.outcomes[0].reason
     assert sorted(p.name for p in (root / "default").iterdir()) == [name]
+
+
+# ------------------------------------------------- 8-9. share noise: lock files, hidden files, junctions
+def test_lock_files_hidden_files_and_junctions_are_skipped_with_the_reason(tmp_path: Path, embedder,
+                                                                         monkeypatch: pytest.MonkeyPatch):
+    import stat
+
+    import rag.core.files
+
+    docs = tmp_path / "share"
+    (docs / "junction").mkdir(parents=True)  # a junction: to Windows a reparse point, to is_symlink() a folder
+    (docs / "junction" / "elsewhere.txt").write_bytes(QUOKKA)
+    (docs / "Report.txt").write_bytes(WOMBAT)
+    (docs / "~$Report.docx").write_bytes(b"\x0bJohn Smith" + b"\x00" * 150)  # Word's owner file: not a docx
+    (docs / "Thumbs.txt").write_bytes(QUOKKA)
+    (docs / "secret.txt").write_bytes(QUOKKA)
+    attributes = {"junction": stat.FILE_ATTRIBUTE_REPARSE_POINT if hasattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT")
+                  else 0x400, "Thumbs.txt": 0x4, "secret.txt": 0x2}  # reparse point, system, hidden
+    monkeypatch.setattr(rag.core.files, "windows_attributes", lambda path: attributes.get(Path(path).name, 0))
+    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"), embedder)
+    outcomes = {Path(o.path).name: (o.status, o.reason) for o in summary.outcomes}
+    assert outcomes["Report.txt"][0] == "added" and "elsewhere.txt" not in outcomes
+    assert outcomes["~$Report.docx"] == ("skipped", "not a document: an Office lock file (the document is open "
+                                                    "somewhere)")
+    assert outcomes["Thumbs.txt"] == ("skipped", "not a document: a system file")
+    assert outcomes["secret.txt"] == ("skipped", "not a document: a hidden file")
+    assert summary.ok  # `rag ingest` exits 0 although someone has Report.docx open
+
+
+def test_a_folder_that_cannot_be_listed_is_reported_not_fatal(tmp_path: Path, embedder,
+                                                             monkeypatch: pytest.MonkeyPatch):
+    import os
+
+    docs = tmp_path / "share"
+    (docs / ("deep" * 60)).mkdir(parents=True)
+    (docs / "Report.txt").write_bytes(WOMBAT)
+    real_scandir = os.scandir
+
+    def scandir(path="."):  # Windows without long paths: the deep folder is "not found"
+        if len(os.fspath(path)) > 200:
+            raise FileNotFoundError(2, "The system cannot find the path specified", os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"), embedder)
+    outcomes = {Path(o.path).name: (o.status, o.reason_type) for o in summary.outcomes}
+    assert outcomes == {"Report.txt": ("added", None), "deep" * 60: ("skipped", "unreadable_folder")}
+
+
+# --------------------------------------------------------------- 4. output redirected in the ANSI code page
+def test_cli_output_redirected_to_a_file_takes_any_text(tmp_path: Path, settings):
+    import os
+    import subprocess
+    import sys
+
+    from helpers import cli_env
+    from rag.core.settings import PROJECT_ROOT
+
+    home = tmp_path / "Jürgen → 文書"
+    docs = home / "Δοκιμή"
+    docs.mkdir(parents=True)
+    (docs / "Вомбат.txt").write_bytes(WOMBAT)
+    (docs / "~$Вомбат.docx").write_bytes(b"\x00" * 162)
+    env = cli_env(settings, PYTHONIOENCODING="cp1252")  # what Windows gives a redirected stream
+    for args in (["config"], ["ingest", str(docs)], ["documents", "list"]):
+        with open(tmp_path / "out.txt", "wb") as out:  # `rag ... > out.txt`
+            proc = subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], stdout=out,
+                                  stderr=subprocess.PIPE, env=env, cwd=PROJECT_ROOT)
+        assert proc.returncode == 0, proc.stderr.decode("utf-8", "replace")
+        text = (tmp_path / "out.txt").read_text(encoding="utf-8")
+        assert ("文書" in text) if args == ["config"] else ("Вом" in text), text
+    assert os.environ.get("PYTHONIOENCODING") != "cp1252"
