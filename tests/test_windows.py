@@ -211,3 +211,28 @@ def test_cli_output_redirected_to_a_file_takes_any_text(tmp_path: Path, settings
         text = (tmp_path / "out.txt").read_text(encoding="utf-8")
         assert ("文書" in text) if args == ["config"] else ("Вом" in text), text
     assert os.environ.get("PYTHONIOENCODING") != "cp1252"
+
+
+# ------------------------------------------------------------- 5. a registry that says .js is text/plain
+def test_the_app_serves_its_scripts_as_javascript_whatever_the_registry_says():
+    import mimetypes
+
+    from litestar import Litestar
+    from litestar.testing import TestClient
+
+    from api.web import STATIC_DIR, web_handlers
+
+    mimetypes.add_type("text/plain", ".js")  # HKCR\.js on many Windows machines; mimetypes.init() reads it
+    try:
+        with TestClient(Litestar(web_handlers())) as client:
+            for asset in sorted(STATIC_DIR.iterdir()):
+                response = client.get(f"/static/{asset.name}")
+                assert response.status_code == 200 and response.content == asset.read_bytes()
+                expected = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}[asset.suffix]
+                assert response.headers["content-type"].split(";")[0] == expected, asset.name
+                assert response.headers["cache-control"] == "no-cache"
+            assert client.head("/static/app.js").status_code == 200
+            assert client.get("/static/nothing.js").status_code == 404
+            assert client.get("/static/%2e%2e%2fapp.js").status_code == 404
+    finally:
+        mimetypes.add_type("text/javascript", ".js")
