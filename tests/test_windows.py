@@ -236,3 +236,78 @@ def test_the_app_serves_its_scripts_as_javascript_whatever_the_registry_says():
             assert client.get("/static/%2e%2e%2fapp.js").status_code == 404
     finally:
         mimetypes.add_type("text/javascript", ".js")
+
+
+# ------------------------------------------------------------------------ 6. model install; 10. device names
+def _model(folder: Path, marker: str) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "genai_config.json").write_text('{"model": {"eos_token_id": 2}}', encoding="utf-8")
+    (folder / "tokenizer.json").write_text('{"model": {"vocab": {}}}', encoding="utf-8")
+    (folder / "model.onnx").write_text(marker, encoding="utf-8")
+    return folder
+
+
+def test_installing_a_model_never_loses_the_last_good_one(tmp_path: Path, windows_rules: WindowsRules):
+    from rag.core.errors import ModelError
+    from rag.core.files import LOCK_RETRIES
+    from rag.modelstore.importer import install_dir
+
+    final = _model(tmp_path / "models" / "gen", "old")
+    windows_rules.fail_next(LOCK_RETRIES, "/models/new")  # each retry refused
+    with pytest.raises(ModelError, match="cannot install the new model"):  # the new one cannot move in
+        install_dir(_model(tmp_path / "models" / "new", "new"), final)
+    assert (final / "model.onnx").read_text() == "old"
+    with (final / "model.onnx").open("rb"), pytest.raises(ModelError, match="in use"):  # a server holds it
+        install_dir(tmp_path / "models" / "new", final)
+    assert (final / "model.onnx").read_text() == "old"
+    windows_rules.fail_next(1, "/gen")  # a scanner, for a moment
+    install_dir(tmp_path / "models" / "new", final)
+    assert (final / "model.onnx").read_text() == "new"
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["gen"]
+
+
+def test_a_model_copied_from_read_only_media_is_writable(tmp_path: Path):
+    import os
+    import stat
+
+    from rag.modelstore.importer import import_model
+
+    source = _model(tmp_path / "dvd" / "gen", "dvd")
+    for path in [*source.iterdir(), source]:
+        os.chmod(path, 0o444 if path.is_file() else 0o555)
+    try:
+        result = import_model(tmp_path / "models", source, validate=lambda folder: None, name="gen",
+                              report=lambda message: None)
+    finally:
+        for path in [source, *source.iterdir()]:
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    assert all(os.stat(p).st_mode & stat.S_IWRITE for p in [result.path, *result.path.iterdir()])
+
+
+@pytest.mark.parametrize("name", ["CON", "nul", "com1", "Lpt9", "aux.docs", "abc.", "CON.tar"])
+def test_device_names_and_trailing_dots_are_no_index_names(name: str):
+    from rag.core.errors import BadRequestError
+    from rag.core.names import validate_index_name
+
+    with pytest.raises(BadRequestError, match="invalid index name"):
+        validate_index_name(name)
+    for fine in ("default", "console", "com10", "a.b", "nul-docs"):
+        assert validate_index_name(fine) == fine
+
+
+@pytest.mark.parametrize("name", ["COM¹.txt", "lpt².pdf", "CONIN$.txt", "conout$.md", "nul .txt", "Clock$.txt"])
+def test_every_device_name_is_renamed_when_stored(name: str):
+    from ingest.uploads import safe_filename
+    from rag.core.files import is_device_name
+
+    stored = safe_filename(name)
+    assert not is_device_name(stored) and stored.endswith(name.rpartition(".")[2])
+
+
+def test_device_names_are_no_model_names(tmp_path: Path):
+    from rag.core.errors import BadRequestError
+    from rag.modelstore.importer import import_model
+
+    source = _model(tmp_path / "con", "x")
+    with pytest.raises(BadRequestError, match="device name"):
+        import_model(tmp_path / "models", source, validate=lambda folder: None, report=lambda message: None)

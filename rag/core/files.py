@@ -104,3 +104,28 @@ def path_for_native_library(path: Path, windows: bool = os.name == "nt") -> str 
     except ValueError:  # another drive
         return None
     return relative if relative.isascii() else None
+
+
+def make_writable(tree: Path) -> None:
+    """Clear read-only flags under ``tree`` (a copy from a DVD or an ISO keeps them; Windows then refuses to
+    replace or delete those files)."""
+    for folder, _, names in os.walk(tree):
+        for path in [Path(folder), *(Path(folder) / n for n in names)]:
+            mode = os.lstat(path).st_mode
+            if not stat.S_ISLNK(mode) and not mode & stat.S_IWRITE:
+                os.chmod(path, stat.S_IMODE(mode) | stat.S_IWRITE)
+
+
+def remove_tree(tree: Path) -> None:
+    """Delete ``tree``: read-only files too, each deletion retried while a lock refuses it."""
+    import shutil
+    import sys
+
+    def again(function, path, *_) -> None:
+        os.chmod(path, stat.S_IWRITE | stat.S_IREAD | stat.S_IEXEC)
+        retry_locked(lambda: function(path))
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(tree, onexc=again)
+    else:
+        shutil.rmtree(tree, onerror=again)
