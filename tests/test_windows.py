@@ -337,3 +337,30 @@ def test_every_runtime_dependency_has_a_windows_wheel_for_the_supported_pythons(
                               "--platform", "win_amd64", "--python-version", "3.10", "-d", str(tmp_path / "old"),
                               "onnxruntime-genai>=0.18,<0.19"], capture_output=True, text=True)
     assert too_old.returncode != 0 and "No matching distribution" in too_old.stderr
+
+
+# ------------------------------------------------------ 6. the log file of `rag serve --workers N`
+def test_workers_sharing_a_rotating_log_lose_no_record(tmp_path: Path, windows_rules: WindowsRules):
+    import logging
+
+    from api.observability import SharedRotatingFileHandler
+
+    log = tmp_path / "logs" / "api.log"
+    log.parent.mkdir()
+    # Two workers' handlers on one file: on Windows neither can rename it while the other holds it open.
+    workers = [SharedRotatingFileHandler(log, maxBytes=2_000, backupCount=3, encoding="utf-8") for _ in range(2)]
+    for handler in workers:
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    for i in range(200):
+        workers[i % 2].emit(logging.makeLogRecord({"msg": f"record {i:04d} " + "x" * 40}))
+    assert any("api.log (open" in r for r in windows_rules.refused)  # the rotation was refused, and put off
+    for handler in workers:
+        handler.close()
+    windows_rules.refused.clear()
+    last = SharedRotatingFileHandler(log, maxBytes=2_000, backupCount=3, encoding="utf-8")  # alone now
+    last.setFormatter(logging.Formatter("%(message)s"))
+    last.emit(logging.makeLogRecord({"msg": "record 0200"}))
+    last.close()
+    written = sorted(line for p in log.parent.iterdir() for line in p.read_text(encoding="utf-8").splitlines())
+    assert [w.split()[1] for w in written] == [f"{i:04d}" for i in range(201)]  # every record, once
+    assert (tmp_path / "logs" / "api.log.1").is_file() and windows_rules.refused == []
