@@ -364,3 +364,21 @@ def test_workers_sharing_a_rotating_log_lose_no_record(tmp_path: Path, windows_r
     written = sorted(line for p in log.parent.iterdir() for line in p.read_text(encoding="utf-8").splitlines())
     assert [w.split()[1] for w in written] == [f"{i:04d}" for i in range(201)]  # every record, once
     assert (tmp_path / "logs" / "api.log.1").is_file() and windows_rules.refused == []
+
+
+# ------------------------------------------------------- 11. Tesseract where its Windows installer puts it
+def test_tesseract_is_found_where_the_windows_installer_puts_it(tmp_path: Path):
+    from ingest.formats.ocr import find_tesseract, install_hint
+
+    installed = tmp_path / "Program Files" / "Tesseract-OCR" / "tesseract.exe"
+    installed.parent.mkdir(parents=True)
+    installed.write_bytes(b"MZ")
+    windows = {"PATH": str(tmp_path / "empty"), "ProgramFiles": str(tmp_path / "Program Files")}
+    assert find_tesseract(windows, windows=True) == str(installed)
+    user = {"PATH": "", "LOCALAPPDATA": str(tmp_path / "AppData"), "ProgramFiles": str(tmp_path / "none")}
+    assert find_tesseract(user, windows=True) == "tesseract"  # not installed: the message says how
+    (tmp_path / "AppData" / "Programs").mkdir(parents=True)
+    installed.parent.rename(tmp_path / "AppData" / "Programs" / "Tesseract-OCR")
+    assert find_tesseract(user, windows=True).endswith(str(Path("Programs") / "Tesseract-OCR" / "tesseract.exe"))
+    assert find_tesseract(user, windows=False) == "tesseract"
+    assert "UB Mannheim" in install_hint(windows=True) and "tesseract-ocr" in install_hint(windows=False)
