@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: serve test setup models examples
+.PHONY: serve test setup models examples check-windows
 
 # (Re)install whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -31,3 +31,7 @@ serve: examples
 test: models
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
+
+# Every runtime dependency has a win_amd64 wheel for Python 3.11 and 3.12 (pip download; needs only PyPI).
+check-windows: $(STAMP)
+	$(BIN)/python tools/windows/check_wheels.py --python 3.11 --python 3.12 --extra postgres

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import logging.handlers
+import os
 import sys
 import time
 from pathlib import Path
@@ -51,6 +52,51 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class SharedRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """A rotating log file that several server processes (``rag serve --workers N``) write at once.
+
+    On Windows a file another worker holds open cannot be renamed: the rotation is put off (the record is
+    written, to the current file) and tried again with the next record. When another worker has rotated the
+    file, this one follows it to the new file instead of writing on into the renamed one."""
+
+    def shouldRollover(self, record: logging.LogRecord) -> bool:
+        if self.stream is not None:
+            try:
+                moved = not os.path.samestat(os.fstat(self.stream.fileno()), os.stat(self.baseFilename))
+            except OSError:
+                moved = True
+            if moved:
+                self.stream.close()
+                self.stream = self._open()
+        return bool(super().shouldRollover(record))
+
+    def doRollover(self) -> None:
+        """The current file is moved aside first: when that fails (held), nothing else has moved yet."""
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None  # type: ignore[assignment]
+        base = self.baseFilename
+        aside = f"{base}.{os.getpid()}.rotating"
+        try:
+            os.rename(base, aside)
+        except OSError:  # held by another process: keep appending; the next record tries again
+            self.stream = self._open()
+            return
+        for i in range(self.backupCount - 1, 0, -1):
+            if os.path.exists(f"{base}.{i}"):
+                try:
+                    os.replace(f"{base}.{i}", f"{base}.{i + 1}")
+                except OSError:
+                    pass  # a reader holds an old backup: it is overwritten next time
+        try:
+            os.replace(aside, f"{base}.1" if self.backupCount else aside)
+        except OSError:
+            pass
+        if not self.backupCount:
+            os.remove(aside)
+        self.stream = self._open()
+
+
 def configure_logging(log_file: Path | None) -> logging.Logger:
     """JSON lines for everything the server process logs: the product's ``rag`` loggers at INFO, and
     warnings from libraries (asyncio, uvicorn, faiss) through the root logger; returns the API's request
@@ -62,8 +108,7 @@ def configure_logging(log_file: Path | None) -> logging.Logger:
         root.addHandler(stderr)
         if log_file is not None:
             log_file.parent.mkdir(parents=True, exist_ok=True)
-            rotating = logging.handlers.RotatingFileHandler(log_file, maxBytes=10_000_000, backupCount=5,
-                                                            encoding="utf-8")
+            rotating = SharedRotatingFileHandler(log_file, maxBytes=10_000_000, backupCount=5, encoding="utf-8")
             rotating.setFormatter(JsonFormatter())
             root.addHandler(rotating)
     if root.level == logging.NOTSET or root.level > logging.WARNING:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -18,12 +19,17 @@ from ingest.loaders import SUPPORTED_SUFFIXES, LoadedDocument, UnsupportedFileTy
 from ingest.records import Chunk, DocumentRecord, document_id, normalise_path
 from ingest.store import IndexWriter, StoredIndex
 from rag.core.errors import BadRequestError, UnprocessableDocumentError
+from rag.core.files import is_link_like, noise_reason
 
 # Embedding many chunks at once lets length-sorting cut padding across files;
 # the bound keeps memory flat however large the corpus is.
 EMBED_BUFFER_CHUNKS = 256
 # reason_type of a symlink inside a folder that points outside it (not followed, by policy: not a failure).
 SYMLINK_OUTSIDE = "symlink_outside_folder"
+# Skipped by policy, not failures: Office lock files ("~$Report.docx") and hidden or system files (Windows
+# attributes); a folder the OS will not list (too long a path, no permission) is reported but fails the run.
+NOT_A_DOCUMENT = "not_a_document"
+UNREADABLE_FOLDER = "unreadable_folder"
 
 
 @dataclass(frozen=True)
@@ -55,7 +61,8 @@ class IngestSummary:
     def ok(self) -> bool:
         """True when every readable file made it in (unsupported types do not count against it)."""
         return all(o.status not in ("failed", "skipped")
-                   or o.reason_type in (UnsupportedFileType.error_type, SYMLINK_OUTSIDE) for o in self.outcomes)
+                   or o.reason_type in (UnsupportedFileType.error_type, SYMLINK_OUTSIDE, NOT_A_DOCUMENT)
+                   for o in self.outcomes)
 
     @property
     def chunks_per_s(self) -> float:
@@ -108,35 +115,49 @@ def _folder_files(root: Path, glob: str | None, rejected: list[FileOutcome] | No
     inside = root.resolve()
     files: list[Path] = []
     links: list[Path] = []  # symlinks within the folder: after the files, so a file is listed by its own name
-    for path in sorted(root.rglob("*")):  # rglob lists a symlinked folder but does not descend into it
-        if any(part.startswith(".") for part in path.relative_to(root).parts):
-            continue
-        is_dir = path.is_dir()
-        if glob and not is_dir and not fnmatch.fnmatch(path.name, glob):
-            continue
-        if path.is_symlink():
-            try:
-                target: Path | None = path.resolve()
-            except (OSError, RuntimeError):  # a symlink loop
-                target = None
-            if target is None or (target != inside and inside not in target.parents):
-                if rejected is not None:
-                    where = f"to {target}, outside {root}" if target else "that cannot be resolved (a loop?)"
-                    rejected.append(FileOutcome(str(path), "skipped", reason=f"symlink {where}: not followed",
-                                                reason_type=SYMLINK_OUTSIDE))
+
+    def skip(path: Path, reason: str, reason_type: str) -> None:
+        if rejected is not None:
+            rejected.append(FileOutcome(str(path), "skipped", reason=reason, reason_type=reason_type))
+
+    def unreadable(exc: OSError) -> None:  # a folder the OS refuses (a path past MAX_PATH, no permission)
+        skip(Path(exc.filename or root), f"folder cannot be read: {exc.strerror or exc}", UNREADABLE_FOLDER)
+
+    # os.walk, not rglob: a folder that cannot be listed is reported, not the end of the run; links and
+    # junctions are never descended into (rglob follows junctions on Windows).
+    for folder, dirs, names in os.walk(root, onerror=unreadable):
+        base = Path(folder)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(n for n in names if not n.startswith(".")) + [d for d in dirs if is_link_like(base / d)]:
+            path = base / name
+            is_dir = name in dirs
+            if glob and not is_dir and not fnmatch.fnmatch(name, glob):
                 continue
-            if path.is_file():
-                links.append(path)
-        elif path.is_file():
-            files.append(path)
-    return files + links
+            if is_link_like(path):
+                try:
+                    target: Path | None = path.resolve()
+                except (OSError, RuntimeError):  # a symlink loop
+                    target = None
+                if target is None or (target != inside and inside not in target.parents):
+                    what = "symlink" if path.is_symlink() else "junction"
+                    where = f"to {target}, outside {root}" if target else "that cannot be resolved (a loop?)"
+                    skip(path, f"{what} {where}: not followed", SYMLINK_OUTSIDE)
+                elif path.is_file():
+                    links.append(path)
+                continue
+            if not is_dir and (noise := noise_reason(path)) is not None:
+                skip(path, f"not a document: {noise}", NOT_A_DOCUMENT)
+            elif not is_dir:
+                files.append(path)
+        dirs[:] = [d for d in dirs if not is_link_like(base / d)]
+    return sorted(files) + sorted(links)
 
 
 def _nothing_to_ingest(paths: Sequence[Path], glob: str | None, rejected: list[FileOutcome]) -> str:
     where = ", ".join(str(p) for p in paths)
     message = f"nothing to ingest: no files match {glob!r} in {where}" if glob else f"nothing to ingest in {where}"
     if rejected:
-        message += f" ({len(rejected)} symlink(s) pointing outside the folder skipped)"
+        message += f" ({len(rejected)} skipped: links leading outside the folder, lock or hidden files)"
     return message
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import re
 import threading
 import unicodedata
@@ -24,14 +25,15 @@ from ingest.pipeline import FileOutcome, delete_document, ingest_paths
 from ingest.records import DocumentRecord, normalise_path
 from ingest.store import StoredIndex
 from rag.core.errors import BadRequestError, UnprocessableDocumentError
+from rag.core.files import WINDOWS_DEVICE_NAMES, replace_file, unlink_file
 
 UNSAFE_CHARACTERS = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]')  # reserved on Windows, or control characters
-WINDOWS_DEVICE_NAMES = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)),
-                                  *(f"LPT{i}" for i in range(10))})
-# ext4 and most file systems allow 255 bytes; staged copies add a 43-byte ".incoming-<uuid>-" prefix.
+# ext4 and most file systems allow 255 bytes; staged copies get short names of their own (".incoming-<12 hex>"),
+# so a stored path stays within Windows' 260 characters wherever the uploads folder is not itself deep.
 MAX_NAME_BYTES = 200
 MAX_EXTENSION_BYTES = 32
 TOO_LARGE = "payload_too_large"
+logger = logging.getLogger(__name__)
 
 
 def _unusable(name: str | None, why: str) -> BadRequestError:
@@ -113,8 +115,8 @@ class Uploads:
         return self.root / index
 
     def _lock(self, index: str) -> threading.Lock:
-        with self._guard:
-            return self._locks.setdefault(index, threading.Lock())
+        with self._guard:  # "Docs" and "docs" are one folder on Windows
+            return self._locks.setdefault(index.casefold(), threading.Lock())
 
     def add(self, index: StoredIndex, files: Sequence[IncomingFile], embedder: Embedder, chunk_tokens: int,
             chunk_overlap: int, max_file_bytes: int, load_options: LoadOptions | None = None) -> UploadReport:
@@ -122,13 +124,14 @@ class Uploads:
         upload that cannot be taken at all (no files, unusable or repeated names)."""
         if not files:
             raise BadRequestError("no files in the upload (send them in the multipart field 'data')")
-        names = [safe_filename(f.name) for f in files]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise BadRequestError(f"one upload holds several files named {', '.join(repeated)}; "
-                                  "stored names must differ")
         folder = self.folder(index.name)
         folder.mkdir(parents=True, exist_ok=True)
+        names = _spelled_as_stored(folder, [safe_filename(f.name) for f in files])
+        folded = [n.casefold() for n in names]  # one file on Windows and macOS: "Report.pdf", "report.pdf"
+        repeated = sorted({n for n, f in zip(names, folded) if folded.count(f) > 1})
+        if repeated:
+            raise BadRequestError(f"one upload holds several files named {', '.join(repeated)} (letter case "
+                                  "aside); stored names must differ")
         report = UploadReport(index.name, renamed={stored: name_as_sent(f.name) for f, stored in zip(files, names)
                                                    if stored != name_as_sent(f.name)})
         accepted: list[_Staged] = []
@@ -142,8 +145,14 @@ class Uploads:
             except UnprocessableDocumentError as exc:
                 report.outcomes.append(FileOutcome(name, "failed", reason_type=exc.error_type, reason=exc.message))
                 continue
-            staged = folder / f".incoming-{uuid.uuid4().hex}-{name}"
-            staged.write_bytes(incoming.content)
+            staged = folder / f".incoming-{uuid.uuid4().hex[:12]}"
+            try:
+                staged.write_bytes(incoming.content)
+            except OSError as exc:  # a path Windows refuses (too long for MAX_PATH), a full disk
+                unlink_file(staged)
+                report.outcomes.append(FileOutcome(name, "failed", reason_type="unwritable",
+                                                   reason=f"cannot store {folder / name}: {exc.strerror or exc}"))
+                continue
             accepted.append(_Staged(staged, folder / name))
         if accepted:
             with self._lock(index.name):
@@ -157,8 +166,19 @@ class Uploads:
         record = delete_document(index, id_or_path)
         stored = Path(record.path)
         if normalise_path(stored.parent) == normalise_path(self.folder(index.name)):
-            stored.unlink(missing_ok=True)
+            try:  # retried while a scanner holds it; a file someone keeps open stays behind, the document is gone
+                unlink_file(stored)
+            except OSError as exc:
+                logger.warning("document %s deleted, but its stored upload %s could not be removed: %s",
+                               record.id, stored, exc)
         return record
+
+
+def _spelled_as_stored(folder: Path, names: list[str]) -> list[str]:
+    """``names``, each spelled as the file already stored under it with other letter case ("report.pdf" updates
+    "Report.pdf"), so a name is one document on every platform, as it is one file on Windows."""
+    stored = {p.name.casefold(): p.name for p in folder.iterdir() if not p.name.startswith(".")}
+    return [stored.get(n.casefold(), n) for n in names]
 
 
 def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedder, chunk_tokens: int,
@@ -168,24 +188,24 @@ def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedde
 
     def restore(final: Path) -> None:
         if final in previous:
-            previous.pop(final).replace(final)
+            replace_file(previous.pop(final), final)
         else:
-            final.unlink(missing_ok=True)
+            unlink_file(final)
 
     try:
         for upload in uploads:
             if upload.final.exists():
-                kept = upload.final.with_name(f".previous-{uuid.uuid4().hex}-{upload.final.name}")
-                upload.final.replace(kept)
+                kept = upload.final.with_name(f".previous-{uuid.uuid4().hex[:12]}")
+                replace_file(upload.final, kept)
                 previous[upload.final] = kept
-            upload.staged.replace(upload.final)
+            replace_file(upload.staged, upload.final)
             moved.append(upload.final)
         summary = ingest_paths(moved, index, embedder, chunk_tokens, chunk_overlap, load_options=load_options)
     except BaseException:
         for final in moved + list(previous.keys() - set(moved)):  # the rest: moved aside, upload not in place
             restore(final)
         for upload in uploads:
-            upload.staged.unlink(missing_ok=True)
+            unlink_file(upload.staged)
         raise
     stored = {upload.final.name: upload.final for upload in uploads}
     outcomes = []
@@ -195,5 +215,8 @@ def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedde
             restore(stored[name])
         outcomes.append(dataclasses.replace(outcome, path=name))
     for kept in previous.values():
-        kept.unlink(missing_ok=True)
+        try:
+            unlink_file(kept)
+        except OSError as exc:  # the new version is in place; a dot-file left behind is never ingested
+            logger.warning("could not remove the previous version %s: %s", kept, exc)
     return outcomes

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from litestar import Controller, Response, get
-from litestar.datastructures import CacheControlHeader
-from litestar.static_files import create_static_files_router
+from litestar import Controller, HttpMethod, Response, get, route
+from litestar.exceptions import NotFoundException
+from litestar.params import FromPath
+from litestar.response import File
 
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_PATH = "/static"
+# The types of what the app serves, said here: ``mimetypes`` reads them from the Windows registry, where .js is
+# text/plain on many machines, and a browser refuses a module script of that type (a blank page).
+STATIC_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".svg": "image/svg+xml",
+                ".png": "image/png", ".ico": "image/x-icon", ".json": "application/json"}
 PAGE_PATHS = ("/", "/documents")  # client-side views of the one page
 # The page runs only its own scripts and talks only to this server, whatever a document or a reply contains.
 PAGE_HEADERS = {
@@ -39,10 +44,20 @@ class PageController(Controller):
         return Response((STATIC_DIR / "index.html").read_bytes(), headers=PAGE_HEADERS)
 
 
+@route(STATIC_PATH + "/{name:str}", http_method=[HttpMethod.GET, HttpMethod.HEAD], name="web-static",
+       include_in_schema=False, sync_to_thread=False)
+def static_file(name: FromPath[str]) -> File:
+    """One of the app's own files (no folders: the app has none), with its type from STATIC_TYPES."""
+    path = STATIC_DIR / name
+    media_type = STATIC_TYPES.get(path.suffix)
+    if media_type is None or path.name != name or name.startswith(".") or not path.is_file():
+        raise NotFoundException(f"no static file {name!r}")
+    return File(path, filename=name, media_type=media_type, content_disposition_type="inline",
+                headers={"Cache-Control": "no-cache"})
+
+
 def web_handlers() -> list:
-    static = create_static_files_router(path=STATIC_PATH, directories=[STATIC_DIR], name="web-static",
-                                        cache_control=CacheControlHeader(no_cache=True), include_in_schema=False)
-    return [PageController, static]
+    return [PageController, static_file]
 
 
 __all__ = ["PAGE_PATHS", "STATIC_DIR", "is_open", "web_handlers"]

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
 
 from ingest.formats.options import LoadContext, LoadTimeout, TooLarge, timeout_message
 from ingest.loaders import LoadedDocument, NoExtractableText, _finish, normalize_pdf_text
@@ -23,14 +24,31 @@ if TYPE_CHECKING:
 
 OCR_DPI = 300  # rendering resolution of scanned PDF pages (Tesseract reads best at about 300 dpi)
 INSTALL_HINT = "install tesseract-ocr to read scanned pages"
+WINDOWS_INSTALL_HINT = ("install Tesseract (the UB Mannheim build) to read scanned pages, or set tesseract_cmd to "
+                        "its tesseract.exe")
 _checked: dict[tuple[str, str], str | None] = {}
+
+
+def install_hint(windows: bool = os.name == "nt") -> str:
+    return WINDOWS_INSTALL_HINT if windows else INSTALL_HINT
+
+
+def find_tesseract(environ: Mapping[str, str] = os.environ, windows: bool = os.name == "nt") -> str:
+    """The Tesseract to run when ``tesseract_cmd`` is not set: the one on PATH; on Windows, where its installers
+    put it (they do not add it to PATH): Program Files, or the user's own programs folder."""
+    if shutil.which("tesseract", path=environ.get("PATH", "")) or not windows:
+        return "tesseract"
+    folders = [environ.get("ProgramFiles"), environ.get("ProgramW6432"), environ.get("ProgramFiles(x86)"),
+               str(Path(environ["LOCALAPPDATA"]) / "Programs") if environ.get("LOCALAPPDATA") else None]
+    found = (Path(f) / "Tesseract-OCR" / "tesseract.exe" for f in folders if f)
+    return next((str(p) for p in found if p.is_file()), "tesseract")
 
 
 def tesseract_problem(ctx: LoadContext) -> str | None:
     """None when Tesseract runs with every language in ``ocr_languages``; else what is wrong (cached)."""
     import pytesseract
 
-    cmd = ctx.options.tesseract_cmd or "tesseract"
+    cmd = ctx.options.tesseract_cmd or find_tesseract()
     key = (cmd, ctx.options.ocr_languages)
     if key not in _checked:
         pytesseract.pytesseract.tesseract_cmd = cmd
@@ -41,8 +59,11 @@ def tesseract_problem(ctx: LoadContext) -> str | None:
             _checked[key] = "tesseract not found"
         else:
             missing = [lang for lang in ctx.options.ocr_languages.split("+") if lang not in installed]
+            first = missing[0] if missing else ""
+            where = (f"rerun its installer and tick {first}, or put {first}.traineddata in its tessdata folder"
+                     if os.name == "nt" else f"install e.g. tesseract-ocr-{first}")
             _checked[key] = (f"Tesseract has no data for language(s) {', '.join(missing)} (ocr_languages); "
-                             f"install e.g. tesseract-ocr-{missing[0]}") if missing else None
+                             f"{where}") if missing else None
     return _checked[key]
 
 
@@ -60,7 +81,7 @@ def page_list(pages: list[int]) -> str:
 
 def missing_tesseract_message(pages: list[int], problem: str, what: str = "has no text layer") -> str:
     verb = what if len(pages) == 1 else what.replace("has ", "have ")
-    hint = INSTALL_HINT if problem == "tesseract not found" else problem
+    hint = install_hint() if problem == "tesseract not found" else problem
     return f"{page_list(pages)} {verb}; {hint}"
 
 
@@ -134,7 +155,7 @@ def load_image(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
         problem = tesseract_problem(ctx)
         if problem:
             raise NoExtractableText(f"no extractable text: an image needs OCR; "
-                                    f"{INSTALL_HINT if problem == 'tesseract not found' else problem}")
+                                    f"{install_hint() if problem == 'tesseract not found' else problem}")
 
         def pages() -> Iterator[tuple[int, "Image"]]:
             for number, frame in enumerate(ImageSequence.Iterator(image), 1):

@@ -33,6 +33,7 @@ from rag.core.errors import (
     IndexLockedError,
     IndexNotFoundError,
 )
+from rag.core.files import replace_file
 from rag.core.names import validate_index_name
 from rag.core.text import content_terms
 
@@ -67,10 +68,26 @@ def _connect(db_path: Path, timeout_s: float = 30.0) -> sqlite3.Connection:
     return conn
 
 
-def _fsync_replace(tmp: Path, final: Path) -> None:
-    with tmp.open("rb+") as handle:
+def _write_faiss(index, final: Path) -> None:
+    """``index`` written to ``final`` through a temp file: fsync, then rename (retried while a scanner holds it).
+    FAISS streams into a Python file object: given a path, FAISS opens it with C ``fopen``, which on Windows
+    cannot open a path outside the ANSI code page (a home under ``C:\\Users\\Jürgen``, faiss #3073)."""
+    import faiss
+
+    tmp = final.with_suffix(".faiss.tmp")
+    with tmp.open("wb") as handle:
+        faiss.write_index(index, faiss.PyCallbackIOWriter(handle.write))
+        handle.flush()
         os.fsync(handle.fileno())
-    os.replace(tmp, final)
+    replace_file(tmp, final)
+
+
+def _read_faiss(path: Path):
+    """The FAISS index in ``path``, read by Python (see ``_write_faiss``)."""
+    import faiss
+
+    with path.open("rb") as handle:
+        return faiss.read_index(faiss.PyCallbackIOReader(handle.read))
 
 
 def _vectors_file(root: Path, generation: int) -> Path:
@@ -207,7 +224,7 @@ def _load_faiss(root: Path, generation: int, dimension: int):
 
     if generation == 0:
         return _new_faiss(dimension)
-    return faiss.read_index(str(_vectors_file(root, generation)))
+    return _read_faiss(_vectors_file(root, generation))
 
 
 def _document(row: sqlite3.Row) -> DocumentRecord:
@@ -309,17 +326,13 @@ class EmbeddedWriter:
 
     def commit(self) -> int:
         """Publish everything done in this run atomically; returns the committed generation."""
-        import faiss
-
         if not self._dirty and self.generation > 0:
             self.rollback()  # nothing changed: keep the current generation
             return self.generation
         new_generation = self.generation + 1
         final = _vectors_file(self.root, new_generation)
-        tmp = final.with_suffix(".faiss.tmp")
         self._index = fit_vector_index(self._index, self.dimension)
-        faiss.write_index(self._index, str(tmp))
-        _fsync_replace(tmp, final)
+        _write_faiss(self._index, final)
         self._conn.execute("UPDATE meta SET value = ? WHERE key = 'generation'", (str(new_generation),))
         self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('vector_index', ?)",
                            (describe_vector_index(self._index),))
@@ -542,7 +555,13 @@ class EmbeddedStore:
         self.indexes_dir = indexes_dir
 
     def index(self, name: str) -> EmbeddedIndex:
-        return EmbeddedIndex(self.indexes_dir / validate_index_name(name))
+        """The index ``name``; an existing index whose name differs only in letter case is that index ("Docs" and
+        "docs" are one folder on Windows, so they are one index everywhere)."""
+        name = validate_index_name(name)
+        if self.indexes_dir.is_dir() and not (self.indexes_dir / name).is_dir():
+            name = next((p.name for p in self.indexes_dir.iterdir()
+                         if p.name.casefold() == name.casefold() and p.is_dir()), name)
+        return EmbeddedIndex(self.indexes_dir / name)
 
     def close(self) -> None:
         """Nothing held: each reader and writer owns its files."""

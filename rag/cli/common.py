@@ -19,6 +19,19 @@ console = Console(stderr=True, emoji=False)
 out = Console(emoji=False)
 
 
+def any_text_streams() -> None:
+    """Let stdout and stderr take any text: output redirected to a file or a pipe is UTF-8 (on Windows it
+    would be the ANSI code page, cp1252, in which an answer's "→" or a file named in Greek cannot be written);
+    a console keeps its encoding and shows "?" for what it cannot."""
+    for stream in (sys.stdout, sys.stderr):
+        if not hasattr(stream, "reconfigure"):
+            continue
+        if stream.isatty():
+            stream.reconfigure(errors="replace")
+        else:
+            stream.reconfigure(encoding="utf-8", errors="backslashreplace")
+
+
 def literal(value: Any, style: str = "") -> Text:
     """``value`` printed exactly as it is: no markup, no emoji codes, no highlighting."""
     return Text("" if value is None else str(value), style=style)

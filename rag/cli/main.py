@@ -10,7 +10,7 @@ from rich.table import Table
 
 from rag.cli.answers import ask_cmd, eval_cmd
 from rag.cli.bench import bench
-from rag.cli.common import handle_errors, json_option, literal, out, print_json
+from rag.cli.common import any_text_streams, handle_errors, json_option, literal, out, print_json
 from rag.cli.documents import documents, index_group, ingest_cmd
 from rag.cli.info import info_cmd
 from rag.cli.models import models
@@ -24,6 +24,7 @@ from rag.core.settings import Settings, load_settings
 @handle_errors
 def main(ctx: click.Context, home: Path | None) -> None:
     """Offline RAG question answering over your documents."""
+    any_text_streams()
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # per-file problems are reported in the summary
     ctx.obj = load_settings({"home": home} if home else None)
 

@@ -20,6 +20,7 @@ import anyio.to_thread
 import numpy as np
 
 from rag.core.errors import BadRequestError, ModelError
+from rag.core.files import path_for_native_library
 from rag.core.settings import resolve_threads
 from rag.generation.base import GenerationStats, Message, Prompt, SamplingOptions
 from rag.generation.logits import LogitBias
@@ -153,9 +154,14 @@ class LocalGenerator:
 
         self.info = validate_generator_dir(path)
         self.device = resolve_provider(device)
+        native = path_for_native_library(path)
+        if native is None:
+            raise ModelError(f"cannot load generator from {path}: ONNX Runtime GenAI on Windows cannot open a path "
+                             "with characters outside ASCII; copy the model to a folder such as C:\\rag\\model "
+                             "(setting generator_dir, RAG_GENERATOR_DIR) or start from a folder on the way to it")
         start = time.perf_counter()
         try:
-            config = og.Config(str(path))
+            config = og.Config(native)
             config.clear_providers()
             if self.device != "cpu":
                 config.append_provider(self.device)

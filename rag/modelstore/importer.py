@@ -17,12 +17,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
 from rag.core.errors import BadRequestError, ModelError
+from rag.core.files import is_device_name, make_writable, remove_tree, retry_locked
 from rag.modelstore.manifest import output_hashes, read_manifest, record_model, sha256_file
 from rag.modelstore.sources import GENERATOR_BUILDER_OPTIONS
 
@@ -162,9 +164,10 @@ def run_builder(hf_dir: Path, out: Path, work: Path, precision: str, device: str
         cmd += ["--extra_options", *options]
     package_root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1",
+           "PYTHONUTF8": "1",  # its output in UTF-8, not the Windows code page (file names, model card text)
            "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
     # The builder prints per-tensor progress; it is captured and shown only on failure.
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, capture_output=True, encoding="utf-8", errors="replace", env=env)
     if proc.returncode != 0 or not (out / "genai_config.json").is_file():
         raise ModelError(f"onnxruntime_genai builder failed:\n{(proc.stdout + proc.stderr)[-2000:]}")
     return " ".join(["python", "-m", "rag.modelstore.onnx_builder", "-i", "HF_DIR", "-o", "OUT", *args]
@@ -250,15 +253,29 @@ def build_ort_model(hf_dir: Path, work: Path, out: Path, report: Report, precisi
 
 
 def install_dir(built: Path, final: Path) -> None:
-    """Swap a finished build into place; the old dir (if any) is removed only afterwards."""
-    old = final.with_name(f".{final.name}.old")
-    if old.exists():
-        shutil.rmtree(old)
-    if final.exists():
-        final.rename(old)
-    built.rename(final)
-    if old.exists():
-        shutil.rmtree(old)
+    """Swap a finished build into place. The current model is moved aside first and comes back if the new one
+    cannot take its place; it is deleted only once the new one is in place (a Windows process that holds one of
+    its files makes the move fail: nothing changes then). Left-overs of an interrupted install go last."""
+    stale = sorted(final.parent.glob(f".{final.name}.old*"))
+    old = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
+    try:
+        if final.exists():
+            retry_locked(lambda: final.rename(old))
+    except OSError as exc:
+        raise ModelError(f"cannot replace {final}: it is in use ({exc.strerror or exc}); stop the server "
+                         "using it and try again") from exc
+    try:
+        retry_locked(lambda: built.rename(final))
+    except OSError as exc:
+        if old.exists():
+            old.rename(final)
+        raise ModelError(f"cannot install the new model as {final}: {exc.strerror or exc}") from exc
+    for leftover in [old, *stale]:
+        if leftover.exists():
+            try:
+                remove_tree(leftover)
+            except OSError:
+                pass  # still held (Windows): removed by the next install
 
 
 # ---------------------------------------------------------------------------------------------- import
@@ -305,8 +322,9 @@ def import_model(models_dir: Path, source: Path, validate: Callable[[Path], obje
     source = source.expanduser().resolve()
     kind = source_kind(source)
     name = name or default_name(source, precision if kind != "ort" else "")
-    if not IMPORT_NAME.match(name):
-        raise BadRequestError(f"model name {name!r}: use lowercase letters, digits, '.', '_' and '-'")
+    if not IMPORT_NAME.match(name) or is_device_name(name) or name.endswith("."):
+        raise BadRequestError(f"model name {name!r}: use lowercase letters, digits, '.', '_' and '-', not ending "
+                               "in '.', not a Windows device name (con, nul, com1...)")
     start = time.perf_counter()
     models_dir.mkdir(parents=True, exist_ok=True)
     report(f"hashing {source.name}")
@@ -326,6 +344,7 @@ def import_model(models_dir: Path, source: Path, validate: Callable[[Path], obje
             validate(source)
             report(f"copying the ORT GenAI folder {source}")
             shutil.copytree(source, built)
+            make_writable(built)  # from a DVD or ISO: read-only flags that Windows will not delete later
             _set_template(built, chat_template)
             finish_model_dir(built, None, report)
         else:

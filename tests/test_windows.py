@@ -1,0 +1,384 @@
+"""Native Windows (issue 27), proved on Linux: Windows' file-system rules imposed by ``tests/windows.py``,
+a FAISS that cannot open non-ASCII paths, a cp1252 console, a registry that maps .js to text/plain,
+case-insensitive names, Office lock files, hidden files, junctions, device names and short paths."""
+
+from __future__ import annotations
+
+import faiss
+import numpy as np
+import pytest
+
+from pathlib import Path
+
+from ingest.pipeline import ingest_paths
+from ingest.store.embedded import EmbeddedStore
+from rag.core.files import path_for_native_library
+from windows import WindowsRules, windows_rules  # noqa: F401  (the fixture)
+
+WOMBAT = b"Wombats are short-legged marsupials that dig burrows in south-eastern Australia.\n"
+QUOKKA = b"Quokkas are small wallabies that live on Rottnest Island near Perth.\n"
+
+
+# ------------------------------------------------------------------------------------- 1. non-ASCII paths
+@pytest.fixture()
+def ansi_faiss(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """FAISS as on Windows: a path string goes to C ``fopen`` in the ANSI code page, so a non-ASCII one fails."""
+    refused: list[str] = []
+    real_write, real_read = faiss.write_index, faiss.read_index
+
+    def refuse(path) -> None:
+        if isinstance(path, str) and not path.isascii():
+            refused.append(path)
+            raise RuntimeError(f"Error: 'f' failed: could not open {path} for writing: No such file or directory")
+
+    def write_index(index, target, *args):
+        refuse(target)
+        return real_write(index, target, *args)
+
+    def read_index(source, *args):
+        refuse(source)
+        return real_read(source, *args)
+
+    monkeypatch.setattr(faiss, "write_index", write_index)
+    monkeypatch.setattr(faiss, "read_index", read_index)
+    return refused
+
+
+def test_an_index_under_a_non_ascii_home_commits_and_loads(tmp_path: Path, embedder, ansi_faiss: list[str],
+                                                           windows_rules: WindowsRules):
+    home = tmp_path / "Jürgen" / "Документы"
+    docs = home / "docs"
+    docs.mkdir(parents=True)
+    (docs / "wombat.txt").write_bytes(WOMBAT)
+    store = EmbeddedStore(home / "indexes")
+    windows_rules.fail_next(1, ".faiss")  # and a scanner holds the new vectors file for a moment
+    first = ingest_paths([docs], store.index("default"), embedder)
+    (docs / "quokka.txt").write_bytes(QUOKKA)
+    second = ingest_paths([docs], store.index("default"), embedder)  # loads generation 1, writes 2
+    assert (first.generation, second.generation) == (1, 2) and ansi_faiss == []
+    assert any("injected" in r for r in windows_rules.refused)
+    reader = store.index("default").reader()
+    hits = reader.dense_search(embedder.embed(["Where do quokkas live?"])[0], 1)
+    assert reader.chunks([hits[0][0]])[hits[0][0]].text.startswith("Quokkas")
+    reader.close()
+
+
+def test_the_generator_gets_a_path_its_library_can_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    models = tmp_path / "Jürgen" / "models" / "gen"
+    models.mkdir(parents=True)
+    assert path_for_native_library(models, windows=False) == str(models)  # Linux: any path
+    monkeypatch.chdir(tmp_path / "Jürgen")  # on Windows: relative to the current folder, which holds the ü
+    assert path_for_native_library(models, windows=True) == str(Path("models") / "gen")
+    monkeypatch.chdir(models)
+    assert path_for_native_library(models, windows=True) == "."
+    monkeypatch.chdir(tmp_path)
+    assert path_for_native_library(models, windows=True) is None  # the caller says what to do
+    assert path_for_native_library(tmp_path, windows=True) == str(tmp_path)
+
+
+# ------------------------------------------------------------------ 2. letter case; 6-7. locks, short names
+def _add(uploads, index, embedder, *files: tuple[str, bytes]):
+    from ingest.uploads import IncomingFile
+
+    return uploads.add(index, [IncomingFile(n, c) for n, c in files], embedder, 200, 30, 10_000)
+
+
+def test_names_that_differ_only_in_case_are_one_file_and_one_index(tmp_path: Path, embedder):
+    from ingest.uploads import Uploads
+    from rag.core.errors import BadRequestError
+
+    store, uploads = EmbeddedStore(tmp_path / "indexes"), Uploads(tmp_path / "uploads")
+    with pytest.raises(BadRequestError, match="several files named Report.txt, report.txt"):
+        _add(uploads, store.index("Docs"), embedder, ("Report.txt", WOMBAT), ("report.txt", QUOKKA))
+    assert _add(uploads, store.index("Docs"), embedder, ("Report.txt", WOMBAT)).outcomes[0].status == "added"
+    # Later, the same name in other letters updates that file, in the same index ("docs" is the folder "Docs").
+    again = _add(uploads, store.index("docs"), embedder, ("REPORT.txt", QUOKKA))
+    assert [(o.path, o.status) for o in again.outcomes] == [("Report.txt", "updated")]
+    assert [p.name for p in (tmp_path / "uploads").iterdir()] == ["Docs"]
+    assert [p.name for p in (tmp_path / "uploads" / "Docs").iterdir()] == ["Report.txt"]
+    assert (tmp_path / "uploads" / "Docs" / "Report.txt").read_bytes() == QUOKKA
+    assert store.names() == ["Docs"]
+    assert uploads._lock("Docs") is uploads._lock("docs")
+
+
+def test_uploads_survive_a_scanner_and_a_reader_holding_the_file(tmp_path: Path, embedder,
+                                                                  windows_rules: WindowsRules):
+    from ingest.uploads import Uploads
+
+    store, uploads = EmbeddedStore(tmp_path / "indexes"), Uploads(tmp_path / "uploads")
+    stored = tmp_path / "uploads" / "default" / "wombat.txt"
+    windows_rules.fail_next(2, str(tmp_path / "uploads"))  # the scanner opens each new file for a moment
+    first = _add(uploads, store.index("default"), embedder, ("wombat.txt", WOMBAT))
+    windows_rules.fail_next(2, str(tmp_path / "uploads"))
+    second = _add(uploads, store.index("default"), embedder, ("wombat.txt", QUOKKA))
+    assert [o.status for o in first.outcomes + second.outcomes] == ["added", "updated"]
+    assert len(windows_rules.refused) == 4 and stored.read_bytes() == QUOKKA
+    assert [p.name for p in stored.parent.iterdir()] == ["wombat.txt"]  # nothing staged or kept aside is left
+    with stored.open("rb"):  # someone has it open: the document goes, the held file stays (no error after commit)
+        record = uploads.delete(store.index("default"), second.outcomes[0].document_id)
+    assert record.path.endswith("wombat.txt")
+    assert any(f"unlink {stored} (open" in r for r in windows_rules.refused)
+    reader = store.index("default").reader()
+    assert reader.documents() == []
+    reader.close()
+
+
+def test_staged_uploads_fit_in_max_path_and_a_refused_path_is_reported(tmp_path: Path, embedder,
+                                                                        windows_rules: WindowsRules):
+    from ingest.uploads import Uploads
+
+    name = "n" * 116 + ".txt"  # 120 characters; its stored path is exactly 259 characters
+    root = tmp_path / ("u" * (259 - len(str(tmp_path)) - 1 - len("/default/") - len(name)))
+    store, uploads = EmbeddedStore(tmp_path / "indexes"), Uploads(root)
+    windows_rules.max_path = 259
+    assert len(str(root / "default" / name)) == 259
+    report = _add(uploads, store.index("default"), embedder, (name, WOMBAT))
+    assert [o.status for o in report.outcomes] == ["added"] and (root / "default" / name).is_file()
+    windows_rules.max_path = len(str(root / "default")) + 8  # room for no file name at all
+    refused = _add(uploads, store.index("default"), embedder, ("other.txt", QUOKKA))
+    assert [(o.status, o.reason_type) for o in refused.outcomes] == [("failed", "unwritable")]
+    assert "cannot store" in refused.outcomes[0].reason
+    assert sorted(p.name for p in (root / "default").iterdir()) == [name]
+
+
+# ------------------------------------------------- 8-9. share noise: lock files, hidden files, junctions
+def test_lock_files_hidden_files_and_junctions_are_skipped_with_the_reason(tmp_path: Path, embedder,
+                                                                         monkeypatch: pytest.MonkeyPatch):
+    import stat
+
+    import rag.core.files
+
+    docs = tmp_path / "share"
+    (docs / "junction").mkdir(parents=True)  # a junction: to Windows a reparse point, to is_symlink() a folder
+    (docs / "junction" / "elsewhere.txt").write_bytes(QUOKKA)
+    (docs / "Report.txt").write_bytes(WOMBAT)
+    (docs / "~$Report.docx").write_bytes(b"\x0bJohn Smith" + b"\x00" * 150)  # Word's owner file: not a docx
+    (docs / "Thumbs.txt").write_bytes(QUOKKA)
+    (docs / "secret.txt").write_bytes(QUOKKA)
+    attributes = {"junction": stat.FILE_ATTRIBUTE_REPARSE_POINT if hasattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT")
+                  else 0x400, "Thumbs.txt": 0x4, "secret.txt": 0x2}  # reparse point, system, hidden
+    monkeypatch.setattr(rag.core.files, "windows_attributes", lambda path: attributes.get(Path(path).name, 0))
+    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"), embedder)
+    outcomes = {Path(o.path).name: (o.status, o.reason) for o in summary.outcomes}
+    assert outcomes["Report.txt"][0] == "added" and "elsewhere.txt" not in outcomes
+    assert outcomes["~$Report.docx"] == ("skipped", "not a document: an Office lock file (the document is open "
+                                                    "somewhere)")
+    assert outcomes["Thumbs.txt"] == ("skipped", "not a document: a system file")
+    assert outcomes["secret.txt"] == ("skipped", "not a document: a hidden file")
+    assert summary.ok  # `rag ingest` exits 0 although someone has Report.docx open
+
+
+def test_a_folder_that_cannot_be_listed_is_reported_not_fatal(tmp_path: Path, embedder,
+                                                             monkeypatch: pytest.MonkeyPatch):
+    import os
+
+    docs = tmp_path / "share"
+    (docs / ("deep" * 60)).mkdir(parents=True)
+    (docs / "Report.txt").write_bytes(WOMBAT)
+    real_scandir = os.scandir
+
+    def scandir(path="."):  # Windows without long paths: the deep folder is "not found"
+        if len(os.fspath(path)) > 200:
+            raise FileNotFoundError(2, "The system cannot find the path specified", os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"), embedder)
+    outcomes = {Path(o.path).name: (o.status, o.reason_type) for o in summary.outcomes}
+    assert outcomes == {"Report.txt": ("added", None), "deep" * 60: ("skipped", "unreadable_folder")}
+
+
+# --------------------------------------------------------------- 4. output redirected in the ANSI code page
+def test_cli_output_redirected_to_a_file_takes_any_text(tmp_path: Path, settings):
+    import os
+    import subprocess
+    import sys
+
+    from helpers import cli_env
+    from rag.core.settings import PROJECT_ROOT
+
+    home = tmp_path / "Jürgen → 文書"
+    docs = home / "Δοκιμή"
+    docs.mkdir(parents=True)
+    (docs / "Вомбат.txt").write_bytes(WOMBAT)
+    (docs / "~$Вомбат.docx").write_bytes(b"\x00" * 162)
+    env = cli_env(settings, PYTHONIOENCODING="cp1252")  # what Windows gives a redirected stream
+    for args in (["config"], ["ingest", str(docs)], ["documents", "list"]):
+        with open(tmp_path / "out.txt", "wb") as out:  # `rag ... > out.txt`
+            proc = subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], stdout=out,
+                                  stderr=subprocess.PIPE, env=env, cwd=PROJECT_ROOT)
+        assert proc.returncode == 0, proc.stderr.decode("utf-8", "replace")
+        text = (tmp_path / "out.txt").read_text(encoding="utf-8")
+        assert ("文書" in text) if args == ["config"] else ("Вом" in text), text
+    assert os.environ.get("PYTHONIOENCODING") != "cp1252"
+
+
+# ------------------------------------------------------------- 5. a registry that says .js is text/plain
+def test_the_app_serves_its_scripts_as_javascript_whatever_the_registry_says():
+    import mimetypes
+
+    from litestar import Litestar
+    from litestar.testing import TestClient
+
+    from api.web import STATIC_DIR, web_handlers
+
+    mimetypes.add_type("text/plain", ".js")  # HKCR\.js on many Windows machines; mimetypes.init() reads it
+    try:
+        with TestClient(Litestar(web_handlers())) as client:
+            for asset in sorted(STATIC_DIR.iterdir()):
+                response = client.get(f"/static/{asset.name}")
+                assert response.status_code == 200 and response.content == asset.read_bytes()
+                expected = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}[asset.suffix]
+                assert response.headers["content-type"].split(";")[0] == expected, asset.name
+                assert response.headers["cache-control"] == "no-cache"
+            assert client.head("/static/app.js").status_code == 200
+            assert client.get("/static/nothing.js").status_code == 404
+            assert client.get("/static/%2e%2e%2fapp.js").status_code == 404
+    finally:
+        mimetypes.add_type("text/javascript", ".js")
+
+
+# ------------------------------------------------------------------------ 6. model install; 10. device names
+def _model(folder: Path, marker: str) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "genai_config.json").write_text('{"model": {"eos_token_id": 2}}', encoding="utf-8")
+    (folder / "tokenizer.json").write_text('{"model": {"vocab": {}}}', encoding="utf-8")
+    (folder / "model.onnx").write_text(marker, encoding="utf-8")
+    return folder
+
+
+def test_installing_a_model_never_loses_the_last_good_one(tmp_path: Path, windows_rules: WindowsRules):
+    from rag.core.errors import ModelError
+    from rag.core.files import LOCK_RETRIES
+    from rag.modelstore.importer import install_dir
+
+    final = _model(tmp_path / "models" / "gen", "old")
+    windows_rules.fail_next(LOCK_RETRIES, "/models/new")  # each retry refused
+    with pytest.raises(ModelError, match="cannot install the new model"):  # the new one cannot move in
+        install_dir(_model(tmp_path / "models" / "new", "new"), final)
+    assert (final / "model.onnx").read_text() == "old"
+    with (final / "model.onnx").open("rb"), pytest.raises(ModelError, match="in use"):  # a server holds it
+        install_dir(tmp_path / "models" / "new", final)
+    assert (final / "model.onnx").read_text() == "old"
+    windows_rules.fail_next(1, "/gen")  # a scanner, for a moment
+    install_dir(tmp_path / "models" / "new", final)
+    assert (final / "model.onnx").read_text() == "new"
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["gen"]
+
+
+def test_a_model_copied_from_read_only_media_is_writable(tmp_path: Path):
+    import os
+    import stat
+
+    from rag.modelstore.importer import import_model
+
+    source = _model(tmp_path / "dvd" / "gen", "dvd")
+    for path in [*source.iterdir(), source]:
+        os.chmod(path, 0o444 if path.is_file() else 0o555)
+    try:
+        result = import_model(tmp_path / "models", source, validate=lambda folder: None, name="gen",
+                              report=lambda message: None)
+    finally:
+        for path in [source, *source.iterdir()]:
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    assert all(os.stat(p).st_mode & stat.S_IWRITE for p in [result.path, *result.path.iterdir()])
+
+
+@pytest.mark.parametrize("name", ["CON", "nul", "com1", "Lpt9", "aux.docs", "abc.", "CON.tar"])
+def test_device_names_and_trailing_dots_are_no_index_names(name: str):
+    from rag.core.errors import BadRequestError
+    from rag.core.names import validate_index_name
+
+    with pytest.raises(BadRequestError, match="invalid index name"):
+        validate_index_name(name)
+    for fine in ("default", "console", "com10", "a.b", "nul-docs"):
+        assert validate_index_name(fine) == fine
+
+
+@pytest.mark.parametrize("name", ["COM¹.txt", "lpt².pdf", "CONIN$.txt", "conout$.md", "nul .txt", "Clock$.txt"])
+def test_every_device_name_is_renamed_when_stored(name: str):
+    from ingest.uploads import safe_filename
+    from rag.core.files import is_device_name
+
+    stored = safe_filename(name)
+    assert not is_device_name(stored) and stored.endswith(name.rpartition(".")[2])
+
+
+def test_device_names_are_no_model_names(tmp_path: Path):
+    from rag.core.errors import BadRequestError
+    from rag.modelstore.importer import import_model
+
+    source = _model(tmp_path / "con", "x")
+    with pytest.raises(BadRequestError, match="device name"):
+        import_model(tmp_path / "models", source, validate=lambda folder: None, report=lambda message: None)
+
+
+# ------------------------------------------------------------------------------- 3. installable on Windows
+@pytest.mark.pypi
+def test_every_runtime_dependency_has_a_windows_wheel_for_the_supported_pythons(tmp_path: Path):
+    """What `make check-windows` runs: pip download --only-binary=:all: --platform win_amd64 for 3.11 and 3.12
+    (needs a package index; no index fails the test, it is never skipped)."""
+    import subprocess
+    import sys
+    import tomllib
+
+    from rag.core.settings import PROJECT_ROOT
+
+    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["requires-python"] == ">=3.11"  # onnxruntime-genai 0.18 has no 3.10 wheel (checked below)
+    proc = subprocess.run([sys.executable, "tools/windows/check_wheels.py", "--python", "3.11", "--python", "3.12",
+                           "--extra", "postgres", "--dest", str(tmp_path)], capture_output=True, text=True,
+                          cwd=PROJECT_ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for python in ("311", "312"):
+        wheels = {p.name.split("-")[0].lower() for p in (tmp_path / f"cp{python}-win_amd64").glob("*.whl")}
+        assert {"onnxruntime_genai", "onnxruntime", "faiss_cpu", "numpy", "psycopg_binary"} <= wheels
+    too_old = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                              "--platform", "win_amd64", "--python-version", "3.10", "-d", str(tmp_path / "old"),
+                              "onnxruntime-genai>=0.18,<0.19"], capture_output=True, text=True)
+    assert too_old.returncode != 0 and "No matching distribution" in too_old.stderr
+
+
+# ------------------------------------------------------ 6. the log file of `rag serve --workers N`
+def test_workers_sharing_a_rotating_log_lose_no_record(tmp_path: Path, windows_rules: WindowsRules):
+    import logging
+
+    from api.observability import SharedRotatingFileHandler
+
+    log = tmp_path / "logs" / "api.log"
+    log.parent.mkdir()
+    # Two workers' handlers on one file: on Windows neither can rename it while the other holds it open.
+    workers = [SharedRotatingFileHandler(log, maxBytes=2_000, backupCount=3, encoding="utf-8") for _ in range(2)]
+    for handler in workers:
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    for i in range(200):
+        workers[i % 2].emit(logging.makeLogRecord({"msg": f"record {i:04d} " + "x" * 40}))
+    assert any("api.log (open" in r for r in windows_rules.refused)  # the rotation was refused, and put off
+    for handler in workers:
+        handler.close()
+    windows_rules.refused.clear()
+    last = SharedRotatingFileHandler(log, maxBytes=2_000, backupCount=3, encoding="utf-8")  # alone now
+    last.setFormatter(logging.Formatter("%(message)s"))
+    last.emit(logging.makeLogRecord({"msg": "record 0200"}))
+    last.close()
+    written = sorted(line for p in log.parent.iterdir() for line in p.read_text(encoding="utf-8").splitlines())
+    assert [w.split()[1] for w in written] == [f"{i:04d}" for i in range(201)]  # every record, once
+    assert (tmp_path / "logs" / "api.log.1").is_file() and windows_rules.refused == []
+
+
+# ------------------------------------------------------- 11. Tesseract where its Windows installer puts it
+def test_tesseract_is_found_where_the_windows_installer_puts_it(tmp_path: Path):
+    from ingest.formats.ocr import find_tesseract, install_hint
+
+    installed = tmp_path / "Program Files" / "Tesseract-OCR" / "tesseract.exe"
+    installed.parent.mkdir(parents=True)
+    installed.write_bytes(b"MZ")
+    windows = {"PATH": str(tmp_path / "empty"), "ProgramFiles": str(tmp_path / "Program Files")}
+    assert find_tesseract(windows, windows=True) == str(installed)
+    user = {"PATH": "", "LOCALAPPDATA": str(tmp_path / "AppData"), "ProgramFiles": str(tmp_path / "none")}
+    assert find_tesseract(user, windows=True) == "tesseract"  # not installed: the message says how
+    (tmp_path / "AppData" / "Programs").mkdir(parents=True)
+    installed.parent.rename(tmp_path / "AppData" / "Programs" / "Tesseract-OCR")
+    assert find_tesseract(user, windows=True).endswith(str(Path("Programs") / "Tesseract-OCR" / "tesseract.exe"))
+    assert find_tesseract(user, windows=False) == "tesseract"
+    assert "UB Mannheim" in install_hint(windows=True) and "tesseract-ocr" in install_hint(windows=False)
