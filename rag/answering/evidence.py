@@ -34,7 +34,9 @@ NUMERIC_START = re.compile(
 # Questions asking for an explanation get the evidence sentences themselves, each cited, not a phrase.
 EXPLANATORY_QUESTION = re.compile(
     r"(?i)^\s*(?:explain|describe|summari[sz]e|outline|discuss|tell me about|give an overview|"
-    r"why\b|how (?:does|do|did|is|are|was|were|can|could)\b|what (?:is|are) the (?:difference|reason|purpose)s?\b)")
+    r"why\b|how (?:does|do|did|is|are|was|were|can|could)\b|what (?:is|are) the (?:difference|reason|purpose)s?\b|"
+    # "Who was Rollo?", "What is photosynthesis?": a definition is a sentence, not a phrase
+    r"(?:who|what) (?:is|was|are|were) (?:an? |the )?[\w'’-]+(?: [\w'’-]+){0,2}\s*\?*\s*$)")
 ARTICLES = frozenset({"the", "a", "an"})
 # A word, with "1,548", "3.5", "50%" and "don't" each read as one word: a short answer never ends inside one.
 WORD_OR_NUMBER = re.compile(r"\d+(?:[.,]\d+)*%?|\w+(?:['’]\w+)*")
@@ -71,7 +73,7 @@ def answer_starts(sentence: str, question: str) -> list[int]:
     starts = []
     tokens = list(re.finditer(r"\S+", sentence))
     for i, match in enumerate(tokens):
-        word = re.sub(r"\W", "", match.group().lower())
+        word = re.sub(r"\W", "", re.sub(r"['’]s\b", "", match.group().lower()))  # "Rollo's" is "Rollo"
         if not word or word in asked or (word in STOPWORDS and word not in ARTICLES):
             continue
         following = re.sub(r"\W", "", tokens[i + 1].group().lower()) if i + 1 < len(tokens) else ""
@@ -149,6 +151,23 @@ def align(reply: str, sentences: Sequence[tuple[int, str]]) -> tuple[int, str, s
                 if sentence[end:end + 1] == "%":
                     end += 1
                 return source, sentence, sentence[start:end]
+    return None
+
+
+def align_part(reply: str, sentences: Sequence[tuple[int, str]], question: str) -> tuple[int, str, str] | None:
+    """For a reply that is not a copy (a generator that could not be constrained: "The leader was Rollo."):
+    its longest run of consecutive words that a sentence holds and that says something the question does not
+    (a content word of its own), as that sentence spells it; None when no such run exists."""
+    words = re.findall(r"\w+", reply)
+    asked = content_words(question)
+    for size in range(len(words), 0, -1):
+        for i in range(len(words) - size + 1):
+            run = words[i:i + size]
+            if not (content_words(" ".join(run)) - asked):
+                continue
+            found = align(" ".join(run), sentences)
+            if found is not None:
+                return found
     return None
 
 

@@ -60,5 +60,8 @@ class AnswerResult(msgspec.Struct, kw_only=True):
         return msgspec.to_builtins(self)
 
     def quotes_text(self) -> str:
-        """The evidence as a reader sees it under the answer: one quoted line per quote, with its [n]."""
+        """The evidence as a reader sees it under the answer: one quoted line per quote, with its [n] (nothing
+        when the answer is itself made of cited quotes)."""
+        if f"[{self.evidence[0].source}]" in self.answer if self.evidence else True:
+            return ""
         return "".join(f"\n\n> “{e.quote}” [{e.source}]" for e in self.evidence)

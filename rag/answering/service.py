@@ -21,7 +21,7 @@ import numpy as np
 from ingest.embedder import Embedder
 from ingest.store import Store
 from rag.answering.compress import Passage, Sentence, candidate_sentences, score_sentences, select_passages
-from rag.answering.evidence import (MAX_SPAN_TOKENS, Quote, align, answer_starts, candidate_spans, clean_reply, cut_cleanly,
+from rag.answering.evidence import (MAX_SPAN_TOKENS, Quote, align, align_part, answer_starts, candidate_spans, clean_reply, cut_cleanly,
                                     is_explanatory, sentence_quote, short_answer_messages)
 from rag.answering.prompt import (ABSTENTION_MESSAGE, MODEL_ABSTENTION, drop_repeated_tail, grounded_share,
                                   model_abstained, refers_back)
@@ -278,6 +278,8 @@ class AnswerService:
         else:
             answer, abstained, reason, quotes = self._short_answer(prepared, reply, options.min_grounding)
             finish_reason = "stop"  # a verified span or a whole quote: never a cut reply
+            for stop in options.sampling.stop:  # the caller's stop strings hold for the answer it gets
+                answer = answer.split(stop)[0].rstrip() if answer.find(stop) > 0 else answer
         embed_ms, search_ms = (r.embed_ms, r.search_ms) if r is not None else (0.0, 0.0)
         gen_start_ms = embed_ms + search_ms + prepared.compress_ms
         metrics = Metrics(
@@ -306,7 +308,8 @@ class AnswerService:
         if min_grounding and text and grounded_share(text, prepared.question, prepared.passages) < min_grounding:
             return ABSTENTION_MESSAGE, True, "ungrounded", []
         r = prepared.retrieval
-        found = align(text, prepared.ranked) if text else None
+        found = (align(text, prepared.ranked) or align_part(text, prepared.ranked, prepared.question)) if text \
+            else None
         if found is not None:
             source, sentence, phrase = found
             quote = self._quote(r, source, sentence)

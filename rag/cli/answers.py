@@ -54,8 +54,9 @@ def ask_cmd(ctx: click.Context, question: str, index: str | None, top_k: int | N
         out.print(result.answer, highlight=False, markup=False)
     else:
         out.print()
-        for quote in result.evidence:
-            out.print(f"  “{quote.quote}” [{quote.source}]", highlight=False, markup=False, soft_wrap=True)
+        if result.quotes_text():  # an answer made of cited quotes is not repeated
+            for quote in result.evidence:
+                out.print(f"  “{quote.quote}” [{quote.source}]", highlight=False, markup=False, soft_wrap=True)
     out.print()
     for src in result.sources:
         mark = "*" if src.number in result.citations else " "
