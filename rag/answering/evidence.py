@@ -34,9 +34,9 @@ NUMERIC_START = re.compile(
 # Questions asking for an explanation get the evidence sentences themselves, each cited, not a phrase.
 EXPLANATORY_QUESTION = re.compile(
     r"(?i)^\s*(?:explain|describe|summari[sz]e|outline|discuss|tell me about|give an overview|"
-    r"why\b|how (?:does|do|did|is|are|was|were|can|could)\b|what (?:is|are) the (?:difference|reason|purpose)s?\b|"
-    # "Who was Rollo?", "What is photosynthesis?": a definition is a sentence, not a phrase
-    r"(?:who|what) (?:is|was|are|were) (?:an? |the )?[\w'’-]+(?: [\w'’-]+){0,2}\s*\?*\s*$)")
+    r"why\b|how (?:does|do|did|is|are|was|were|can|could)\b|what (?:is|are) the (?:difference|reason|purpose)s?\b)")
+# "Who was Rollo?", "What is photosynthesis?": a definition is a sentence, not a phrase.
+DEFINITION_QUESTION = re.compile(r"(?i)^\s*(?:who|what) (?:is|was|are|were) (?:an? |the )?([^?]+?)\s*\?*\s*$")
 ARTICLES = frozenset({"the", "a", "an"})
 # A word, with "1,548", "3.5", "50%" and "don't" each read as one word: a short answer never ends inside one.
 WORD_OR_NUMBER = re.compile(r"\d+(?:[.,]\d+)*%?|\w+(?:['’]\w+)*")
@@ -53,7 +53,11 @@ class Quote:
 
 
 def is_explanatory(question: str) -> bool:
-    return bool(EXPLANATORY_QUESTION.match(question))
+    if EXPLANATORY_QUESTION.match(question):
+        return True
+    definition = DEFINITION_QUESTION.match(question)  # the thing named: up to 3 words, none a function word
+    words = definition.group(1).lower().split() if definition else []
+    return 0 < len(words) <= 3 and not any(w in STOPWORDS for w in words)
 
 
 def sentence_quote(source: int, chunk_text: str, sentence: str) -> Quote | None:
@@ -74,7 +78,7 @@ def answer_starts(sentence: str, question: str) -> list[int]:
     tokens = list(re.finditer(r"\S+", sentence))
     for i, match in enumerate(tokens):
         word = re.sub(r"\W", "", re.sub(r"['’]s\b", "", match.group().lower()))  # "Rollo's" is "Rollo"
-        if not word or word in asked or (word in STOPWORDS and word not in ARTICLES):
+        if not word or word in asked or (word in STOPWORDS and word not in ARTICLES) or match.group()[0] in "([":
             continue
         following = re.sub(r"\W", "", tokens[i + 1].group().lower()) if i + 1 < len(tokens) else ""
         if word in ARTICLES and following in asked:  # "The Republic" for "Who wrote the Republic?"
@@ -102,7 +106,7 @@ def candidate_spans(sentence: str, starts: Sequence[int], encode: Callable[[str]
         tokens = tuple(int(t) for t in encode(suffix))[:limit]
         ends = set()
         for end in (e - start for e in word_ends if e > start):
-            if suffix[:end].count("(") != suffix[:end].count(")"):  # never "DTIME(f(n" nor "Vic) is"
+            if not balanced(suffix[:end]):  # never "DTIME(f(n", "Vic) is" nor "Mini), a router (Sky Q"
                 continue
             head = tuple(int(t) for t in encode(suffix[:end]))
             if len(head) > len(tokens):
@@ -112,6 +116,16 @@ def candidate_spans(sentence: str, starts: Sequence[int], encode: Callable[[str]
         if ends:
             spans.append(TokenSpan(tokens, frozenset(ends)))
     return spans
+
+
+def balanced(text: str) -> bool:
+    """Brackets close in order and none is left open."""
+    depth = 0
+    for ch in text:
+        depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(ch, 0)
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 def short_answer_messages(question: str, sentence: str) -> list[dict[str, str]]:
