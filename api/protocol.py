@@ -7,7 +7,7 @@ from typing import Annotated
 import msgspec
 
 from ingest.records import DocumentRecord
-from rag.answering.result import AnswerResult, Metrics, Source
+from rag.answering.result import AnswerResult, Evidence, Metrics, Source
 from rag.core.names import INDEX_NAME_PATTERN
 
 Text = Annotated[str, msgspec.Meta(max_length=20_000)]
@@ -143,6 +143,7 @@ class ChatResponse(msgspec.Struct):
     sources: list[Source]
     citations: list[int]
     abstained: bool
+    evidence: list[Evidence] = []  # quotes supporting the answer: sources[source-1].text[start:end] == quote
 
 
 class AssistantMessage(msgspec.Struct):
@@ -177,6 +178,8 @@ class ChatCompletion(msgspec.Struct):
     sources: list[Source]
     citations: list[int]
     abstained: bool
+    answer: str = ""  # the direct answer alone (the message's content adds its quotes)
+    evidence: list[Evidence] = []  # quotes supporting the answer: sources[source-1].text[start:end] == quote
 
 
 class ModelCard(msgspec.Struct):
@@ -258,6 +261,7 @@ class AskDoneEvent(msgspec.Struct):
     citations: list[int]
     sources: list[Source]
     metrics: Metrics
+    evidence: list[Evidence] = []
 
 
 class SeedDoneEvent(msgspec.Struct, omit_defaults=True):
@@ -268,6 +272,7 @@ class SeedDoneEvent(msgspec.Struct, omit_defaults=True):
     sources: list[Source]
     citations: list[int]
     abstained: bool
+    evidence: list[Evidence] = []
     content: str | None = None  # the abstention message, when it abstained
 
 
@@ -291,6 +296,8 @@ class ChatCompletionChunk(msgspec.Struct, omit_defaults=True):
     sources: list[Source] | None = None  # on the chunk with the finish_reason
     citations: list[int] | None = None
     abstained: bool | None = None
+    answer: str | None = None  # on the chunk with the finish_reason: the direct answer alone
+    evidence: list[Evidence] | None = None
     usage: Usage | None = None  # the last chunk, with stream_options.include_usage
 
 

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import random
 import re
+import statistics
 import string
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import IO, Callable, Sequence
 
 from ingest.pipeline import ingest_paths
+from rag.answering.evidence import CITATION, first_sentence
+from rag.answering.prompt import refers_back
+from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, AnswerService, PreparedAnswer, options_from
 from rag.bench.stats import percentile
 from rag.core.errors import BadRequestError
@@ -26,6 +31,33 @@ def normalise_answer(text: str) -> str:
     """SQuAD's normalisation: lower case, no punctuation, no articles, single spaces."""
     text = "".join(ch for ch in text.lower() if ch not in PUNCTUATION)
     return " ".join(ARTICLES.sub(" ", text).split())
+
+
+def token_f1(text: str, answers: list[str]) -> float:
+    """SQuAD's token F1 against the best-matching gold answer."""
+    best = 0.0
+    predicted = normalise_answer(text).split()
+    for gold in answers:
+        wanted = normalise_answer(gold).split()
+        common = sum((collections.Counter(predicted) & collections.Counter(wanted)).values())
+        if common:
+            precision, recall = common / len(predicted), common / len(wanted)
+            best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
+def exact_match(text: str, answers: list[str]) -> bool:
+    return any(normalise_answer(text) == normalise_answer(gold) for gold in answers)
+
+
+def without_labels(text: str) -> str:
+    return " ".join(CITATION.sub(" ", text).split())
+
+
+def off_topic_questions() -> list[str]:
+    """General-knowledge questions no test corpus answers (kept beside this module)."""
+    lines = Path(__file__).with_name("offtopic_questions.txt").read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
 
 
 def contains_answer(text: str, answers: list[str]) -> bool:
@@ -58,11 +90,13 @@ def load_questions(path: Path) -> list[dict]:
 
 
 def evaluate(settings: Settings, questions_file: Path, docs: Path, index: str | None, top_k: int,
-             answers: int, seed: int, log: Callable[..., None] = print, followups: int = 0) -> dict:
+             answers: int, seed: int, log: Callable[..., None] = print, followups: int = 0,
+             distractors: Sequence[Path] = (), dump: Path | None = None) -> dict:
     questions = load_questions(questions_file)
     models = Models.load(settings)
     with tempfile.TemporaryDirectory(prefix="rag-eval-") as scratch, \
-            scratch_store(settings, Path(scratch)) as (store, scratch_index):
+            scratch_store(settings, Path(scratch)) as (store, scratch_index), \
+            _dump_file(dump) as dump_to:
         if index:
             service = answer_service(settings.replace(index=index), models)
         else:
@@ -76,10 +110,39 @@ def evaluate(settings: Settings, questions_file: Path, docs: Path, index: str | 
                 log(f"follow-up retrieval over {followups} two-turn conversations")
                 report.update(followup_report(service.retriever(), followup_pairs(questions, followups, seed), top_k))
             if answers > 0:
-                report.update(answer_report(service, questions, top_k, answers, seed, log))
+                report.update(answer_report(service, questions, top_k, answers, seed, log, dump_to))
+                report.update(off_topic_report(service, questions, top_k, seed, dump_to))
+            if distractors:
+                if index:
+                    raise BadRequestError("--distractors adds documents to the scratch index: leave out --index")
+                log(f"adding distractors {', '.join(map(str, distractors))} to the same index")
+                ingest_paths(list(distractors), store.index(scratch_index), models.embedder, settings.chunk_tokens,
+                             settings.chunk_overlap)
+                with_distractors = {}
+                if answers > 0:
+                    with_distractors.update(answer_report(service, questions, top_k, answers, seed, log, dump_to,
+                                                          label="distractors"))
+                with_distractors.update(retrieval_report(service.retriever(), questions, top_k, log))
+                report["with_distractors"] = with_distractors
         finally:
             service.close()
     return report
+
+
+class _dump_file:
+    """``--dump FILE``: one JSON line per answer, for a person to read the failures."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path, self.file = path, None
+
+    def __enter__(self) -> IO[str] | None:
+        if self.path is not None:
+            self.file = self.path.open("w", encoding="utf-8")
+        return self.file
+
+    def __exit__(self, *exc: object) -> None:
+        if self.file is not None:
+            self.file.close()
 
 
 def retrieval_report(retriever, questions: list[dict], top_k: int, log: Callable[..., None]) -> dict:
@@ -102,7 +165,7 @@ def _from_document(path: str, document: str | None) -> bool:
 
 
 def answer_report(service: AnswerService, questions: list[dict], top_k: int, n: int, seed: int,
-                  log: Callable[..., None]) -> dict:
+                  log: Callable[..., None], dump: IO[str] | None = None, label: str = "") -> dict:
     rng = random.Random(seed)
     candidates = answerable(questions)
     unanswerable = [q for q in questions if q["unanswerable"]]
@@ -110,7 +173,8 @@ def answer_report(service: AnswerService, questions: list[dict], top_k: int, n: 
     sample_u = rng.sample(unanswerable, min(n, len(unanswerable)))
     options = options_from(service.settings, top_k=top_k)
     service.ask(AnswerRequest(question="warm-up question?", options=options))
-    correct = false_abstain = abstain_u = 0
+    counts = collections.Counter()
+    f1s, words = [], []
     funnel = {"chunks": 0, "prompt": 0, "best_sentence": 0}
     ttft, total, output_tokens, failures = [], [], [], []
     for i, q in enumerate(sample_a + sample_u, 1):
@@ -120,37 +184,130 @@ def answer_report(service: AnswerService, questions: list[dict], top_k: int, n: 
         if result.metrics.output_tokens:
             ttft.append(result.metrics.ttft_ms)
             output_tokens.append(result.metrics.output_tokens)
+        checks = citation_checks(result)
+        counts["quotes"] += checks["quotes"]
+        counts["quotes_verified"] += checks["quotes_verified"]
+        counts["answers_cited"] += not result.abstained
+        counts["mislabelled"] += checks["mislabelled"]
+        counts["cut"] += result.finish_reason == "length"
+        verdict: dict = {"abstained": result.abstained, **checks}
         if q["unanswerable"]:
-            abstain_u += result.abstained
-            continue
-        for stage, found in evidence_funnel(prepared, q).items():
-            funnel[stage] += found
-        if result.abstained:
-            false_abstain += 1
-        elif contains_answer(result.answer, q["answers"]):
-            correct += 1
+            counts["abstain_u"] += result.abstained
         else:
-            failures.append({"question": q["question"], "gold": q["answers"], "answer": result.answer})
+            for stage, found in evidence_funnel(prepared, q).items():
+                funnel[stage] += found
+            answer = "" if result.abstained else without_labels(result.answer)
+            verdict.update(f1=round(token_f1(answer, q["answers"]), 3), em=exact_match(answer, q["answers"]),
+                           gold_in_answer=bool(answer) and contains_answer(answer, q["answers"]),
+                           gold_in_first_sentence=bool(answer) and contains_answer(first_sentence(answer),
+                                                                                      q["answers"]),
+                           gold_in_evidence=any(contains_answer(e.quote, q["answers"]) for e in result.evidence))
+            f1s.append(verdict["f1"])
+            counts["em"] += verdict["em"]
+            counts["false_abstain"] += result.abstained
+            counts["gold"] += verdict["gold_in_answer"]
+            counts["gold_first"] += verdict["gold_in_first_sentence"]
+            counts["gold_evidence"] += verdict["gold_in_evidence"]
+            if answer:
+                words.append(len(answer.split()))
+            if not result.abstained and not verdict["gold_in_answer"]:
+                failures.append({"question": q["question"], "gold": q["answers"], "answer": result.answer})
+        if dump is not None:
+            dump.write(json.dumps(dump_record(q, result, verdict, label), ensure_ascii=False) + "\n")
         if i % 50 == 0:
             log(f"answered {i}/{len(sample_a) + len(sample_u)}")
     na, nu = max(1, len(sample_a)), max(1, len(sample_u))
+    answered = max(1, len(sample_a) + len(sample_u))
     sampling = options.sampling
     return {
         "answered_answerable": len(sample_a), "answered_unanswerable": len(sample_u),
-        "accuracy": correct / na, "false_abstention": false_abstain / na, "abstention_unanswerable": abstain_u / nu,
+        # What a reader sees, on the answer with its [n] labels removed (an abstention is an empty answer).
+        "answer_f1": sum(f1s) / na, "answer_em": counts["em"] / na,
+        "gold_in_answer": counts["gold"] / na, "gold_in_first_sentence": counts["gold_first"] / na,
+        "gold_in_evidence": counts["gold_evidence"] / na,
+        "answer_words_median": statistics.median(words) if words else 0,
+        "answer_words_mean": sum(words) / len(words) if words else 0.0,
+        "cut_by_token_limit": counts["cut"] / answered,
+        # Every evidence quote is the source's text at its offsets; an answer is mislabelled when it cites a
+        # source that does not hold what it says.
+        "citation_precision": counts["quotes_verified"] / counts["quotes"] if counts["quotes"] else 1.0,
+        "mislabelled_answers": counts["mislabelled"],
+        "accuracy": counts["gold"] / na,  # the old containment figure, kept as one figure among others
+        "false_abstention": counts["false_abstain"] / na, "abstention_unanswerable": counts["abstain_u"] / nu,
         # Where gold answers are lost, over the answerable sample: retrieved (a top-k chunk of the question's
-        # document holds it) -> in the compressed context sent to the model -> in the top-scored sentence
-        # sent (evidence@1) -> in the reply (the accuracy).
+        # document holds it) -> in the compressed context -> in the top-scored sentence (evidence@1) -> in the
+        # answer.
         f"gold_in_top{top_k}_chunks": funnel["chunks"] / na, "gold_in_prompt": funnel["prompt"] / na,
-        "evidence@1": funnel["best_sentence"] / na, "gold_in_reply": correct / na,
+        "evidence@1": funnel["best_sentence"] / na, "gold_in_reply": counts["gold"] / na,
         "output_tokens_mean": sum(output_tokens) / len(output_tokens) if output_tokens else 0.0,
         "ttft_ms_p50": percentile(ttft, 50) or 0.0, "ttft_ms_p95": percentile(ttft, 95) or 0.0,
         "total_ms_p50": percentile(total, 50) or 0.0, "total_ms_p95": percentile(total, 95) or 0.0,
         "model": service.generator.model_id, "top_k": options.top_k, "context_tokens": options.context_tokens,
-        "max_tokens": sampling.max_tokens, "temperature": sampling.temperature, "copy_bias": sampling.copy_bias,
-        "seed": seed,
+        "max_tokens": sampling.max_tokens, "temperature": sampling.temperature, "seed": seed,
         "sample_failures": failures[:10],
     }
+
+
+def citation_checks(result: AnswerResult) -> dict:
+    """Each evidence quote against its source's text at its offsets, and the answer against what it cites:
+    a short answer must be held by a quote of the source it cites, an answer of cited sentences must have
+    each sentence in the source its label names."""
+    by_number = {s.number: s for s in result.sources}
+    verified = sum(1 for e in result.evidence
+                   if e.source in by_number and by_number[e.source].text[e.start:e.end] == e.quote)
+    mislabelled = False
+    if not result.abstained and result.sources:
+        labelled = re.findall(r"(.+?)\s*\[(\d{1,2})\]", result.answer)
+        if labelled:
+            mislabelled = any(int(n) not in by_number
+                              or normalise_answer(text) not in normalise_answer(by_number[int(n)].text)
+                              for text, n in labelled)
+        else:
+            quotes = [e.quote for e in result.evidence if e.source in result.citations]
+            mislabelled = not any(normalise_answer(result.answer) in normalise_answer(q) for q in quotes)
+    return {"quotes": len(result.evidence), "quotes_verified": verified, "mislabelled": mislabelled}
+
+
+def dump_record(question: dict, result: AnswerResult, verdict: dict, label: str = "") -> dict:
+    return {"run": label or "main", "question": question["question"], "gold": question.get("answers", []),
+            "unanswerable": question.get("unanswerable", False), "answer": result.answer,
+            "abstained": result.abstained, "abstain_reason": result.abstain_reason,
+            "finish_reason": result.finish_reason,
+            "evidence": [{"source": e.source, "quote": e.quote, "start": e.start, "end": e.end}
+                         for e in result.evidence],
+            "sources": [{"number": s.number, "title": s.title, "path": s.path, "score": s.score,
+                         "snippet": s.snippet} for s in result.sources],
+            "verdict": verdict}
+
+
+def off_topic_report(service: AnswerService, questions: list[dict], top_k: int, seed: int,
+                     dump: IO[str] | None = None) -> dict:
+    """Off-topic refusal: general-knowledge questions asked alone, and as the third turn of a conversation
+    whose first two questions were about the documents (answered, so the history is a real one)."""
+    rng = random.Random(seed)
+    options = options_from(service.settings, top_k=top_k)
+    on_topic = answerable(questions)
+    refused_alone = refused_later = 0
+    off_topic = off_topic_questions()
+    for question in off_topic:
+        alone = service.ask(AnswerRequest(question=question, options=options))
+        first, second = rng.sample(on_topic, 2)
+        messages: list[dict[str, str]] = []
+        for turn in (first["question"], second["question"]):
+            messages.append({"role": "user", "content": turn})
+            reply = service.ask(AnswerRequest.conversation(messages, options=options))
+            messages.append({"role": "assistant", "content": reply.answer})
+        messages.append({"role": "user", "content": question})
+        later = service.ask(AnswerRequest.conversation(messages, options=options))
+        refused_alone += alone.abstained
+        refused_later += later.abstained
+        if dump is not None:
+            for run, result in (("off_topic_alone", alone), ("off_topic_third_turn", later)):
+                dump.write(json.dumps(dump_record({"question": question, "unanswerable": True}, result,
+                                                  {"refused": result.abstained}, run), ensure_ascii=False) + "\n")
+    n = max(1, len(off_topic))
+    return {"off_topic_questions": len(off_topic), "off_topic_refused_alone": refused_alone / n,
+            "off_topic_refused_third_turn": refused_later / n}
 
 
 def evidence_funnel(prepared: PreparedAnswer, question: dict) -> dict[str, bool]:
@@ -219,9 +376,14 @@ def followup_report(retriever, pairs: list[dict], top_k: int) -> dict:
     the named question after a question on another article, alone and with that history."""
     found = {"original": 0, "followup_alone": 0, "followup_with_history": 0, "topic_change_with_history": 0}
     for pair in pairs:
+        # "with history" follows the answer flow's rule: the conversation is searched only when the question
+        # refers back to it.
+        def history(question: str, earlier: str) -> tuple[str, ...]:
+            return (earlier,) if refers_back(question) else ()
+
         runs = {"original": (pair["original"], ()), "followup_alone": (pair["followup"], ()),
-                "followup_with_history": (pair["followup"], (pair["first"],)),
-                "topic_change_with_history": (pair["original"], (pair["unrelated_first"],))}
+                "followup_with_history": (pair["followup"], history(pair["followup"], pair["first"])),
+                "topic_change_with_history": (pair["original"], history(pair["original"], pair["unrelated_first"]))}
         for name, (question, history) in runs.items():
             hits = retriever.retrieve(question, top_k, history=history).hits
             found[name] += any(_from_document(h.chunk.path, pair.get("document"))

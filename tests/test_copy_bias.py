@@ -148,8 +148,9 @@ def test_stop_string_and_cancel_with_bias(uncached: LocalGenerator):
     assert first and stats.finish_reason == "cancelled" and stats.output_tokens < 16
 
 
-def test_service_biases_rag_answers_only(tmp_path: Path, settings: Settings, embedder, generator):
-    """The answering layer computes the copy tokens from its passages; plain chat and copy_bias 0 carry none."""
+def test_service_constrains_rag_answers_only(tmp_path: Path, settings: Settings, embedder, generator):
+    """Answers from the documents are constrained to spans of the best evidence sentence (which supersedes the
+    copy bias: every allowed token is already a copy); plain chat is neither constrained nor biased."""
     doc = tmp_path / "plato.md"
     doc.write_text("# Plato\n\n" + CASES[0][1] + " It is Plato's best-known work.\n", encoding="utf-8")
     home = tmp_path / "home"
@@ -157,22 +158,20 @@ def test_service_biases_rag_answers_only(tmp_path: Path, settings: Settings, emb
                  settings.chunk_tokens, settings.chunk_overlap)
     service = answer_service(settings.replace(home=home), Models(embedder, generator))
     try:
-        biased = service.prepare(AnswerRequest(question=CASES[0][0],
-                                               options=options_from(service.settings, copy_bias=2.0)))
-        assert not biased.abstain_early and biased.sampling.copy_bias == 2.0
-        context_ids = set(generator.encode(context_text(biased.passages)).tolist())
-        assert context_ids <= set(biased.sampling.copy_tokens)
-        assert set(generator.encode(MODEL_ABSTENTION).tolist()) <= set(biased.sampling.copy_tokens)
-        assert biased.best_sentence and "Plato" in biased.best_sentence
-
-        off = service.prepare(AnswerRequest(question=CASES[0][0], options=options_from(service.settings, copy_bias=0)))
-        assert off.sampling.copy_tokens == ()
+        constrained = service.prepare(AnswerRequest(question=CASES[0][0],
+                                                    options=options_from(service.settings, copy_bias=2.0)))
+        assert not constrained.abstain_early and constrained.sampling.spans
+        assert constrained.sampling.copy_bias == 0.0 and constrained.sampling.copy_tokens == ()
+        assert constrained.best_sentence and "Plato" in constrained.best_sentence
+        for span in constrained.sampling.spans:  # each span is a piece of the best sentence
+            assert generator.decode(span.tokens[:max(span.ends)]) in constrained.best_sentence
         chat = service.prepare(AnswerRequest(question="Say hi.", use_context=False,
                                              options=options_from(service.settings, copy_bias=2.0)))
-        assert chat.sampling.copy_tokens == ()
+        assert chat.sampling.copy_tokens == () and chat.sampling.spans == ()
 
-        result = service.ask_prepared(biased)
+        result = service.ask_prepared(constrained)
         assert "Plato" in result.answer and not result.abstained
+        assert result.answer in constrained.best_sentence
     finally:
         service.close()
 

@@ -372,9 +372,8 @@ def server(settings: Settings, home: Path, tmp_path_factory: pytest.TempPathFact
 @pytest.mark.parametrize("path, body", [
     ("/v1/chat/completions", {"messages": LONG_STORY, "use_context": False, "max_tokens": 4096, "temperature": 1.5}),
     ("/v1/chat", {"messages": LONG_STORY, "use_context": False, "max_tokens": 4096, "temperature": 1.5}),
-    ("/v1/ask", {"question": "Tell me everything about the Normans, in great detail.", "max_tokens": 4096,
-                 "temperature": 1.5}),
-], ids=["openai", "chat", "ask"])
+], ids=["openai", "chat"])  # /v1/ask always answers from the documents: a phrase of at most 17 tokens, too short
+# to leave mid-way; it is cancelled by the same path (``app.answer`` watching the request) as these two.
 def test_a_client_that_leaves_a_plain_request_cancels_its_generation(server: str, path: str, body: dict):
     """The client gives up after 1.5 s; a 4096-token answer takes most of a minute on this CPU, so a queue
     drained within 3 s after that, and far fewer tokens than asked, prove the generation stopped with the

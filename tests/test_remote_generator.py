@@ -37,10 +37,9 @@ def remote_settings(settings: Settings, url: str, **changes) -> Settings:
                             **changes)
 
 
-def test_remote_answers_equal_local(settings: Settings, embedder, generator, upstream_generator: str,
+def test_remote_answers_are_verified_like_local(settings: Settings, embedder, generator, upstream_generator: str,
                                     tmp_path: Path) -> None:
-    """Same messages, greedy decoding: the answers through the HTTP hop equal the in-process ones (without the
-    copy bias, a logits step of the local generator that an OpenAI-compatible server does not take)."""
+    """Same prompts through the HTTP hop; the remote replies are verified against the passages like local ones."""
     home_settings = settings.replace(home=tmp_path)
     docs = PROJECT_ROOT / "examples" / "docs"
     ingest_paths([docs / "normans.md", docs / "victoria_australia.md"], open_index(home_settings), embedder)
@@ -55,9 +54,14 @@ def test_remote_answers_equal_local(settings: Settings, embedder, generator, ups
         mine = local.ask(AnswerRequest(question=question, options=options))
         theirs = remote.ask(AnswerRequest(question=question, options=options))
         assert theirs.context == mine.context, question  # same compression: exact token counts
-        assert (theirs.answer, theirs.citations, theirs.abstained) == (mine.answer, mine.citations, mine.abstained)
-        assert theirs.metrics.output_tokens == mine.metrics.output_tokens
+        # A remote server cannot be constrained to the evidence spans (a local logits step), so its reply may
+        # differ; it is aligned to the passages all the same: a verified phrase or the best quote.
+        assert theirs.abstained == mine.abstained
         if not theirs.abstained:
+            by_number = {s.number: s for s in theirs.sources}
+            assert theirs.evidence and all(by_number[e.source].text[e.start:e.end] == e.quote
+                                           for e in theirs.evidence)
+            assert theirs.answer in theirs.evidence[0].quote and theirs.citations == [theirs.evidence[0].source]
             answered += 1
             assert theirs.metrics.ttft_ms > 0 and theirs.metrics.prompt_tokens == mine.metrics.prompt_tokens
     assert answered >= 3

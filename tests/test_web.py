@@ -172,20 +172,30 @@ def test_answer_streams_into_the_page_with_sources_and_citations(page, server: s
     turn = ask(page, ROLLO_QUESTION)
 
     lengths = page.evaluate("window.__answerLengths")
-    assert len(set(lengths)) >= 3 and lengths == sorted(lengths), f"the answer did not grow token by token: {lengths}"
     answer = turn.locator(".answer-text").inner_text()
-    assert "Rollo" in answer or "Norse" in answer, answer  # the copy bias quotes the passage
+    # The short answer is verified against the passages before it streams, so it arrives whole.
+    assert lengths == sorted(lengths) and lengths[-1] == len(answer), (lengths, answer)
+    assert 0 < len(answer.split()) <= 16, answer
+    # The answer first, then the quote that supports it, verbatim, with a link to its source.
+    quote = turn.locator(".evidence-quote").first
+    expect(quote).to_be_visible()
+    quote_text = quote.inner_text()
+    assert answer in quote_text and "Rollo" in quote_text, quote_text
 
     sources = turn.locator("details.source")
     assert sources.count() == 5
     expect(sources.first.locator(".source-title")).to_have_text("Normans")
-    assert turn.locator("details.source mark").count() >= 1, "the sentences given to the model are highlighted"
+    # The source view marks exactly the quoted span (the evidence offsets).
+    number = quote.locator("a.cite").get_attribute("data-source")
+    marked = turn.locator(f"details.source[data-number='{number}'] mark.quote")
+    assert marked.count() == 1 and marked.inner_text() in quote_text, "the quoted span is marked in its source"
 
     first_token = int(turn.get_attribute("data-first-token-ms"))
     total = int(turn.get_attribute("data-total-ms"))
     server_ttft = int(turn.get_attribute("data-server-ttft-ms"))
-    assert 0 < first_token <= total and 0 < server_ttft <= first_token + 50, (first_token, total, server_ttft)
-    expect(turn.locator(".meta")).to_contain_text("first token")
+    # The whole answer arrives as one piece just before the done event, so its paint may land after "total".
+    assert 0 < first_token <= total + 50 and 0 < server_ttft <= first_token + 50, (first_token, total, server_ttft)
+    expect(turn.locator(".meta")).to_contain_text("total")
     print(f"\nclick→first token painted {first_token} ms, server TTFT {server_ttft} ms, total {total} ms")
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "timings.json").write_text(json.dumps(
@@ -255,9 +265,10 @@ def test_off_topic_question_shows_not_in_the_documents_with_closest_sources(page
 def test_stop_cancels_the_generation(page, server: str):
     open_ready(page, server)
 
-    def long_answer(route):  # this one answer may run long, so that there is time to stop it
+    def long_answer(route):  # this one answer may run long, so that there is time to stop it: a plain chat
+        # turn (answers from the documents are short phrases, verified before they stream)
         body = route.request.post_data_json
-        route.continue_(post_data=json.dumps({**body, "max_tokens": 400}))
+        route.continue_(post_data=json.dumps({**body, "max_tokens": 400, "use_context": False}))
 
     page.route("**/v1/chat/stream", long_answer)
     page.fill("#question", LONG_QUESTION)

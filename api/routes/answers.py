@@ -53,7 +53,7 @@ async def ask_sse(events):
                 body = item.to_dict()
                 yield sse({"done": True, "answer": body["answer"], "abstained": body["abstained"],
                            "abstain_reason": body["abstain_reason"], "citations": body["citations"],
-                           "sources": body["sources"], "metrics": body["metrics"]})
+                           "sources": body["sources"], "metrics": body["metrics"], "evidence": body["evidence"]})
             else:
                 yield sse({"token": item})
     except RagError as exc:

@@ -48,7 +48,7 @@ class ChatController(Controller):
         data = await json_body(request, ChatRequest)
         result = await state.app.answer(self._request(data, state), request.receive)
         return ChatResponse(content=result.answer, metrics=seed_metrics(result), sources=result.sources,
-                            citations=result.citations, abstained=result.abstained)
+                            citations=result.citations, abstained=result.abstained, evidence=result.evidence)
 
     @post("/stream", status_code=200, summary="Streaming chat turn (SSE)",
           responses={**ANSWER_ERRORS, **event_stream_only(SEED_EVENTS)},
@@ -72,6 +72,7 @@ async def seed_sse(events):
                 yield sse({"done": True, "token": "[DONE]", "metrics": msgspec.to_builtins(seed_metrics(item)),
                            "sources": item.to_dict()["sources"], "abstained": item.abstained,
                            "citations": item.citations, "answer": item.answer,
+                           "evidence": item.to_dict()["evidence"],
                            **({"content": item.answer} if item.abstained else {})})
             else:
                 yield sse({"token": item})

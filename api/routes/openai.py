@@ -56,9 +56,11 @@ class OpenAIController(Controller):
             result = await app.answer(answer_request, request.receive)
             return ChatCompletion(
                 id=completion_id, object="chat.completion", created=created, model=result.model,
-                choices=[Choice(index=0, message=AssistantMessage(role="assistant", content=result.answer),
-                                finish_reason=finish_reason(result))],
-                usage=usage(result), sources=result.sources, citations=result.citations, abstained=result.abstained)
+                choices=[Choice(index=0, message=AssistantMessage(
+                    role="assistant", content=result.answer + result.quotes_text()),
+                    finish_reason=finish_reason(result))],
+                usage=usage(result), sources=result.sources, citations=result.citations, abstained=result.abstained,
+                answer=result.answer, evidence=result.evidence)
         events = await primed(app.events(answer_request))
         include_usage = bool(data.stream_options and data.stream_options.include_usage)
         return sse_response(openai_sse(events, completion_id, created,  # type: ignore[return-value]
@@ -76,11 +78,13 @@ async def openai_sse(events, completion_id: str, created: int, model: str, inclu
     try:
         async for item in events:
             if isinstance(item, AnswerResult):
-                if item.abstained and item.abstain_reason == "weak_evidence":
+                if item.abstained:
                     yield chunk({"content": item.answer})
+                elif item.evidence:
+                    yield chunk({"content": item.quotes_text()})
                 body = item.to_dict()
                 yield chunk({}, finish_reason(item), sources=body["sources"], citations=item.citations,
-                            abstained=item.abstained)
+                            abstained=item.abstained, answer=item.answer, evidence=body["evidence"])
                 if include_usage:
                     yield sse({"id": completion_id, "object": "chat.completion.chunk", "created": created,
                                "model": model, "choices": [], "usage": msgspec.to_builtins(usage(item))})

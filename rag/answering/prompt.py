@@ -22,6 +22,16 @@ MODEL_ABSTAINS = re.compile(
     r"no (?:information|answer)|cannot (?:be )?(?:answer|determine)|unable to (?:answer|determine))\b",
     re.IGNORECASE)
 CITATION = re.compile(r"\[(\d{1,2})\]")
+# A question that leans on the conversation: a pronoun or a demonstrative standing for something named
+# earlier, "there" at the end, or an opening "and / what about"; very short questions ("And in 1900?") too.
+REFERS_BACK = re.compile(
+    r"(?i)\b(?:it|its|they|them|their|theirs|he|him|his|she|her|hers|this|these|those|the same|former|latter)\b|"
+    r"\bthere\s*\?*$|^\s*(?:and|but|also|so|what about|how about)\b")
+
+
+def refers_back(question: str) -> bool:
+    """Whether ``question`` needs the conversation to be understood (then retrieval folds it in)."""
+    return bool(REFERS_BACK.search(question)) or len(question.split()) <= 3
 
 
 def build_messages(question: str, passages: Sequence[Passage]) -> list[dict[str, str]]:

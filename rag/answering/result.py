@@ -21,6 +21,15 @@ class Source(msgspec.Struct, kw_only=True):
     highlights: list[str] = []  # the sentences of this chunk that were sent to the model
 
 
+class Evidence(msgspec.Struct, kw_only=True):
+    """A quote supporting the answer: ``sources[source - 1].text[start:end] == quote`` (verified, not generated)."""
+
+    source: int
+    quote: str
+    start: int
+    end: int
+
+
 class Metrics(msgspec.Struct, kw_only=True):
     embed_ms: float = 0.0
     retrieval_ms: float = 0.0  # embed + search
@@ -40,6 +49,7 @@ class AnswerResult(msgspec.Struct, kw_only=True):
     abstained: bool
     abstain_reason: str | None  # "weak_evidence" | "model_declined" | "ungrounded" | None
     citations: list[int]
+    evidence: list[Evidence] = []  # the quotes that support the answer, in order
     sources: list[Source]
     context: list[str]  # the passages the model saw, "[n] text"
     model: str
@@ -48,3 +58,10 @@ class AnswerResult(msgspec.Struct, kw_only=True):
 
     def to_dict(self) -> dict:
         return msgspec.to_builtins(self)
+
+    def quotes_text(self) -> str:
+        """The evidence as a reader sees it under the answer: one quoted line per quote, with its [n] (nothing
+        when the answer is itself made of cited quotes)."""
+        if f"[{self.evidence[0].source}]" in self.answer if self.evidence else True:
+            return ""
+        return "".join(f"\n\n> “{e.quote}” [{e.source}]" for e in self.evidence)

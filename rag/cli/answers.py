@@ -51,10 +51,12 @@ def ask_cmd(ctx: click.Context, question: str, index: str | None, top_k: int | N
         print_json(result.to_dict())
         return
     if result.abstained:
-        out.print(("\n→ " if result.abstain_reason in ("model_declined", "ungrounded") else "") + result.answer, highlight=False,
-                  markup=False)
+        out.print(result.answer, highlight=False, markup=False)
     else:
         out.print()
+        if result.quotes_text():  # an answer made of cited quotes is not repeated
+            for quote in result.evidence:
+                out.print(f"  “{quote.quote}” [{quote.source}]", highlight=False, markup=False, soft_wrap=True)
     out.print()
     for src in result.sources:
         mark = "*" if src.number in result.citations else " "
@@ -76,24 +78,33 @@ def ask_cmd(ctx: click.Context, question: str, index: str | None, top_k: int | N
 @click.option("--followups", type=click.IntRange(0), default=0,
               help="Also measure follow-up retrieval on N two-turn conversations built from the set.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--distractors", type=click.Path(exists=True, path_type=Path), multiple=True,
+              help="Then add these unrelated documents to the same index and answer the same questions again.")
+@click.option("--dump", type=click.Path(dir_okay=False, writable=True, path_type=Path),
+              help="Write every question, answer, evidence, sources and verdict here (JSON Lines).")
 @json_option()
 @click.pass_context
 @handle_errors
 def eval_cmd(ctx: click.Context, questions: Path, docs: Path, index: str | None, top_k: int, answers: int,
-             followups: int, seed: int, as_json: bool) -> None:
-    """Retrieval recall@k and answer accuracy / abstention / latency on a QA set."""
+             followups: int, seed: int, distractors: tuple[Path, ...], dump: Path | None, as_json: bool) -> None:
+    """Retrieval recall@k, and what a reader sees of the answers: F1 / EM, gold in the answer, length,
+    citation precision, abstention, off-topic refusal (alone and in a conversation), latency."""
     from rag.evaluate import evaluate
 
     settings = settings_from(ctx)
     report = evaluate(settings, questions, docs, index, top_k, answers, seed,
-                      log=lambda message: console.log(literal(message)), followups=followups)
+                      log=lambda message: console.log(literal(message)), followups=followups,
+                      distractors=distractors, dump=dump)
     if as_json:
         print_json(report)
         return
-    table = Table("metric", "value", title="evaluation")
+    table = Table("metric", "value", "with distractors" if distractors else "", title="evaluation")
+    extra = report.get("with_distractors", {})
     for key, value in report.items():
         if not isinstance(value, (dict, list)):
-            table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
+            other = extra.get(key)
+            table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value),
+                          "" if other is None else f"{other:.3f}" if isinstance(other, float) else str(other))
     out.print(table)
 
 

@@ -113,8 +113,8 @@ class Settings:
         metadata={"doc": "remote generator: JSON object merged into each request (the default stops an upstream "
                          "rag serve from retrieving again; other servers ignore the field; {} for strict ones)"})
     copy_bias: float = field(
-        default=2.0, metadata={"doc": "added to the logits of the passages' tokens while answering, so the model "
-                                      "copies the evidence (0 = off; ignored by the og.Engine batching path)"})
+        default=0.0, metadata={"doc": "logit bias toward the passages' tokens (rag bench engine --copy-bias); answers "
+                                      "from the documents are constrained to copied spans, which supersedes it"})
     # Not a setting: where each non-default value came from (a rag.toml path, "env RAG_...", "command line").
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False,
                                        metadata={"internal": True})

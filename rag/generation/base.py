@@ -13,6 +13,7 @@ import numpy as np
 
 from rag.core.errors import BadRequestError
 from rag.core.settings import Settings
+from rag.generation.logits import TokenSpan
 
 Message = dict[str, str]  # {"role": ..., "content": ...}
 
@@ -29,6 +30,10 @@ class SamplingOptions:
     # the model (and of its abstention reply); plain chat leaves it empty, which turns the bias off.
     copy_bias: float = Settings.copy_bias
     copy_tokens: tuple[int, ...] = ()
+    # Constrained decoding (``logits.SpanConstraint``): when set, the reply is a prefix of one of these spans
+    # (the answering layer's candidate answers, copied from the passages). A generator without a logits step
+    # (a remote server, the batching engine) ignores it; the answering layer verifies the reply either way.
+    spans: tuple[TokenSpan, ...] = ()
 
     def validate(self) -> "SamplingOptions":
         if not 1 <= self.max_tokens <= 4096:

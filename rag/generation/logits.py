@@ -33,3 +33,54 @@ class LogitBias:
         """Adds the bias to ``logits`` (``[..., vocab]``) in place and returns them."""
         logits[..., self.ids] += np.float32(self.delta)
         return logits
+
+
+# Added to the end-of-answer logit where a span may stop: without it the small model copies on to the end of
+# the sentence. Dev (60 questions, seed 5): 3 gave F1 0.215 / 8 words, 2 gave 0.192-0.204 / 9-11 words; a bonus
+# growing with length (0.3 a token) shortened answers but lost gold answers.
+END_BONUS = 3.0
+
+
+@dataclass(frozen=True)
+class TokenSpan:
+    """A token sequence the reply may copy a prefix of, and the prefix lengths at which it may stop."""
+
+    tokens: tuple[int, ...]
+    ends: frozenset[int]
+
+
+class SpanConstraint:
+    """Constrained decoding: the reply is a prefix of one of ``spans`` that stops at one of its ends.
+
+    At each step only the next token of a span still matching the reply so far may be picked, and the
+    end-of-sequence ids only where such a span allows a stop (their logit is the larger of EOS and
+    ``stop_ids``' — a model ending a phrase with "." — plus ``END_BONUS``). When no span can go on, the
+    reply ends. The model still chooses, by its own logits, where in the passages its answer starts and
+    how long it runs; it cannot write a word the passages do not hold, nor stop mid-word."""
+
+    def __init__(self, spans: Sequence[TokenSpan], eos_ids: Iterable[int], stop_ids: Iterable[int] = ()) -> None:
+        self.spans = list(spans)
+        self.eos = np.asarray(sorted(eos_ids), dtype=np.int64)
+        self.stops = np.asarray(sorted({*eos_ids, *stop_ids}), dtype=np.int64)
+        self.live = list(range(len(self.spans)))
+        self.step = 0
+
+    def apply(self, logits: np.ndarray) -> np.ndarray:
+        """``logits`` (``[..., vocab]``) masked to what may come next."""
+        # Only spans that can still reach one of their ends: a reply never stops at a cut.
+        allowed = np.asarray(sorted({self.spans[i].tokens[self.step] for i in self.live
+                                     if self.step < len(self.spans[i].tokens)
+                                     and max(self.spans[i].ends, default=0) > self.step}), dtype=np.int64)
+        can_end = self.step > 0 and any(self.step in self.spans[i].ends for i in self.live)
+        masked = np.full_like(logits, -np.inf)
+        if len(allowed):
+            masked[..., allowed] = logits[..., allowed]
+        if can_end or not len(allowed):
+            end = logits[..., self.stops].max(axis=-1, keepdims=True) + np.float32(END_BONUS)
+            masked[..., self.eos] = end if len(allowed) else 0.0
+        return masked
+
+    def advance(self, token: int) -> None:
+        self.live = [i for i in self.live
+                     if self.step < len(self.spans[i].tokens) and self.spans[i].tokens[self.step] == token]
+        self.step += 1

@@ -23,7 +23,7 @@ from rag.core.errors import BadRequestError, ModelError
 from rag.core.files import path_for_native_library
 from rag.core.settings import resolve_threads
 from rag.generation.base import GenerationStats, Message, Prompt, SamplingOptions
-from rag.generation.logits import LogitBias
+from rag.generation.logits import LogitBias, SpanConstraint
 from rag.generation.prefix_cache import PrefixCache
 from rag.generation.recorder import TokenRecorder
 
@@ -137,14 +137,22 @@ def search_settings(options: SamplingOptions) -> dict[str, float | int | bool]:
     return settings
 
 
-def next_token(generator: object, bias: LogitBias | None = None) -> int:
-    """Advance an ``og.Generator`` by one token and return it. With a bias, the logits are read, biased and
-    written back before ORT GenAI picks (argmax, or its temperature / top-p / top-k sampling), so the pick
-    follows the generator's own search options; without one this is exactly ``generate_next_token``."""
-    if bias is not None:
-        generator.set_logits(bias.apply(generator.get_logits()))
+def next_token(generator: object, bias: LogitBias | None = None, constraint: SpanConstraint | None = None) -> int:
+    """Advance an ``og.Generator`` by one token and return it. With a bias or a constraint, the logits are read,
+    changed and written back before ORT GenAI picks (argmax, or its temperature / top-p / top-k sampling), so
+    the pick follows the generator's own search options; without either this is exactly ``generate_next_token``."""
+    if bias is not None or constraint is not None:
+        logits = generator.get_logits()
+        if bias is not None:
+            logits = bias.apply(logits)
+        if constraint is not None:
+            logits = constraint.apply(logits)
+        generator.set_logits(logits)
     generator.generate_next_token()
-    return int(generator.get_next_tokens()[0])
+    token = int(generator.get_next_tokens()[0])
+    if constraint is not None:
+        constraint.advance(token)
+    return token
 
 
 class LocalGenerator:
@@ -176,6 +184,7 @@ class LocalGenerator:
         self.load_s = time.perf_counter() - start
         self._og = og
         self.eos_token_ids = frozenset(int(t) for t in np.atleast_1d(self.tokenizer.eos_token_ids))
+        self.period_ids = frozenset(int(t) for t in self.encode(".")[-1:])  # a phrase ended with "." (spans)
         self.prefix_cache = PrefixCache(self._greedy_generator, prefix_cache_slots,
                                         min(prefix_cache_tokens, self.info.context_length))
 
@@ -318,6 +327,8 @@ class GenerationSession:
         self._prompt_tokens = prompt_tokens
         # EOS is biased with the passages' tokens: copying must not make stopping less likely than it was.
         self._bias = LogitBias.of(options.copy_tokens, options.copy_bias, also=owner.eos_token_ids)
+        self._constraint = SpanConstraint(options.spans, owner.eos_token_ids, owner.period_ids) \
+            if options.spans else None
         cache = owner.prefix_cache
         self._cache = cache if cache.fits(prompt_tokens, options.max_tokens, options.sampling) else None
         self._healthy = False  # a generator goes back to the cache only if no call on it failed
@@ -338,7 +349,7 @@ class GenerationSession:
         if self.done or generator.is_done():
             return self._close()
         self._healthy = False
-        token = next_token(generator, self._bias)
+        token = next_token(generator, self._bias, self._constraint)
         self._healthy = True
         piece = self._recorder.add(token)
         if piece is None:

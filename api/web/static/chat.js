@@ -1,7 +1,7 @@
 // The chat view: conversations (kept in localStorage), streaming answers, citations and sources.
 
 import { ApiError, streamEvents } from "./api.js";
-import { formatSeconds, h, highlighted } from "./dom.js";
+import { formatSeconds, h, highlighted, markedRanges } from "./dom.js";
 
 const STORAGE = "rag.conversations.v1";
 const MAX_CONVERSATIONS = 30;
@@ -163,7 +163,11 @@ function renderSources(turn, turnIndex) {
       cited.has(source.number) ? h("span", { class: "tag" }, "cited") : null,
       (source.highlights || []).length ? h("span", { class: "tag quiet", title: "Highlighted sentences were given to the model" }, "in context") : null,
       score);
-    const passage = h("blockquote", { class: "passage" }, ...highlighted(text, source.highlights));
+    // The evidence quoted from this source is marked exactly (its offsets); else the sentences the model saw.
+    const quoted = (turn.evidence || []).filter((e) => e.source === source.number && source.text)
+      .map((e) => [e.start, e.end]);
+    const passage = h("blockquote", { class: "passage" },
+      ...(quoted.length ? markedRanges(text, quoted) : highlighted(text, source.highlights)));
     const isSnippet = !source.text && text.length && source.snippet === text;
     return h("details", { class: "source", id: `src-${turnIndex}-${source.number}`, dataset: { number: source.number } },
       summary, passage,
@@ -209,7 +213,14 @@ function renderAnswerBody(turn, turnIndex) {
   const answer = h("div", { class: "answer-text" }, ...citationLinks(text, turnIndex));
   if (turn.state === "streaming") answer.append(h("span", { class: "cursor", "aria-hidden": "true" }));
   const explicit = [...text.matchAll(CITATION)].length > 0;
-  const citations = (turn.citations || []).filter((n) => (turn.sources || []).some((s) => s.number === n));
+  const known = (n) => (turn.sources || []).some((s) => s.number === n);
+  // The answer first, then the quotes that support it, each verbatim from its source with a link to it.
+  const evidence = explicit ? [] : (turn.evidence || []).filter((e) => known(e.source));
+  if (evidence.length) {
+    return [answer, h("div", { class: "evidence" }, ...evidence.map((e) =>
+      h("blockquote", { class: "evidence-quote" }, `“${e.quote}” `, "[", citeLink(turnIndex, e.source), "]")))];
+  }
+  const citations = (turn.citations || []).filter(known);
   const citedLine = !explicit && citations.length
     ? h("p", { class: "cited-line" }, "Supported by ", citations.flatMap((n, i) => [i ? " " : "", "[", citeLink(turnIndex, n), "]"]))
     : null;
@@ -303,6 +314,7 @@ async function ask(question, started) {
         finished = true;
         turn.sources = event.sources || [];
         turn.citations = event.citations || [];
+        turn.evidence = event.evidence || [];
         turn.abstained = Boolean(event.abstained);
         if (typeof event.answer === "string") turn.answer = event.answer;
         else if (event.abstained && event.content) turn.answer = event.content;

@@ -70,6 +70,20 @@ export function highlighted(text, highlights) {
   return nodes;
 }
 
+// `text` as nodes, with <mark class="quote"> around exact [start, end) character ranges (evidence offsets).
+export function markedRanges(text, ranges) {
+  const nodes = [];
+  let at = 0;
+  for (const [start, end] of [...ranges].sort((a, b) => a[0] - b[0])) {
+    if (start < at || end > text.length || end <= start) continue;
+    if (start > at) nodes.push(document.createTextNode(text.slice(at, start)));
+    nodes.push(h("mark", { class: "quote" }, text.slice(start, end)));
+    at = end;
+  }
+  if (at < text.length) nodes.push(document.createTextNode(text.slice(at)));
+  return nodes;
+}
+
 export function formatSeconds(ms) {
   return ms >= 10000 ? `${(ms / 1000).toFixed(0)} s` : `${(ms / 1000).toFixed(2)} s`;
 }
