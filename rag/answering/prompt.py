@@ -26,12 +26,13 @@ CITATION = re.compile(r"\[(\d{1,2})\]")
 # earlier, "there" at the end, or an opening "and / what about"; very short questions ("And in 1900?") too.
 REFERS_BACK = re.compile(
     r"(?i)\b(?:it|its|they|them|their|theirs|he|him|his|she|her|hers|this|these|those|the same|former|latter)\b|"
-    r"\bthere\s*\?*$|^\s*(?:and|but|also|so|what about|how about)\b")
+    r"\b(?:in|from|to|at|near) there\b|^\s*(?:and|but|also|so|what about|how about)\b")
 
 
 def refers_back(question: str) -> bool:
-    """Whether ``question`` needs the conversation to be understood (then retrieval folds it in)."""
-    return bool(REFERS_BACK.search(question)) or len(question.split()) <= 3
+    """Whether ``question`` needs the conversation to be understood (then retrieval folds it in): a pronoun,
+    "in there", an opening "and / what about", or a question of one or two words ("Why?", "Since when?")."""
+    return bool(REFERS_BACK.search(question)) or len(question.split()) <= 2
 
 
 def build_messages(question: str, passages: Sequence[Passage]) -> list[dict[str, str]]:

@@ -30,6 +30,7 @@ from rag.answering.retrieval import Retrieval, Retriever
 from rag.core.errors import BadRequestError
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
+from rag.core.text import content_words
 from rag.generation.base import GenerationStats, Generator, Message, Prompt, SamplingOptions
 
 SNIPPET_CHARS = 240
@@ -190,6 +191,11 @@ class AnswerService:
         ranked = tuple((sentences[int(i)].source + 1, sentences[int(i)].text)
                        for i in np.argsort(-scores, kind="stable")[:8])
         best = ranked[0][1] if ranked else None
+        if best and history and not shares_a_word(question, best):
+            # Found through the conversation only: evidence that says nothing the question itself asks about
+            # ("How long does it take light from the Sun to reach Earth?" after questions on the documents).
+            return PreparedAnswer(request, question, retrieval, passages, None, started,
+                                  (time.perf_counter() - t0) * 1000, options.sampling)
         explanatory = is_explanatory(question)
         prompt, sampling = None, options.sampling
         if best and not explanatory:
@@ -335,6 +341,19 @@ async def final_result(events: AsyncIterator[str | AnswerResult]) -> AnswerResul
     finally:
         await events.aclose()
     raise AssertionError("the answer stream ended without a result")
+
+
+# Words too common to tie evidence to a question ("How long does it take light to reach Earth?" and a sentence
+# on a war "long before the First Crusade").
+GENERIC_WORDS = frozenset("long take took many much first last time times year years people name named called "
+                          "used use make made new one two number known large small high best most part area type "
+                          "kind way also still later early".split())
+
+
+def shares_a_word(question: str, sentence: str) -> bool:
+    """The sentence holds one of the question's telling words (any, when the question has none: "Why?")."""
+    asked = content_words(question) - GENERIC_WORDS
+    return not asked or bool(asked & content_words(sentence))
 
 
 def sources(retrieval: Retrieval, passages: Sequence[Passage] = ()) -> list[Source]:
