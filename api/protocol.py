@@ -268,6 +268,7 @@ class SeedDoneEvent(msgspec.Struct, omit_defaults=True):
     sources: list[Source]
     citations: list[int]
     abstained: bool
+    abstain_reason: str | None = None  # as in AnswerResult ("empty_index": the index holds no documents)
     content: str | None = None  # the abstention message, when it abstained
 
 

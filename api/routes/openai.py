@@ -76,7 +76,7 @@ async def openai_sse(events, completion_id: str, created: int, model: str, inclu
     try:
         async for item in events:
             if isinstance(item, AnswerResult):
-                if item.abstained and item.abstain_reason == "weak_evidence":
+                if item.abstained and item.abstain_reason in ("weak_evidence", "empty_index"):  # nothing was streamed
                     yield chunk({"content": item.answer})
                 body = item.to_dict()
                 yield chunk({}, finish_reason(item), sources=body["sources"], citations=item.citations,
