@@ -196,6 +196,19 @@ class DocumentList(msgspec.Struct):
     documents: list[DocumentRecord]
 
 
+class FileFormat(msgspec.Struct):
+    kind: str  # DocumentRecord.kind
+    label: str  # what people call it: "Word", "e-mail"
+    suffixes: list[str]
+
+
+class FormatList(msgspec.Struct):
+    """The file formats an upload may have, from the ingest format registry (the one source of truth)."""
+
+    formats: list[FileFormat]
+    accept: str  # every suffix, comma-separated: an <input type=file accept=...> value
+
+
 class FileResult(msgspec.Struct):
     file: str
     status: str  # added | updated | unchanged | skipped | failed
