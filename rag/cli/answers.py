@@ -100,7 +100,8 @@ def metrics_line(result) -> str:
 @click.option("--questions", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
 @click.option("--docs", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True)
 @index_option("Use this existing index instead of a scratch one.")
-@click.option("--k", "top_k", type=int, default=5, show_default=True)
+@click.option("--top-k", "--k", "top_k", type=int, default=5, show_default=True,
+              help="Chunks retrieved per question, the k of recall@k (--k is the old name).")
 @click.option("--answers", type=int, default=0, help="Also answer N answerable + N unanswerable questions.")
 @click.option("--followups", type=click.IntRange(0), default=0,
               help="Also measure follow-up retrieval on N two-turn conversations built from the set.")
