@@ -27,5 +27,5 @@ def index_not_found(name: str, existing: Sequence[str]) -> IndexNotFoundError:
     near = difflib.get_close_matches(name, existing, n=1, cutoff=0.6) or \
         [n for n in existing if n.lower() == name.lower()]
     hint = f"did you mean {near[0]!r}? " if near else ""
-    return IndexNotFoundError(f"no index {name!r}: {hint}existing indexes: {', '.join(existing)} "
+    return IndexNotFoundError(f"index {name!r} does not exist: {hint}existing indexes: {', '.join(existing)} "
                               "(adding documents to a new name creates it)")
