@@ -22,19 +22,26 @@ USER_TURN = {  # a user message with text: the question of a chat
         {"type": "string", "pattern": NOT_BLANK},
         {"type": "array", "contains": {"type": "object", "required": ["type", "text"], "properties": {
             "type": {"const": "text"}, "text": {"type": "string", "pattern": NOT_BLANK}}}}]}}}
-TopK = Annotated[int, msgspec.Meta(ge=1, le=50)]
 MaxTokens = Annotated[int, msgspec.Meta(ge=1, le=4096)]
 Temperature = Annotated[float, msgspec.Meta(ge=0.0, le=2.0)]
 TopP = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
 SamplingTopK = Annotated[int, msgspec.Meta(ge=0, le=1000)]
 StopString = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 IndexName = Annotated[str, msgspec.Meta(pattern=INDEX_NAME_PATTERN)]
+# ``top_k`` has two meanings, side by side (README, "top_k: two meanings"): retrieval depth on /v1/ask and
+# /v1/retrieve, sampling top-k on the seed-compatible /v1/chat, whose meaning is kept.
+RetrievalTopK = Annotated[int, msgspec.Meta(ge=1, le=50, description=(
+    "retrieval depth: how many chunks are retrieved (default: the server's top_k setting, `rag ask --top-k`). "
+    "On /v1/chat, top_k means sampling top-k instead; there the depth is the server's setting."))]
+ChatSamplingTopK = Annotated[int, msgspec.Meta(ge=0, le=1000, description=(
+    "sampling top-k, as in the seed backend (0 = off). Not the retrieval depth: the chunks retrieved come from "
+    "the server's top_k setting (on /v1/ask and /v1/retrieve, top_k is that depth; top_k_sampling is this)."))]
 
 
 class AskRequest(msgspec.Struct, forbid_unknown_fields=True):
     question: Question
     index: IndexName | None = None
-    top_k: TopK | None = None
+    top_k: RetrievalTopK | None = None
     max_tokens: MaxTokens | None = None
     temperature: Temperature | None = None
     top_p: TopP | None = None
@@ -67,7 +74,7 @@ class ChatRequest(msgspec.Struct):
     temperature: Temperature | None = None
     max_tokens: MaxTokens | None = None
     top_p: TopP | None = None
-    top_k: SamplingTopK | None = None
+    top_k: ChatSamplingTopK | None = None
     use_context: bool = True
     index: IndexName | None = None
     documents: list[str] | None = None
@@ -97,7 +104,7 @@ class ChatCompletionRequest(msgspec.Struct):
 
 class RetrieveRequest(msgspec.Struct, forbid_unknown_fields=True):
     query: Question
-    top_k: TopK | None = None
+    top_k: RetrievalTopK | None = None
     documents: list[str] | None = None
     index: IndexName | None = None
 
@@ -199,6 +206,19 @@ class DocumentList(msgspec.Struct):
     documents: list[DocumentRecord]
 
 
+class FileFormat(msgspec.Struct):
+    kind: str  # DocumentRecord.kind
+    label: str  # what people call it: "Word", "e-mail"
+    suffixes: list[str]
+
+
+class FormatList(msgspec.Struct):
+    """The file formats an upload may have, from the ingest format registry (the one source of truth)."""
+
+    formats: list[FileFormat]
+    accept: str  # every suffix, comma-separated: an <input type=file accept=...> value
+
+
 class FileResult(msgspec.Struct):
     file: str
     status: str  # added | updated | unchanged | skipped | failed
@@ -273,6 +293,7 @@ class SeedDoneEvent(msgspec.Struct, omit_defaults=True):
     citations: list[int]
     abstained: bool
     evidence: list[Evidence] = []
+    abstain_reason: str | None = None  # as in AnswerResult ("empty_index": the index holds no documents)
     content: str | None = None  # the abstention message, when it abstained
 
 

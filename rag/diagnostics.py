@@ -15,6 +15,7 @@ import numpy as np
 from rag.core.errors import BadRequestError, ConfigError, RagError
 from rag.core.settings import Settings, tomllib
 from rag.modelstore.manifest import atomic_write_text, read_manifest
+from rag.modelstore.sources import known_source
 
 IMPORT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -64,9 +65,13 @@ def installed_models(models_dir: Path) -> list[dict]:
         folder = models_dir / name
         size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
         sha = _source_sha(entry)
+        # A default model prepared before its entry recorded these: the facts of its (checked) source wheel.
+        known = known_source(entry.get("source", {}).get("package"))
         rows.append({"name": name, "kind": entry.get("kind"),
-                     "architecture": entry.get("architecture") or entry.get("model_type"),  # a copy: genai type
-                     "parameters": entry.get("parameters"), "precision": entry.get("precision"),
+                     "architecture": entry.get("architecture") or entry.get("model_type")  # a copy: genai type
+                     or (known.architecture if known else None),
+                     "parameters": entry.get("parameters") or (known.parameters if known else None),
+                     "precision": entry.get("precision"),
                      "source": _source_text(entry), "sha256": sha, "licence": entry.get("licence"),
                      "built_at": entry.get("built_at"), "present": folder.is_dir(),
                      "size_mb": round(size / 1e6, 1)})
@@ -257,8 +262,10 @@ def probe_generator(settings: Settings, name: str) -> Probe:
                  round(answer, 2) if answer else None, generator.context_length, generator.device)
 
 
-def recommend(probes: list[Probe], rows: list[dict], budget_s: float = ANSWER_BUDGET_S) -> dict:
-    """The largest model (parameters, else size) whose expected answer fits the budget; else the fastest."""
+def recommend(probes: list[Probe], rows: list[dict], budget_s: float = ANSWER_BUDGET_S,
+              in_use: str | None = None) -> dict:
+    """The largest model (parameters, else size) whose expected answer fits the budget; else the fastest.
+    No ``rag models use`` command when that model (``in_use``) is already the generator."""
     size = {r["name"]: (r.get("parameters") or 0, r.get("size_mb") or 0) for r in rows}
     working = [p for p in probes if p.ok and p.answer_s is not None]
     fitting = [p for p in working if p.answer_s <= budget_s]
@@ -271,7 +278,9 @@ def recommend(probes: list[Probe], rows: list[dict], budget_s: float = ANSWER_BU
         why = f"no model fits the {budget_s:g} s budget; this one is the fastest ({best.answer_s} s)"
     else:
         return {"model": None, "why": "no installed generator could be probed"}
-    return {"model": best.name, "why": why, "command": f"rag models use {best.name}"}
+    if best.name == in_use:
+        return {"model": best.name, "why": why, "command": None, "in_use": True}
+    return {"model": best.name, "why": why, "command": f"rag models use {best.name}", "in_use": False}
 
 
 def machine_info(settings: Settings, probe: bool = True, only: list[str] | None = None) -> dict:
@@ -290,5 +299,8 @@ def machine_info(settings: Settings, probe: bool = True, only: list[str] | None 
             "generator_in_use": str(settings.generator_path), "models": rows,
             "probes": [p.__dict__ for p in probes], "budget_s": ANSWER_BUDGET_S}
     if probe:
-        info["recommendation"] = recommend(probes, rows)
+        in_use = None if settings.generator_url else next(
+            (r["name"] for r in rows if (settings.models_dir / r["name"]).resolve() == settings.generator_path.resolve()),
+            None)
+        info["recommendation"] = recommend(probes, rows, in_use=in_use)
     return info

@@ -242,6 +242,29 @@ def test_retrieve_returns_scored_chunks(client: TestClient):
     assert scores == sorted(scores, reverse=True)
     assert Path(chunks[0]["path"]).name == "normans.md"
     assert "embed_ms" in body["metrics"] and "search_ms" in body["metrics"]
+    relevance = [c["relevance"] for c in chunks]  # the figure people are shown, in the same order
+    assert relevance == sorted(relevance, reverse=True) and all(0 < r <= 1 for r in relevance)
+
+
+def test_upload_formats_come_from_the_registry(client: TestClient):
+    from ingest.formats.registry import FORMATS
+
+    body = client.get("/v1/documents/formats").json()
+    assert [(f["kind"], f["suffixes"]) for f in body["formats"]] == [(f.kind, list(f.suffixes)) for f in FORMATS]
+    assert all(f["label"] for f in body["formats"])
+    assert body["accept"].split(",") == [suffix for f in FORMATS for suffix in f.suffixes]
+
+
+def test_schema_tells_the_two_meanings_of_top_k_side_by_side(client: TestClient):
+    schemas = client.get("/schema/openapi.json").json()["components"]["schemas"]
+
+    def top_k(name: str) -> str:
+        prop = schemas[name]["properties"]["top_k"]
+        return " ".join(part.get("description", "") for part in prop.get("anyOf", [prop]))
+
+    assert "retrieval depth" in top_k("AskRequest") and "sampling top-k" in top_k("AskRequest")
+    assert "retrieval depth" in top_k("RetrieveRequest")
+    assert top_k("ChatRequest").startswith("sampling top-k") and "retrieval depth" in top_k("ChatRequest")
 
 
 # --------------------------------------------------------------------------- seed-compatible chat

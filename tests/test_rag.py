@@ -546,7 +546,7 @@ def test_eval_rejects_bad_questions_file(settings: Settings, eval_set: tuple[Pat
 # --------------------------------------------------------------------------- 11. rag ask CLI
 def test_ask_cli_streams_answer_and_sources(settings: Settings, rag_home: Path, rollo_result: AnswerResult):
     # Same question and options as the in-process ``rollo_result`` (greedy), so the text must match.
-    proc = run_cli(settings, "--home", str(rag_home), "ask", ROLLO_QUESTION, "--max-tokens", str(SHORT))
+    proc = run_cli(settings, "--home", str(rag_home), "ask", ROLLO_QUESTION, "--max-tokens", str(SHORT), "--top-k", "5")
     assert proc.returncode == 0, proc.stderr[-2000:]
     answer_part, sep, sources_part = proc.stdout.partition("\n\n")
     assert sep, proc.stdout
@@ -562,20 +562,71 @@ def test_ask_cli_streams_answer_and_sources(settings: Settings, rag_home: Path, 
     source_lines = [line for line in sources_part.splitlines() if line.strip()]
     flat = "".join(sources_part.split())
     assert [f"[{n}]" in flat for n in range(1, 7)] == [True] * 5 + [False]
-    assert "normans.md" in flat and "score" in flat
+    assert "normans.md" in flat and "score" not in flat
+    # One relevance measure, in rank order, the same figures the API and the web app get.
+    shown = [int(m) for m in re.findall(r"\(relevance (\d+)%\)$", sources_part, re.MULTILINE)]
+    assert shown == [round(s.relevance * 100) for s in rollo_result.sources] and shown == sorted(shown, reverse=True)
+    assert all(0 < s.relevance <= 1 for s in rollo_result.sources)
+    assert all(len(line) > 80 for line in source_lines)  # not a terminal: one source per line, never wrapped
     starred = [int(m) for m in re.findall(r"^\*\[(\d+)\]", sources_part, re.MULTILINE)]
     assert starred == sorted(rollo_result.citations), (source_lines, rollo_result.citations)
     assert "TTFT" in proc.stderr and "retrieval" in proc.stderr
 
 
 def test_ask_cli_json(settings: Settings, rag_home: Path):
-    proc = run_cli(settings, "--home", str(rag_home), "ask", VICTORIA_QUESTION, "--max-tokens", "8", "--json")
+    proc = run_cli(settings, "--home", str(rag_home), "ask", VICTORIA_QUESTION, "--max-tokens", "8", "--json",
+                   "--k", "4")  # the old name of --top-k still works
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(proc.stdout)
     assert {"answer", "sources", "metrics", "evidence"} <= set(data)
     assert data["answer"].strip() and data["sources"]
     assert Path(data["sources"][0]["path"]).name == "victoria_australia.md"
     assert data["metrics"]["retrieval_ms"] > 0
+    assert len(data["sources"]) == 4
+    relevance = [s["relevance"] for s in data["sources"]]
+    assert relevance == sorted(relevance, reverse=True) and all(0 < r <= 1 for r in relevance)
+    assert all(s["found_by"] in ("meaning and keywords", "meaning", "keywords") for s in data["sources"])
+
+
+def test_ask_cli_on_an_empty_index_says_so_and_how_to_add_documents(settings: Settings, embedder, tmp_path: Path):
+    from ingest.store.embedded import EmbeddedIndex as Index
+
+    home = tmp_path / "home"
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "note.md").write_text("# Note\n\nThe harbour opens at nine.\n", encoding="utf-8")
+    index = Index(settings.replace(home=home).index_path())
+    assert ingest_paths([docs], index, embedder).count("added") == 1
+    deleted = run_cli(settings, "--home", str(home), "documents", "delete", str(docs / "note.md"))
+    assert deleted.returncode == 0, deleted.stderr
+    assert deleted.stderr.rstrip().endswith(", 1 chunk)")  # not "1 chunks"
+    proc = run_cli(settings, "--home", str(home), "ask", "When does the harbour open?", "--top-k", "3")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "There are no documents in index 'default' yet" in proc.stdout
+    assert "rag ingest PATH" in proc.stdout and "Documents page" in proc.stdout
+    assert "the index holds no documents" in proc.stderr
+    assert "0 tok" not in proc.stderr and "TTFT" not in proc.stderr
+    data = json.loads(run_cli(settings, "--home", str(home), "ask", "When does it open?", "--json").stdout)
+    assert data["abstained"] and data["abstain_reason"] == "empty_index" and data["sources"] == []
+
+
+def test_a_mistyped_index_gets_did_you_mean_and_the_list(settings: Settings, rag_home: Path):
+    proc = run_cli(settings, "--home", str(rag_home), "index", "info", "--index", "defualt")
+    assert proc.returncode == 2
+    assert "did you mean 'default'?" in proc.stderr and "existing indexes: default" in proc.stderr
+    far = run_cli(settings, "--home", str(rag_home), "documents", "list", "--index", "zzz")
+    assert far.returncode == 2 and "did you mean" not in far.stderr and "existing indexes: default" in far.stderr
+
+
+def test_index_info_shows_size_on_disk_in_readable_units(settings: Settings, rag_home: Path, index_root: Path):
+    proc = run_cli(settings, "--home", str(rag_home), "index", "info")
+    assert proc.returncode == 0, proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if "size on disk" in line)
+    size = float(re.search(r"([\d.]+) (kB|MB)", row).group(1))
+    on_disk = sum(p.stat().st_size for p in index_root.rglob("*") if p.is_file())
+    unit = 1e3 if "kB" in row else 1e6
+    assert size == pytest.approx(on_disk / unit, rel=0.2), (row, on_disk)
+    assert "size_bytes" not in proc.stdout
 
 
 def test_ask_cli_missing_index(settings: Settings, tmp_path: Path):

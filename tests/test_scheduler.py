@@ -103,3 +103,19 @@ def test_engine_mode_stops_a_looping_reply(engine_generator: LocalGenerator) -> 
     assert stats.finish_reason == "stop" and stats.output_tokens < 60
     block = text[: len(text) // 2]
     assert text == block * 2 and drop_repeated_tail(text) == block
+
+
+def test_taking_turns_is_said_at_info_level_in_plain_words(generator, caplog) -> None:
+    """The default model cannot use the batching engine: the normal path, so no WARNING at every start."""
+    import logging
+
+    with caplog.at_level(logging.DEBUG, logger="rag.generation.scheduler"):
+        scheduler = GenerationScheduler(generator, max_queue=2)
+    try:
+        assert scheduler.mode == "interleaved"
+        said = [r for r in caplog.records if "taking turns" in r.getMessage()]
+        assert len(said) == 1 and said[0].levelno == logging.INFO
+        assert "ENGINE_EXECUTION_FAILURE" not in said[0].getMessage()
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    finally:
+        scheduler.close()

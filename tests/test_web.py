@@ -189,6 +189,12 @@ def test_answer_streams_into_the_page_with_sources_and_citations(page, server: s
     number = quote.locator("a.cite").get_attribute("data-source")
     marked = turn.locator(f"details.source[data-number='{number}'] mark.quote")
     assert marked.count() == 1 and marked.inner_text() in quote_text, "the quoted span is marked in its source"
+    # One relevance measure, in rank order; file names, never the server's absolute paths.
+    shown = [int(re.fullmatch(r"relevance (\d+)%", text).group(1))
+             for text in turn.locator("details.source .score").all_text_contents()]
+    assert len(shown) == 5 and shown == sorted(shown, reverse=True), shown
+    for path in turn.locator(".source-path").all_text_contents():
+        assert "/" not in path and "\\" not in path and path.endswith(".md"), path
 
     first_token = int(turn.get_attribute("data-first-token-ms"))
     total = int(turn.get_attribute("data-total-ms"))
@@ -285,10 +291,70 @@ def test_stop_cancels_the_generation(page, server: str):
         assert time.monotonic() < deadline, "the server kept generating after the page stopped"
         time.sleep(0.1)
     assert len(turn.locator(".answer-text").inner_text()) == stopped_at
+    # A stopped answer has no sources: a [n] in its text is plain text, not a link that opens nothing.
+    assert turn.locator("details.source").count() == 0
+    expect(turn.locator("a.cite")).to_have_count(0)
     page.unroute("**/v1/chat/stream")
 
 
+def test_empty_chat_page_shows_the_documents_and_example_questions(page, server: str):
+    open_ready(page, server)
+    empty = page.locator("#chat-empty-index")
+    expect(empty).to_contain_text("In this index (3 documents)")
+    titles = [d["title"] for d in httpx.get(f"{server}/v1/documents").json()["documents"]]
+    expect(empty.locator(".empty-documents li")).to_have_count(3)
+    for title in titles:
+        expect(empty).to_contain_text(title)
+    examples = empty.locator("button.example")
+    expect(examples).to_have_count(3)
+    examples.first.click()
+    assert page.input_value("#question") == examples.first.inner_text()
+
+
+def test_clear_all_conversations(page, server: str):
+    open_ready(page, server)
+    ask(page, ROLLO_QUESTION)
+    page.click("#new-conversation")
+    ask(page, OFF_TOPIC_QUESTION)
+    expect(page.locator("#conversation-list li")).to_have_count(2)
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#clear-conversations")
+    expect(page.locator(".turn")).to_have_count(0)
+    expect(page.locator("#conversation-list .conversation-delete")).to_have_count(0)
+    expect(page.locator("#clear-conversations")).to_be_hidden()
+    kept = json.loads(page.evaluate("localStorage.getItem('rag.conversations.v1')"))["conversations"]
+    assert all(not c["turns"] for c in kept), kept
+    page.reload()
+    expect(page.locator(".turn")).to_have_count(0)
+
+
 # --------------------------------------------------------------------------- documents
+def test_upload_hint_and_file_picker_come_from_the_format_registry(page, server: str):
+    from ingest.formats.registry import FORMATS
+
+    listed = httpx.get(f"{server}/v1/documents/formats").json()
+    assert [f["kind"] for f in listed["formats"]] == [f.kind for f in FORMATS]
+    open_ready(page, server, "/documents")
+    suffixes = [suffix for f in FORMATS for suffix in f.suffixes]
+    expect(page.locator("#file-input")).to_have_attribute("accept", ",".join(suffixes))
+    hint = page.locator("#formats-hint")
+    for label in ("PDF", "Word", "Excel", "PowerPoint", "e-mail", "EPUB", "images"):
+        expect(hint).to_contain_text(label)
+
+
+def test_upload_results_can_be_dismissed(page, server: str):
+    open_ready(page, server, "/documents")
+    expect(page.locator("#uploads-head")).to_be_hidden()
+    upload_via_picker(page, "empty-one.txt", b"")
+    upload_via_picker(page, "empty-two.txt", b"")
+    expect(page.locator(".upload[data-state='failed']")).to_have_count(2, timeout=CHAT_TIMEOUT_MS)
+    page.locator(".upload", has_text="empty-two.txt").locator(".upload-dismiss").click()
+    expect(page.locator(".upload")).to_have_count(1)
+    page.click("#uploads-clear")
+    expect(page.locator(".upload")).to_have_count(0)
+    expect(page.locator("#uploads-head")).to_be_hidden()
+
+
 def test_upload_list_ask_and_delete_a_document(page, server: str):
     open_ready(page, server, "/documents")
     expect(page.locator("#documents-body tr")).to_have_count(3)
@@ -381,10 +447,34 @@ def test_index_picker_appears_with_a_second_index_and_scopes_everything(page, se
     with page.expect_request("**/v1/chat/stream") as request:
         turn = ask(page, "When is the Zorblat festival held?")
     assert request.value.post_data_json["index"] == "second"
-    for source in turn.locator(".source-path").all_text_contents():
-        assert "uploads/second/" in source, source
+    assert set(turn.locator(".source-path").all_text_contents()) <= {"zorblat-notes.txt", "qwerty.md"}
+    page.click("#tab-documents")
+    assert page.locator(".upload").count() >= 1
+    page.locator("#index-select").select_option("default")  # upload results belong to the index they went to
+    expect(page.locator(".upload")).to_have_count(0)
+    expect(page.locator("#uploads-head")).to_be_hidden()
+    page.locator("#index-select").select_option("second")
     page.reload()
     expect(page.locator("#index-select")).to_have_value("second")  # the choice is remembered
+
+
+def test_an_empty_index_says_so_in_the_chat(page, server: str):
+    created = httpx.post(f"{server}/v1/documents?index=emptied", timeout=60,
+                         files={"data": ("note.txt", b"The harbour opens at nine every morning.\n", "text/plain")})
+    assert created.status_code == 200, created.text
+    doc = created.json()["files"][0]["document_id"]
+    assert httpx.delete(f"{server}/v1/documents/{doc}?index=emptied").status_code == 200
+    open_ready(page, server)
+    page.locator("#index-select").select_option("emptied")
+    expect(page.locator("#chat-empty-index")).to_contain_text("This index has no documents yet")
+    page.fill("#question", "When does the harbour open?")
+    page.press("#question", "Enter")
+    turn = page.locator(".turn").first
+    expect(turn).to_have_attribute("data-state", "done", timeout=CHAT_TIMEOUT_MS)
+    expect(turn.locator(".abstained")).to_contain_text("No documents in this index yet")
+    expect(turn.locator(".abstained")).to_contain_text("Documents page")
+    expect(turn.locator(".abstained")).to_have_attribute("data-reason", "empty_index")
+    page.locator("#index-select").select_option("default")
 
 
 def test_narrow_screen(page, server: str):
@@ -395,6 +485,14 @@ def test_narrow_screen(page, server: str):
     assert width <= 390, f"the page scrolls sideways on a phone ({width} px wide)"
     turn.locator("a.cite").first.click()
     screenshot(page, "chat-narrow.png")
+    # The two-row top bar scrolls away on a phone, so it never covers the question; titles wrap, not cut.
+    assert page.evaluate("getComputedStyle(document.querySelector('.topbar')).position") == "static"
+    title = page.locator(".conversation-open").first
+    assert title.evaluate("el => getComputedStyle(el).whiteSpace") == "normal"
+    page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
+    question = turn.locator(".question p").bounding_box()
+    header = page.locator(".topbar").bounding_box()
+    assert question["y"] >= header["y"] + header["height"] - 1 or header["y"] + header["height"] <= 0
 
 
 # --------------------------------------------------------------------------- loading and auth

@@ -71,7 +71,7 @@ async def seed_sse(events):
             if isinstance(item, AnswerResult):
                 yield sse({"done": True, "token": "[DONE]", "metrics": msgspec.to_builtins(seed_metrics(item)),
                            "sources": item.to_dict()["sources"], "abstained": item.abstained,
-                           "citations": item.citations, "answer": item.answer,
+                           "abstain_reason": item.abstain_reason, "citations": item.citations, "answer": item.answer,
                            "evidence": item.to_dict()["evidence"],
                            **({"content": item.answer} if item.abstained else {})})
             else:

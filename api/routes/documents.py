@@ -10,10 +10,11 @@ from litestar.datastructures import State
 from litestar.params import FromPath, QueryParameter
 
 from api.openapi import UPLOAD_RESPONSES, errors, operation
-from api.protocol import DeleteResponse, DocumentList, ErrorBody, FileResult, UploadResponse
+from api.protocol import DeleteResponse, DocumentList, ErrorBody, FileFormat, FileResult, FormatList, UploadResponse
 from api.requests import uploaded_files
 from api.state import AppState
 from ingest.formats.options import LoadOptions
+from ingest.formats.registry import FORMATS
 from ingest.uploads import IncomingFile
 from rag.core.names import INDEX_NAME_PATTERN
 
@@ -50,6 +51,11 @@ class DocumentsController(Controller):
         first = report.outcomes[0]
         body.error = ErrorBody(type=first.reason_type or "unprocessable_document", message=f"{first.path}: {first.reason}")
         return Response(body, status_code=413 if report.all_too_large else 422)
+
+    @get("/formats", summary="The file formats an upload may have (the web app's upload hint and file picker)")
+    async def formats(self) -> FormatList:
+        return FormatList(formats=[FileFormat(kind=f.kind, label=f.label, suffixes=list(f.suffixes)) for f in FORMATS],
+                          accept=",".join(suffix for f in FORMATS for suffix in f.suffixes))
 
     @get("", summary="Documents in an index", responses=errors(400, 404))
     async def list_documents(self, state: State, index: IndexQuery = None) -> DocumentList:

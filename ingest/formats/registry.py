@@ -31,20 +31,21 @@ class Format:
     family: str  # text | pdf | zip | image: how the content is checked
     isolate: bool  # heavy parsing: the ingest pipeline runs it in a worker process under load_timeout_s
     zip_member: str | None = None  # the part that makes a zip this format
+    label: str = ""  # what people call it ("Word", "E-mail"): the web app's upload hint is made from these
 
 
 FORMATS: tuple[Format, ...] = (
-    Format("pdf", (".pdf",), "ingest.formats.pdf:load_pdf", "pdf", True),
-    Format("txt", (".txt",), "ingest.formats.text:load_txt", "text", False),
-    Format("md", (".md", ".markdown"), "ingest.formats.text:load_markdown", "text", False),
-    Format("html", (".html", ".htm"), "ingest.formats.text:load_html", "text", False),
-    Format("docx", (".docx",), "ingest.formats.office:load_docx", "zip", True, "word/document.xml"),
-    Format("pptx", (".pptx",), "ingest.formats.office:load_pptx", "zip", True, "ppt/presentation.xml"),
-    Format("xlsx", (".xlsx", ".xlsm"), "ingest.formats.sheets:load_xlsx", "zip", True, "xl/workbook.xml"),
-    Format("csv", (".csv", ".tsv"), "ingest.formats.sheets:load_csv", "text", False),
-    Format("eml", (".eml",), "ingest.formats.mail:load_eml", "text", False),
-    Format("epub", (".epub",), "ingest.formats.ebook:load_epub", "zip", True, "META-INF/container.xml"),
-    Format("image", (".png", ".jpg", ".jpeg", ".tif", ".tiff"), "ingest.formats.ocr:load_image", "image", True),
+    Format("pdf", (".pdf",), "ingest.formats.pdf:load_pdf", "pdf", True, label="PDF"),
+    Format("txt", (".txt",), "ingest.formats.text:load_txt", "text", False, label="text"),
+    Format("md", (".md", ".markdown"), "ingest.formats.text:load_markdown", "text", False, label="Markdown"),
+    Format("html", (".html", ".htm"), "ingest.formats.text:load_html", "text", False, label="HTML"),
+    Format("docx", (".docx",), "ingest.formats.office:load_docx", "zip", True, "word/document.xml", label="Word"),
+    Format("pptx", (".pptx",), "ingest.formats.office:load_pptx", "zip", True, "ppt/presentation.xml", label="PowerPoint"),
+    Format("xlsx", (".xlsx", ".xlsm"), "ingest.formats.sheets:load_xlsx", "zip", True, "xl/workbook.xml", label="Excel"),
+    Format("csv", (".csv", ".tsv"), "ingest.formats.sheets:load_csv", "text", False, label="CSV"),
+    Format("eml", (".eml",), "ingest.formats.mail:load_eml", "text", False, label="e-mail"),
+    Format("epub", (".epub",), "ingest.formats.ebook:load_epub", "zip", True, "META-INF/container.xml", label="EPUB"),
+    Format("image", (".png", ".jpg", ".jpeg", ".tif", ".tiff"), "ingest.formats.ocr:load_image", "image", True, label="images (OCR)"),
 )
 BY_SUFFIX: dict[str, Format] = {suffix: f for f in FORMATS for suffix in f.suffixes}
 BY_KIND: dict[str, Format] = {f.kind: f for f in FORMATS}

@@ -31,10 +31,9 @@ from rag.core.errors import (
     DocumentNotFoundError,
     EmbedderMismatchError,
     IndexLockedError,
-    IndexNotFoundError,
 )
 from rag.core.files import replace_file
-from rag.core.names import validate_index_name
+from rag.core.names import index_not_found, validate_index_name
 from rag.core.text import content_terms
 
 DB_NAME = "store.sqlite"
@@ -369,8 +368,7 @@ class EmbeddedReader:
     def __init__(self, root: Path) -> None:
         validate_index_name(root.name)
         if not (root / DB_NAME).is_file():
-            raise IndexNotFoundError(f"index {root.name!r} does not exist yet: add documents to it first "
-                                     "(`rag ingest` or POST /v1/documents)")
+            raise index_not_found(root.name, EmbeddedStore(root.parent).names())
         self.root = root
         self.name = root.name
         self._conn = _connect(root / DB_NAME)

@@ -42,7 +42,7 @@ from rag.core.errors import (
     IndexNotFoundError,
     StoreUnavailableError,
 )
-from rag.core.names import validate_index_name
+from rag.core.names import index_not_found, validate_index_name
 from rag.core.text import content_terms
 
 SCHEMA_VERSION = 1
@@ -274,8 +274,7 @@ class PostgresIndex:
     def reader(self) -> "PostgresReader":
         found = self.store.lookup(self.name)
         if found is None:
-            raise IndexNotFoundError(f"index {self.name!r} does not exist yet: add documents to it first "
-                                     "(`rag ingest` or POST /v1/documents)")
+            raise index_not_found(self.name, self.store.names())
         return PostgresReader(self.store, self.name, *found)
 
     def writer(self, embedder_identity: str, dimension: int, lock_timeout_s: float = 5.0) -> "PostgresWriter":

@@ -13,7 +13,10 @@ class Source(msgspec.Struct, kw_only=True):
     page: int | None
     section: str | None
     chunk_id: int
-    score: float  # fused retrieval score
+    score: float  # fused retrieval score (reciprocal-rank fusion)
+    relevance: float = 0.0  # what people are shown: the fused score as a share of the best possible, 0-1,
+    #                         in rank order ("relevance 92%" in the web app and `rag ask`)
+    found_by: str = ""  # "meaning and keywords" | "meaning" | "keywords": which search found it
     dense_score: float | None
     lexical_score: float | None
     snippet: str
@@ -47,7 +50,7 @@ class AnswerResult(msgspec.Struct, kw_only=True):
     question: str
     answer: str
     abstained: bool
-    abstain_reason: str | None  # "weak_evidence" | "model_declined" | "ungrounded" | None
+    abstain_reason: str | None  # "empty_index" | "weak_evidence" | "model_declined" | "ungrounded" | None
     citations: list[int]
     evidence: list[Evidence] = []  # the quotes that support the answer, in order
     sources: list[Source]

@@ -24,6 +24,14 @@ class Hit:
     score: float  # fused score (higher is better)
     dense_score: float | None  # cosine similarity, if the dense side found it
     lexical_score: float | None  # BM25, if the lexical side found it
+    relevance: float = 0.0  # the fused score as a share of the best possible: 1 = first in every ranking
+
+    @property
+    def found_by(self) -> str:
+        """Which side of the search found it, in words: "meaning and keywords", "meaning", "keywords"."""
+        sides = [name for name, score in (("meaning", self.dense_score), ("keywords", self.lexical_score))
+                 if score is not None]
+        return " and ".join(sides)
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,7 @@ class Retrieval:
     search_ms: float
     query_vector: np.ndarray  # reused to score sentences during compression
     query: str  # what was searched: the question, or a follow-up folded into the earlier questions
+    index: str = ""  # the index searched (no hits at all: it holds no documents)
 
 
 def rrf_fuse(rankings: Sequence[Sequence[int]], k: int, rrf_k: int = RRF_K) -> list[tuple[int, float]]:
@@ -43,6 +52,12 @@ def rrf_fuse(rankings: Sequence[Sequence[int]], k: int, rrf_k: int = RRF_K) -> l
         for rank, item in enumerate(ranking):
             scores[item] = scores.get(item, 0.0) + 1.0 / (rrf_k + rank + 1)
     return sorted(scores.items(), key=lambda pair: (-pair[1], pair[0]))[:k]
+
+
+def relevance_scale(rankings: int, rrf_k: int = RRF_K) -> float:
+    """The fused score of a chunk ranked first in each of ``rankings`` lists: relevance = score / this, so
+    it is in rank order (the fused score is), between 0 and 1, and means the same for every query."""
+    return max(rankings, 1) / (rrf_k + 1)
 
 
 class Retriever:
@@ -74,11 +89,13 @@ class Retriever:
         for ranked, scores in [(r, dense_scores) for r in dense_lists] + [(r, lexical_scores) for r in lexical_lists]:
             for i, score in ranked:
                 scores[i] = max(score, scores.get(i, score))
-        hits = [Hit(records[i], score, dense_scores.get(i), lexical_scores.get(i))
+        best_possible = relevance_scale(len([r for r in dense_lists + lexical_lists if r]))
+        hits = [Hit(records[i], score, dense_scores.get(i), lexical_scores.get(i), min(1.0, score / best_possible))
                 for i, score in fused if i in records]  # a concurrent delete may have removed a chunk
         done = time.perf_counter()
         best = max((s for ranked in dense_lists for _, s in ranked), default=0.0)
-        return Retrieval(hits, best, (embedded - start) * 1000, (done - embedded) * 1000, vectors[-1], queries[-1])
+        return Retrieval(hits, best, (embedded - start) * 1000, (done - embedded) * 1000, vectors[-1], queries[-1],
+                         self.reader.name)
 
     def resolve_documents(self, ids_or_paths: Sequence[str]) -> list[str]:
         """Document ids for a filter given as ids or paths; an unknown one is an error, not an empty search."""

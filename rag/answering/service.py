@@ -274,6 +274,8 @@ class AnswerService:
             answer, abstained, reason = reply, False, None
             if finish_reason == "length" and reply:  # plain chat cut by the limit: end at a word, say so
                 answer = cut_cleanly(reply)
+        elif prepared.abstain_early and not r.hits:  # nothing to search: say so, and what to do
+            answer, abstained, reason = empty_index_message(r.index), True, "empty_index"
         elif prepared.abstain_early:
             answer, abstained, reason = ABSTENTION_MESSAGE, True, "weak_evidence"
         elif prepared.explanatory:
@@ -332,6 +334,12 @@ class AnswerService:
         return sentence_quote(source, retrieval.hits[source - 1].chunk.text, sentence)
 
 
+def empty_index_message(index: str) -> str:
+    """What an answer from an index without documents says (the web app, `rag ask`, the API alike)."""
+    return (f"There are no documents in index {index!r} yet, so there is nothing to answer from. Add some on the "
+            f"web app's Documents page, with `rag ingest PATH --index {index}`, or with POST /v1/documents.")
+
+
 async def final_result(events: AsyncIterator[str | AnswerResult]) -> AnswerResult:
     """Read an answer stream to its result; the stream is closed (generation cancelled) if the reader is."""
     try:
@@ -361,6 +369,7 @@ def sources(retrieval: Retrieval, passages: Sequence[Passage] = ()) -> list[Sour
     sent = {p.number: list(p.sentences) for p in passages}
     return [Source(number=n, document_id=h.chunk.doc_id, path=h.chunk.path, title=h.chunk.title,
                    page=h.chunk.page, section=h.chunk.section, chunk_id=h.chunk.id, score=round(h.score, 5),
+                   relevance=round(h.relevance, 3), found_by=h.found_by,
                    dense_score=None if h.dense_score is None else round(h.dense_score, 4),
                    lexical_score=None if h.lexical_score is None else round(h.lexical_score, 4),
                    snippet=h.chunk.text[:SNIPPET_CHARS], text=h.chunk.text, highlights=sent.get(n, []))

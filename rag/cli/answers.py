@@ -8,13 +8,15 @@ import click
 from rich.table import Table
 
 from rag.cli.documents import open_reader
-from rag.cli.common import console, handle_errors, index_option, json_option, literal, out, print_json, settings_from
+from rag.cli.common import (console, handle_errors, index_option, json_option, literal, out, plural, print_json,
+                            settings_from)
 
 
 @click.command("ask")
 @click.argument("question")
 @index_option()
-@click.option("--k", "top_k", type=int, help="Chunks to retrieve.")
+@click.option("--top-k", "--k", "top_k", type=int,
+              help="Chunks to retrieve (the `top_k` setting; --k is the old name).")
 @click.option("--max-tokens", type=int, help="Max new tokens.")
 @click.option("--temperature", type=float, help="Sampling temperature (0 = greedy).")
 @click.option("--copy-bias", type=float, help="Logit bias toward the passages' tokens (0 = off).")
@@ -58,22 +60,50 @@ def ask_cmd(ctx: click.Context, question: str, index: str | None, top_k: int | N
             for quote in result.evidence:
                 out.print(f"  “{quote.quote}” [{quote.source}]", highlight=False, markup=False, soft_wrap=True)
     out.print()
+    for line in source_lines(result):
+        out.print(line, highlight=False, markup=False)
+    console.print(literal(metrics_line(result), "dim"))
+
+
+def source_lines(result) -> list[str]:
+    """One line per source, in rank order: ``*[n] title · p. 3 · § section — path  (relevance 92%)``; ``*``
+    marks the cited ones. Sources that share a title (and page and section) also show their first words."""
+    def place(src) -> tuple:
+        return src.title, src.page, src.section
+
+    shared = {key for key in map(place, result.sources) if sum(place(s) == key for s in result.sources) > 1}
+    lines = []
     for src in result.sources:
         mark = "*" if src.number in result.citations else " "
-        page = f" p.{src.page}" if src.page else ""
-        out.print(f"{mark}[{src.number}] {src.title}{page} — {src.path}  (score {src.score:.3f})", highlight=False,
-                  markup=False)
+        where = "".join([f" · p. {src.page}" if src.page else "",
+                         f" · § {src.section}" if src.section and src.section != src.title else ""])
+        preview = f" · “{snippet_preview(src.snippet)}”" if place(src) in shared else ""
+        lines.append(f"{mark}[{src.number}] {src.title}{where}{preview} — {src.path}  "
+                     f"(relevance {src.relevance:.0%})")
+    return lines
+
+
+def snippet_preview(text: str, words: int = 8) -> str:
+    head = text.split()
+    return " ".join(head[:words]) + ("…" if len(head) > words else "")
+
+
+def metrics_line(result) -> str:
     m = result.metrics
-    console.print(f"[dim]retrieval {m.retrieval_ms:.0f} ms · prompt {m.prompt_tokens} tok · "
-                  f"TTFT {m.ttft_ms:.0f} ms · {m.output_tokens} tok at {m.tokens_per_s:.0f} tok/s · "
-                  f"total {m.total_ms:.0f} ms[/]")
+    if not m.output_tokens:  # nothing generated: no token rates of zero
+        why = "the index holds no documents" if result.abstain_reason == "empty_index" else "no answer generated"
+        return f"retrieval {m.retrieval_ms:.0f} ms · total {m.total_ms:.0f} ms · {why}"
+    return (f"retrieval {m.retrieval_ms:.0f} ms · prompt {plural(m.prompt_tokens, 'token')} · "
+            f"TTFT {m.ttft_ms:.0f} ms · {plural(m.output_tokens, 'token')} at {m.tokens_per_s:.0f} tok/s · "
+            f"total {m.total_ms:.0f} ms")
 
 
 @click.command("eval")
 @click.option("--questions", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
 @click.option("--docs", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True)
 @index_option("Use this existing index instead of a scratch one.")
-@click.option("--k", "top_k", type=int, default=5, show_default=True)
+@click.option("--top-k", "--k", "top_k", type=int, default=5, show_default=True,
+              help="Chunks retrieved per question, the k of recall@k (--k is the old name).")
 @click.option("--answers", type=int, default=0, help="Also answer N answerable + N unanswerable questions.")
 @click.option("--followups", type=click.IntRange(0), default=0,
               help="Also measure follow-up retrieval on N two-turn conversations built from the set.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from functools import wraps
 from typing import Any, Callable, NoReturn
@@ -14,9 +15,27 @@ from rich.text import Text
 from rag.core.errors import BadRequestError, ConfigError, RagError
 from rag.core.settings import Settings
 
+UNWRAPPED_WIDTH = 1_000_000  # "no wrapping": wider than any line a command prints
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A console for stdout or stderr. Output that is not a terminal (a pipe, a file) is not wrapped at
+    80 columns: lines stay whole for grep and scripts (tables take their natural width). COLUMNS, when
+    set, still wins."""
+    console = Console(stderr=stderr, emoji=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(stderr=stderr, emoji=False, width=UNWRAPPED_WIDTH)
+    return console
+
+
 # Text from documents, paths or users goes out as rich Text (never parsed as markup); no ":name:" emoji codes.
-console = Console(stderr=True, emoji=False)
-out = Console(emoji=False)
+console = make_console(stderr=True)
+out = make_console()
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``1 chunk``, ``2 chunks``, ``0 documents``."""
+    return f"{count} {word if count == 1 else (many or word + 's')}"
 
 
 def any_text_streams() -> None:

@@ -9,7 +9,8 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from rag.cli.common import console, handle_errors, index_option, json_option, literal, out, print_json, settings_from
+from rag.cli.common import (console, handle_errors, index_option, json_option, literal, out, plural, print_json,
+                            settings_from)
 from rag.core.settings import Settings
 
 
@@ -116,7 +117,7 @@ def documents_list(ctx: click.Context, index: str | None, as_json: bool) -> None
     if as_json:
         print_json([d.__dict__ for d in docs])
         return
-    table = Table(title=f"{len(docs)} documents")
+    table = Table(title=plural(len(docs), "document"))
     # The id is what `rag documents delete` takes: never cut or wrapped; title and path wrap instead.
     table.add_column("id", no_wrap=True, min_width=max((len(d.id) for d in docs), default=2))
     table.add_column("title", overflow="fold")
@@ -141,7 +142,7 @@ def documents_delete(ctx: click.Context, document: str, index: str | None) -> No
 
     settings = settings_from(ctx, index=index)
     record = open_uploads(settings).delete(open_index(settings), document)
-    console.print(Text.assemble(("deleted", "green"), f" {record.id} ({record.path}, {record.chunks} chunks)"),
+    console.print(Text.assemble(("deleted", "green"), f" {record.id} ({record.path}, {plural(record.chunks, 'chunk')})"),
                   soft_wrap=True)
 
 
@@ -164,8 +165,22 @@ def index_info(ctx: click.Context, index: str | None, as_json: bool) -> None:
     table = Table("field", title=literal(f"index {info.name!r}"))
     table.add_column("value", overflow="fold")
     for key, value in info.__dict__.items():
-        table.add_row(key, f"{value / 1e6:.1f} MB" if key == "size_bytes" else literal(value))
+        label, shown = INDEX_INFO_LABELS.get(key, key), literal(value)
+        if key == "size_bytes":
+            shown = literal(human_size(value))
+        table.add_row(label, shown)
     out.print(table)
+
+
+INDEX_INFO_LABELS = {"size_bytes": "size on disk", "vector_index": "vector index", "path": "location"}
+
+
+def human_size(size: int) -> str:
+    """``840 B``, ``84.2 kB``, ``12.3 MB``, ``1.2 GB`` (decimal units, as the file managers show them)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
 
 
 @index_group.command("migrate")
@@ -198,5 +213,5 @@ def index_migrate(ctx: click.Context, target: str, source: str | None) -> None:
         report = copy_index(src.index(name), dst.index(name))
     finally:
         remote.close()
-    console.print(Text.assemble(("copied", "green"), f" {report.documents} documents, {report.chunks} chunks "
+    console.print(Text.assemble(("copied", "green"), f" {plural(report.documents, 'document')}, {plural(report.chunks, 'chunk')} "
                                 f"of index {name!r} to {dst.index(name).location}"), soft_wrap=True)

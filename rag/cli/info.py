@@ -58,7 +58,8 @@ def info_cmd(settings: Settings, no_probe: bool, only: tuple[str, ...], as_json:
     rec = info.get("recommendation")
     if rec:
         if rec["model"]:
+            action = "already in use, nothing to change" if rec.get("in_use") else rec["command"]
             out.print(Text.assemble(("Use      ", "bold green"), literal(f"{rec['model']}: {rec['why']}  "
-                                                                       f"({rec['command']})")))
+                                                                       f"({action})")))
         else:
             out.print(Text.assemble(("Use      ", "bold red"), literal(rec["why"])))

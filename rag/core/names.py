@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import re
+from typing import Sequence
 
-from rag.core.errors import BadRequestError
+from rag.core.errors import BadRequestError, IndexNotFoundError
 
 # An index name is a folder name on every platform: no Windows device name ("CON", "nul", "com1", also before a
 # dot: "aux.docs") and no trailing dot, which Windows drops ("abc." would be the folder "abc").
@@ -19,3 +21,16 @@ def validate_index_name(name: str) -> str:
         raise BadRequestError(f"invalid index name {name!r}: use letters, digits, '.', '_' or '-' (max 64), "
                               "not ending in '.', not a Windows device name (CON, NUL, COM1...)")
     return name
+
+
+def index_not_found(name: str, existing: Sequence[str]) -> IndexNotFoundError:
+    """The error for an index that does not exist: with a "did you mean" for a near name and the list of
+    the indexes there are, or, with none at all, how to make one."""
+    if not existing:
+        return IndexNotFoundError(f"index {name!r} does not exist yet: add documents to it first "
+                                  "(`rag ingest` or POST /v1/documents)")
+    near = difflib.get_close_matches(name, existing, n=1, cutoff=0.6) or \
+        [n for n in existing if n.lower() == name.lower()]
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    return IndexNotFoundError(f"index {name!r} does not exist: {hint}existing indexes: {', '.join(existing)} "
+                              "(adding documents to a new name creates it)")

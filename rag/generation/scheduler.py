@@ -274,8 +274,10 @@ class GenerationScheduler:
             except Exception as exc:  # noqa: BLE001 - any failure means: interleave instead
                 if self._requested_mode == "engine":
                     raise RuntimeError(f"the continuous-batching engine cannot run this model ({exc})") from exc
-                log.warning("continuous batching unavailable for %s (%s); interleaving requests round-robin",
-                            self.generator.model_id, exc)
+                # The normal path for the default (pruned) model build, not a fault: say what it means.
+                log.info("%s answers concurrent questions by taking turns, a few words each (this model build "
+                         "cannot use the batching engine)", self.generator.model_id)
+                log.debug("batching engine probe for %s: %s", self.generator.model_id, exc)
         return InterleavedStrategy(self.generator, self._finish)
 
     def _admit(self, block: bool) -> None:

@@ -105,6 +105,8 @@ def _entry(source: WheelSource, kind: str, options: tuple[str, ...], command: st
         "build_command": command,
         "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "outputs": output_hashes(out),
+        "architecture": source.architecture,
+        "parameters": source.parameters,
         **extra,
     }
 

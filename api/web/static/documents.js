@@ -104,9 +104,15 @@ function outcomeText(outcome) {
 function addUpload(file) {
   const progress = h("progress", { max: "1", value: "0", "aria-label": `Upload of ${file.name}` });
   const status = h("span", { class: "upload-status" }, "waiting…");
+  const dismiss = h("button", { type: "button", class: "icon upload-dismiss", "aria-label": `Dismiss ${file.name}` }, "×");
   const item = h("li", { class: "upload", dataset: { state: "waiting" } },
-    h("span", { class: "upload-name" }, file.name), progress, status);
+    h("span", { class: "upload-name" }, file.name), progress, status, dismiss);
+  dismiss.addEventListener("click", () => {
+    item.remove();
+    showUploadsHead();
+  });
   els.uploads.prepend(item);
+  showUploadsHead();
   const set = (state, text) => {
     item.dataset.state = state;
     status.textContent = text;
@@ -135,6 +141,28 @@ function addUpload(file) {
   });
 }
 
+function showUploadsHead() {
+  els.uploadsHead.hidden = !els.uploads.children.length;
+}
+
+// Upload results belong to the index they went to: cleared by the button, and when another index is picked.
+// Uploads still running finish (their rows go; the documents list shows the outcome).
+export function clearUploads() {
+  els.uploads.replaceChildren();
+  showUploadsHead();
+}
+
+// The formats come from the server's format registry: the hint and the file picker never disagree with it.
+async function loadFormats() {
+  try {
+    const body = await getJSON("/v1/documents/formats");
+    els.input.accept = body.accept;
+    els.formatsHint.textContent = ` (${body.formats.map((f) => f.label).join(", ")})`;
+  } catch (_) {
+    /* no list (e.g. no key yet): every file is offered, the server says which it cannot read */
+  }
+}
+
 function addFiles(files) {
   for (const file of files) addUpload(file);
 }
@@ -154,7 +182,11 @@ export function initDocuments(options) {
     confirm: document.getElementById("confirm-dialog"),
     confirmMessage: document.getElementById("confirm-message"),
     confirmCancel: document.getElementById("confirm-cancel"),
+    uploadsHead: document.getElementById("uploads-head"),
+    formatsHint: document.getElementById("formats-hint"),
   };
+  document.getElementById("uploads-clear").addEventListener("click", clearUploads);
+  loadFormats();
   els.input.addEventListener("change", () => {
     addFiles([...els.input.files]);
     els.input.value = "";
