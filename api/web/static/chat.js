@@ -286,7 +286,10 @@ function atBottom() {
 }
 
 function reveal(li) {
-  li.scrollIntoView({ block: "end" });
+  // The whole turn when it fits; else its answer (the answer comes first, its quotes and sources after it).
+  const answer = li.querySelector(".answer-text");
+  if (answer && li.getBoundingClientRect().height > window.innerHeight * 0.6) answer.scrollIntoView({ block: "start" });
+  else li.scrollIntoView({ block: "end" });
 }
 
 export function render() {
