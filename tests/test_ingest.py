@@ -839,7 +839,7 @@ def test_cli_prints_document_text_literally(tmp_path, rag):
     doc_id = document_id(src / "notes.md")
     proc = rag(home, "documents", "delete", str(src / "notes.md"))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.strip() == f"deleted {doc_id} ({normalise_path(src / 'notes.md')}, 1 chunks)"
+    assert proc.stderr.strip() == f"deleted {doc_id} ({normalise_path(src / 'notes.md')}, 1 chunk)"
 
 
 def test_cli_ids_and_headers_are_never_cut(tmp_path, rag):

@@ -52,7 +52,8 @@ class DocumentsController(Controller):
         body.error = ErrorBody(type=first.reason_type or "unprocessable_document", message=f"{first.path}: {first.reason}")
         return Response(body, status_code=413 if report.all_too_large else 422)
 
-    @get("/formats", summary="The file formats an upload may have (the web app's upload hint and file picker)")
+    @get("/formats", summary="The file formats an upload may have (the web app's upload hint and file picker)",
+         responses=errors())
     async def formats(self) -> FormatList:
         return FormatList(formats=[FileFormat(kind=f.kind, label=f.label, suffixes=list(f.suffixes)) for f in FORMATS],
                           accept=",".join(suffix for f in FORMATS for suffix in f.suffixes))
