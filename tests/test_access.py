@@ -286,3 +286,60 @@ def test_audit_files_rotate_and_the_chain_carries_over(tmp_path: Path):
     files[1].unlink()  # a whole file gone: the next file's first line breaks the chain
     checked, problems = verify(tmp_path)
     assert problems and problems[0].path == files[2] and problems[0].line == 1
+
+
+# --------------------------------------------------------------------------- signed tokens (JWT)
+ISSUER, AUDIENCE = "https://sso.example.test/realms/acme", "rag"
+
+
+def signing_key():
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def sign(private_key, kid: str = "k1", **claims) -> str:
+    import jwt
+
+    now = int(time.time())
+    body = {"sub": "u-42", "preferred_username": "dana", "iss": ISSUER, "aud": AUDIENCE, "iat": now,
+            "exp": now + 300, "groups": ["hr-staff"], **claims}
+    return jwt.encode(body, private_key, algorithm="RS256", headers={"kid": kid})
+
+
+@pytest.fixture(scope="module")
+def jwt_server(settings: Settings, home: Path, tmp_path_factory: pytest.TempPathFactory):
+    import jwt
+
+    folder = tmp_path_factory.mktemp("jwt")
+    key = signing_key()
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    (folder / "jwks.json").write_text(json.dumps({"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}))
+    table = {"hr-staff": {"roles": ["hr=reader"], "groups": ["hr"]}, "ops": {"roles": ["editor"]}}
+    with server_process(settings, home, folder / "serve.log", RAG_JWT_JWKS=str(folder / "jwks.json"),
+                        RAG_JWT_ISSUER=ISSUER, RAG_JWT_AUDIENCE=AUDIENCE, RAG_JWT_GROUPS=json.dumps(table)) as base:
+        yield base, key
+
+
+def test_a_signed_token_maps_its_groups_to_roles(jwt_server):
+    base, key = jwt_server
+    token = sign(key)
+    hr = httpx.post(f"{base}/v1/retrieve", json={"query": QUESTION, "index": "hr"}, headers=bearer(token))
+    assert hr.status_code == 200, hr.text
+    other = httpx.post(f"{base}/v1/retrieve", json={"query": QUESTION}, headers=bearer(token))
+    assert error_type(other, 403) == "forbidden"
+    ops = sign(key, groups=["ops"])
+    assert httpx.get(f"{base}/v1/documents?index=default", headers=bearer(ops)).status_code == 200
+    nobody = sign(key, groups=["unmapped"])
+    assert error_type(httpx.get(f"{base}/v1/documents?index=hr", headers=bearer(nobody)), 403) == "forbidden"
+
+
+def test_bad_tokens_are_401(jwt_server):
+    base, key = jwt_server
+    now = int(time.time())
+    bad = {"wrong signature": sign(signing_key()), "wrong issuer": sign(key, iss="https://evil.example"),
+           "wrong audience": sign(key, aud="other-app"), "expired": sign(key, exp=now - 120, iat=now - 600),
+           "unknown kid": sign(key, kid="k9"), "no expiry": sign(key, exp=None)}
+    for what, token in bad.items():
+        response = httpx.get(f"{base}/v1/documents?index=hr", headers=bearer(token))
+        assert response.status_code == 401, (what, response.text)
