@@ -21,6 +21,7 @@ from api.guard import HostPolicy
 from api.observability import ServiceMetrics, configure_logging
 from api.openapi import complete_schema
 from api.requests import ApiRequest
+from api.routes.access import AccessController
 from api.routes.answers import AnswersController
 from api.routes.chat import ChatController
 from api.routes.documents import DocumentsController
@@ -149,7 +150,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
     documents = Router(path="/", route_handlers=[DocumentsController],
                        request_max_body_size=settings.max_upload_mb * 1024 * 1024 * 4)
     app = Litestar(
-        route_handlers=[HealthController, AnswersController, ChatController, OpenAIController, IndexesController,
+        route_handlers=[HealthController, AccessController, AnswersController, ChatController, OpenAIController,
+                        IndexesController,
                         documents, *web_handlers()],
         lifespan=[lifespan],
         state=State({"app": app_state}),

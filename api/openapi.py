@@ -14,10 +14,10 @@ from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Refe
 
 from api import protocol
 from api.protocol import (AskRequest, ChatCompletionRequest, ChatRequest, ErrorResponse, HealthResponse,
-                          RetrieveRequest, UploadResponse)
+                          KeyCreateRequest, RetrieveRequest, UploadResponse)
 
 REF = "#/components/schemas/{name}"
-REQUEST_BODIES = (AskRequest, RetrieveRequest, ChatRequest, ChatCompletionRequest)
+REQUEST_BODIES = (AskRequest, RetrieveRequest, ChatRequest, ChatCompletionRequest, KeyCreateRequest)
 EVENT_STREAM = "text/event-stream"
 ERRORS = {
     400: "Invalid request: a body that is not valid JSON (or not UTF-8, or nested too deeply), a field of the "
@@ -29,7 +29,7 @@ ERRORS = {
          "change something (`cross_origin`)",
     404: "No such index (`index_not_found`) or document (`document_not_found`)",
     409: "The index is being written by another process (`index_locked`) or was built with another "
-         "embedder (`embedder_mismatch`)",
+         "embedder (`embedder_mismatch`); a key of that name is active (`conflict`)",
     413: "The request body is larger than the server accepts (`payload_too_large`)",
     500: "A bug in the server (`internal_error`); the server log has the traceback",
     503: "The models are still loading or failed to load (`model_unavailable`), or the generation queue is "

@@ -343,3 +343,27 @@ def test_bad_tokens_are_401(jwt_server):
     for what, token in bad.items():
         response = httpx.get(f"{base}/v1/documents?index=hr", headers=bearer(token))
         assert response.status_code == 401, (what, response.text)
+
+
+# --------------------------------------------------------------------------- keys over HTTP (the web app's admin page)
+def test_admins_manage_keys_over_http_and_others_may_not(server: str, keys: dict[str, str]):
+    me = httpx.get(f"{server}/v1/me", headers=bearer(keys["hr"])).json()
+    assert me == {"name": "reader-hr", "roles": [{"index": "hr", "role": "reader"}], "groups": None,
+                  "authenticated": True}
+    for who in ("reader", "editor", "hr"):
+        assert error_type(httpx.get(f"{server}/v1/keys", headers=bearer(keys[who])), 403) == "forbidden"
+    admin = bearer(keys["admin"])
+    created = httpx.post(f"{server}/v1/keys", headers=admin, json={
+        "name": "made-over-http", "role": "reader", "indexes": ["hr"], "expires": "1d", "groups": ["hr"]})
+    assert created.status_code == 201, created.text
+    token = created.json()["key"]
+    assert httpx.get(f"{server}/v1/documents?index=hr", headers=bearer(token)).status_code == 200
+    listed = httpx.get(f"{server}/v1/keys", headers=admin)
+    assert token not in listed.text
+    row = next(k for k in listed.json()["keys"] if k["name"] == "made-over-http")
+    assert row["state"] == "active" and row["groups"] == ["hr"] and row["expires"]
+    again = httpx.post(f"{server}/v1/keys", headers=admin, json={"name": "made-over-http", "role": "reader"})
+    assert error_type(again, 409) == "conflict"
+    assert httpx.delete(f"{server}/v1/keys/made-over-http", headers=admin).json()["state"] == "revoked"
+    assert error_type(httpx.get(f"{server}/v1/documents?index=hr", headers=bearer(token)), 401) == "unauthorized"
+    assert error_type(httpx.delete(f"{server}/v1/keys/no-such-key", headers=admin), 404) == "not_found"
