@@ -14,7 +14,7 @@ from litestar.static_files import create_static_files_router
 
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_PATH = "/static"
-PAGE_PATHS = ("/", "/documents")  # client-side views of the one page
+PAGE_PATHS = ("/", "/documents", "/keys")  # client-side views of the one page
 # The page runs only its own scripts and talks only to this server, whatever a document or a reply contains.
 PAGE_HEADERS = {
     "Content-Security-Policy": ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
