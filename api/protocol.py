@@ -321,7 +321,7 @@ class KeyCreateRequest(msgspec.Struct, forbid_unknown_fields=True):
     name: KeyName
     role: Annotated[str, msgspec.Meta(pattern=r"^(reader|editor|admin)$")]
     indexes: Annotated[list[Grant], msgspec.Meta(max_length=64)] = []  # empty: "*"
-    expires: Annotated[str, msgspec.Meta(pattern=r"^\s*[0-9]+\s*[smhdw]\s*$")] | None = None  # e.g. "90d"
+    expires: Annotated[str, msgspec.Meta(pattern=r"^\s*0*[1-9][0-9]{0,8}\s*[smhdw]\s*$")] | None = None  # "90d"
     groups: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=64)]],
                       msgspec.Meta(max_length=64)] | None = None
 

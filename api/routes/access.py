@@ -59,7 +59,7 @@ class AccessController(Controller):
         return KeyCreated(**{f: getattr(info, f) for f in info.__struct_fields__}, key=token)
 
     @delete("/keys/{name:str}", status_code=200, summary="Revoke an API key (refused from the next request on)",
-            responses=errors(400, 404))
+            responses=errors(404))
     async def revoke_key(self, state: State, context: Context, name: FromPath[str]) -> KeyInfo:
         authorize_all(context, "admin")
         app: AppState = state.app

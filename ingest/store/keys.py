@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
-from rag.core.errors import BadRequestError, ConflictError, NotFoundError, StoreUnavailableError
+from rag.core.errors import ConflictError, NotFoundError, StoreUnavailableError
 from rag.core.keys import ApiKey
 
 DB_NAME = "access.sqlite"
@@ -97,15 +97,13 @@ class SqliteKeyStore:
             return [_record(r) for r in self._db().execute(f"SELECT {COLUMNS} FROM api_keys ORDER BY name")]
 
     def revoke(self, name: str) -> ApiKey:
+        """Revoke key ``name`` (a key already revoked stays as it is: revoking is idempotent)."""
         with self._lock:
             db = self._db()
-            changed = db.execute("UPDATE api_keys SET revoked = ? WHERE name = ? AND revoked IS NULL",
-                                 (time.time(), name)).rowcount
+            db.execute("UPDATE api_keys SET revoked = ? WHERE name = ? AND revoked IS NULL", (time.time(), name))
             row = db.execute(f"SELECT {COLUMNS} FROM api_keys WHERE name = ?", (name,)).fetchone()
         if row is None:
             raise _unknown(name)
-        if not changed:
-            raise BadRequestError(f"the key {name!r} is already revoked")
         return _record(row)
 
     def any(self) -> bool:
@@ -167,10 +165,9 @@ class PostgresKeyStore:
     def revoke(self, name: str) -> ApiKey:
         rows = self._run(f"UPDATE rag.api_keys SET revoked = %s WHERE name = %s AND revoked IS NULL "
                          f"RETURNING {COLUMNS}", (time.time(), name))
+        rows = rows or self._run(f"SELECT {COLUMNS} FROM rag.api_keys WHERE name = %s", (name,))
         if rows:
             return _record(rows[0])
-        if self._run("SELECT 1 FROM rag.api_keys WHERE name = %s", (name,)):
-            raise BadRequestError(f"the key {name!r} is already revoked")
         raise _unknown(name)
 
     def any(self) -> bool:
