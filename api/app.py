@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import threading
 import time
 import uuid
@@ -12,13 +11,17 @@ from typing import AsyncIterator
 import anyio.to_thread
 from litestar import Litestar, Request, Router
 from litestar.datastructures import MutableScopeHeaders, State
+from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.auth import ANONYMOUS, CONTEXT_SCOPE_KEY, request_context
 from api.errors import EXCEPTION_HANDLERS, error_response
+from api.guard import HostPolicy
 from api.observability import ServiceMetrics, configure_logging
 from api.openapi import complete_schema
 from api.requests import ApiRequest
+from api.routes.access import AccessController
 from api.routes.answers import AnswersController
 from api.routes.chat import ChatController
 from api.routes.documents import DocumentsController
@@ -27,6 +30,8 @@ from api.routes.indexes import IndexesController
 from api.routes.openai import OpenAIController
 from api.state import AppState
 from api.web import is_open, web_handlers
+from rag.core.access import RequestContext
+from rag.core.errors import RagError
 from rag.core.settings import Settings, load_settings
 
 OPEN_PATHS = ("/healthz",)  # and GET of the web page and its assets (api.web.is_open)
@@ -49,10 +54,16 @@ def allowed_methods(scope: Scope) -> str | None:
     return None
 
 
-def auth_and_logging(settings: Settings, state: AppState):
-    """ASGI middleware: bearer auth (when RAG_API_KEY is set), request id, one JSON log line per request."""
+def header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
+    value = dict(headers).get(name)
+    return value.decode("latin-1") if value is not None else None
+
+
+def guard_auth_and_logging(settings: Settings, state: AppState):
+    """ASGI middleware: the browser guard (api.guard), authentication (api.auth) into the request's one
+    ``RequestContext``, request id, one JSON log line per request."""
     logger = configure_logging(settings.log_file)
-    expected = settings.api_key.encode() if settings.api_key else None
+    hosts = HostPolicy.from_settings(settings.host, settings.allowed_hosts)
 
     def middleware(app: ASGIApp) -> ASGIApp:
         async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
@@ -73,13 +84,34 @@ def auth_and_logging(settings: Settings, state: AppState):
                         headers["Allow"] = allow
                 await send(message)
 
-            if expected is not None and not path.startswith(OPEN_PATHS) and not is_open(scope["method"], path):
-                if not hmac.compare_digest(bearer_token(scope["headers"]), expected):
-                    response = error_response(401, "unauthorized", "missing or wrong bearer token",
-                                              {"WWW-Authenticate": "Bearer"})
-                    await response.to_asgi_response(app=None, request=Request(scope))(scope, receive, send_wrapper)
-                    _log(logger, state, request_id, scope, 401, start)
+            async def refuse(status: int, error_type: str, message: str, extra: dict[str, str] | None = None):
+                response = error_response(status, error_type, message, extra)
+                await response.to_asgi_response(app=None, request=Request(scope))(scope, receive, send_wrapper)
+                _log(logger, state, request_id, scope, status, start)
+
+            headers = scope["headers"]
+            host = header(headers, b"host")
+            if not hosts.host_ok(host):
+                await refuse(403, "forbidden_host", "this server does not answer to that Host name; behind a "
+                             "reverse proxy, list the public name in the allowed_hosts setting")
+                return
+            if not hosts.origin_ok(scope["method"], header(headers, b"origin"), header(headers, b"sec-fetch-site"),
+                                   host):
+                await refuse(403, "cross_origin", "cross-origin requests may not change anything here; use the "
+                             "server's own page (a reverse proxy's public name goes in allowed_hosts)")
+                return
+            token = bearer_token(headers).decode("latin-1")
+            try:
+                principal = await anyio.to_thread.run_sync(state.auth.principal, token)
+            except RagError as exc:  # the key store cannot be reached: a 503 that says so
+                await refuse(exc.status_code, exc.error_type, exc.message)
+                return
+            if principal is None:
+                if not path.startswith(OPEN_PATHS) and not is_open(scope["method"], path):
+                    await refuse(401, "unauthorized", "missing or invalid bearer token", {"WWW-Authenticate": "Bearer"})
                     return
+                principal = ANONYMOUS
+            scope[CONTEXT_SCOPE_KEY] = RequestContext(principal, request_id)  # type: ignore[literal-required]
             try:
                 await app(scope, receive, send_wrapper)
             finally:
@@ -118,12 +150,14 @@ def create_app(settings: Settings | None = None) -> Litestar:
     documents = Router(path="/", route_handlers=[DocumentsController],
                        request_max_body_size=settings.max_upload_mb * 1024 * 1024 * 4)
     app = Litestar(
-        route_handlers=[HealthController, AnswersController, ChatController, OpenAIController, IndexesController,
+        route_handlers=[HealthController, AccessController, AnswersController, ChatController, OpenAIController,
+                        IndexesController,
                         documents, *web_handlers()],
         lifespan=[lifespan],
         state=State({"app": app_state}),
         exception_handlers=EXCEPTION_HANDLERS,
-        middleware=[auth_and_logging(settings, app_state)],
+        middleware=[guard_auth_and_logging(settings, app_state)],
+        dependencies={"context": Provide(request_context, sync_to_thread=False)},
         request_max_body_size=JSON_BODY_LIMIT,
         request_class=ApiRequest,  # an unreadable body is a 400 that says why (api/requests.py)
         openapi_config=OpenAPIConfig(title="Offline RAG", version="0.1.0", path="/schema"),

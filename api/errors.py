@@ -39,7 +39,7 @@ def validation_error_handler(_: Request, exc: ValidationException) -> Response:
 
 
 def http_error_handler(_: Request, exc: HTTPException) -> Response:
-    types = {400: BadRequestError.error_type, 401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+    types = {400: BadRequestError.error_type, 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
     return error_response(exc.status_code, types.get(exc.status_code, "http_error"), exc.detail, exc.headers)
 
 

@@ -14,18 +14,22 @@ from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Refe
 
 from api import protocol
 from api.protocol import (AskRequest, ChatCompletionRequest, ChatRequest, ErrorResponse, HealthResponse,
-                          RetrieveRequest, UploadResponse)
+                          KeyCreateRequest, RetrieveRequest, UploadResponse)
 
 REF = "#/components/schemas/{name}"
-REQUEST_BODIES = (AskRequest, RetrieveRequest, ChatRequest, ChatCompletionRequest)
+REQUEST_BODIES = (AskRequest, RetrieveRequest, ChatRequest, ChatCompletionRequest, KeyCreateRequest)
 EVENT_STREAM = "text/event-stream"
 ERRORS = {
     400: "Invalid request: a body that is not valid JSON (or not UTF-8, or nested too deeply), a field of the "
          "wrong type or out of range, an unknown field, an empty or too long question, a bad index name",
-    401: "Missing or wrong bearer token (only when the server has an API key, RAG_API_KEY)",
+    401: "Missing, unknown, expired or revoked bearer token (only when the server has keys: RAG_API_KEY, "
+         "`rag keys create`, or signed tokens with jwt_jwks)",
+    403: "The key's role does not allow this on the index (`forbidden`; the same whether the index exists or "
+         "not), a Host the server does not answer to (`forbidden_host`), or a cross-origin request that would "
+         "change something (`cross_origin`)",
     404: "No such index (`index_not_found`) or document (`document_not_found`)",
     409: "The index is being written by another process (`index_locked`) or was built with another "
-         "embedder (`embedder_mismatch`)",
+         "embedder (`embedder_mismatch`); a key of that name is active (`conflict`)",
     413: "The request body is larger than the server accepts (`payload_too_large`)",
     500: "A bug in the server (`internal_error`); the server log has the traceback",
     503: "The models are still loading or failed to load (`model_unavailable`), or the generation queue is "
@@ -34,9 +38,10 @@ ERRORS = {
 
 
 def errors(*statuses: int) -> dict[int, ResponseSpec]:
-    """The documented error responses for ``statuses`` (401 and 500 are added: every route can answer them)."""
+    """The documented error responses for ``statuses`` (401, 403 and 500 are added: every route can answer
+    them)."""
     return {status: ResponseSpec(ErrorResponse, description=ERRORS[status], generate_examples=False)
-            for status in sorted({*statuses, 401, 500})}
+            for status in sorted({*statuses, 401, 403, 500})}
 
 
 ANSWER_ERRORS = errors(400, 404, 413, 503)

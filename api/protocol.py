@@ -326,3 +326,46 @@ class ChatCompletionChunk(msgspec.Struct, omit_defaults=True):
 ASK_EVENTS = (TokenEvent, AskDoneEvent, ErrorResponse)
 SEED_EVENTS = (TokenEvent, SeedDoneEvent, ErrorResponse)
 OPENAI_EVENTS = (ChatCompletionChunk, ErrorResponse)  # then the literal "[DONE]"
+
+
+# --------------------------------------------------------------------------- access control (README "Access control")
+KeyName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")]
+Grant = Annotated[str, msgspec.Meta(pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$")]
+
+
+class RoleGrant(msgspec.Struct):
+    index: str  # an index name, or "*" for every index
+    role: str  # reader | editor | admin
+
+
+class Me(msgspec.Struct):
+    name: str
+    roles: list[RoleGrant]
+    groups: list[str] | None  # document groups it sees; null: every document
+    authenticated: bool  # false: the server has no key at all (open on loopback)
+
+
+class KeyCreateRequest(msgspec.Struct, forbid_unknown_fields=True):
+    name: KeyName
+    role: Annotated[str, msgspec.Meta(pattern=r"^(reader|editor|admin)$")]
+    indexes: Annotated[list[Grant], msgspec.Meta(max_length=64)] = []  # empty: "*"
+    expires: Annotated[str, msgspec.Meta(pattern=r"^\s*0*[1-9][0-9]{0,8}\s*[smhdw]\s*$")] | None = None  # "90d"
+    groups: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=64)]],
+                      msgspec.Meta(max_length=64)] | None = None
+
+
+class KeyInfo(msgspec.Struct):
+    name: str
+    roles: list[RoleGrant]
+    groups: list[str] | None
+    created: float
+    expires: float | None
+    state: str  # active | expired | revoked
+
+
+class KeyCreated(KeyInfo):
+    key: str = ""  # shown once
+
+
+class KeyList(msgspec.Struct):
+    keys: list[KeyInfo]

@@ -68,7 +68,13 @@ def integral_floats_as_ints(value: Any) -> Any:
 
 async def json_body(request: Request[Any, Any, Any], schema: type[T]) -> T:
     """The JSON body as ``schema``, decoded strictly: a field of the wrong type is refused, never coerced
-    (Litestar's own body parsing would take ``"stream": 0`` for false and ``"max_tokens": "8"`` for 8)."""
+    (Litestar's own body parsing would take ``"stream": 0`` for false and ``"max_tokens": "8"`` for 8).
+    Only an ``application/json`` body is read: ``text/plain`` (or a form) is what a foreign web page can post
+    without a preflight (api/guard.py)."""
+    media_type = request.content_type[0].lower()
+    if media_type != "application/json":
+        raise BadRequestError(f"send the body as JSON with Content-Type: application/json, not "
+                              f"{media_type or 'no Content-Type'}")
     raw = await request.body()
     if not raw.strip():
         raise BadRequestError("a JSON object request body is required")

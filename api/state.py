@@ -4,24 +4,29 @@ scheduler and the one answer service (all built by the composition root, ``rag.r
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 from urllib.parse import urlsplit
 
 from litestar.types import Receive
 
 from api.observability import ServiceMetrics
 from api.requests import cancel_on_disconnect
+from api.auth import Authenticator, authorize
 from ingest.store import Store, StoredIndex
+from ingest.store.keys import KeyStore
 from ingest.uploads import Uploads
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, AnswerService, final_result
-from rag.core.errors import ModelError
+from rag.core.access import RequestContext
+from rag.core.audit import AuditTrail, question_fields
+from rag.core.errors import ForbiddenError, ModelError, RagError
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
 from rag.generation.base import GenerationStats
 from rag.generation.scheduler import GenerationScheduler
-from rag.runtime import Models, answer_service, open_store, open_uploads
+from rag.runtime import Models, answer_service, open_audit, open_keys, open_store, open_uploads
 
 log = logging.getLogger("rag.api")
 
@@ -37,10 +42,16 @@ class AppState:
     answers: AnswerService | None = None
     store: Store | None = None
     uploads: Uploads | None = None
+    keys: KeyStore | None = None
+    auth: Authenticator | None = None
+    audit: AuditTrail | None = None
 
     def __post_init__(self) -> None:
         self.store = open_store(self.settings)
         self.uploads = open_uploads(self.settings)
+        self.keys = open_keys(self.settings)
+        self.auth = Authenticator.from_settings(self.settings, self.keys)
+        self.audit = open_audit(self.settings)
 
     def load(self) -> None:
         """Load models once (called from the lifespan, off the event loop)."""
@@ -65,6 +76,10 @@ class AppState:
             self.answers.close()
         if self.store is not None:
             self.store.close()
+        if self.keys is not None:
+            self.keys.close()
+        if self.audit is not None:
+            self.audit.close()
 
     def service(self) -> AnswerService:
         if self.status != "ready" or self.answers is None:
@@ -80,10 +95,63 @@ class AppState:
         assert self.store is not None
         return self.store.index(validate_index_name(name or self.settings.index))
 
+    # ------------------------------------------------------------------ who may, and what happened
+    def authorize(self, context: RequestContext, index: str | None, role: str, route: str) -> str:
+        """The index a request acts on, once ``context`` may act there as ``role`` (a refusal is audited)."""
+        try:
+            return authorize(context, index, role, self.settings.index)
+        except ForbiddenError:
+            self.record(context, "refused", route=route, index=index or self.settings.index, outcome="refused",
+                        role_needed=role)
+            raise
+
+    def record(self, context: RequestContext, event: str, **fields: Any) -> None:
+        """One audit record (nothing without an audit trail)."""
+        if self.audit is not None:
+            self.audit.append(event, principal=context.principal.name, request_id=context.request_id, **fields)
+
+    def record_question(self, question: str) -> dict[str, str]:
+        return question_fields(question, self.settings.audit_questions)
+
+    def _record_answer(self, context: RequestContext | None, route: str, request: AnswerRequest,
+                       result: AnswerResult | None, error: RagError | None, started: float) -> None:
+        if context is None:
+            return
+        fields: dict[str, Any] = {"route": route, "index": request.index or self.settings.index,
+                                  **self.record_question(request.question),
+                                  "latency_ms": round((time.perf_counter() - started) * 1000, 1)}
+        if result is not None:
+            fields.update(outcome="abstained" if result.abstained else "answered", model=result.model,
+                          retrieved=[{"chunk_id": s.chunk_id, "document_id": s.document_id, "score": s.score}
+                                     for s in result.sources],
+                          cited=[{"number": s.number, "chunk_id": s.chunk_id, "document_id": s.document_id,
+                                  "path": s.path} for s in result.sources if s.number in result.citations],
+                          prompt_tokens=result.metrics.prompt_tokens, output_tokens=result.metrics.output_tokens,
+                          abstain_reason=result.abstain_reason)
+        else:
+            fields.update(outcome="error", error=error.error_type if error is not None else "client_left")
+        self.record(context, "answer", **fields)
+
     # ------------------------------------------------------------------ answers, observed
-    async def events(self, request: AnswerRequest) -> AsyncIterator[str | AnswerResult]:
+    async def events(self, request: AnswerRequest, context: RequestContext | None = None,
+                     route: str = "") -> AsyncIterator[str | AnswerResult]:
         """The answer service's stream, with the server's metrics recorded (the tokens of a stream closed
-        early too)."""
+        early too) and, with a ``context``, one audit record."""
+        started = time.perf_counter()
+        result: AnswerResult | None = None
+        error: RagError | None = None
+        try:
+            async for item in self._observed(request):
+                if isinstance(item, AnswerResult):
+                    result = item
+                yield item
+        except RagError as exc:
+            error = exc
+            raise
+        finally:
+            self._record_answer(context, route, request, result, error, started)
+
+    async def _observed(self, request: AnswerRequest) -> AsyncIterator[str | AnswerResult]:
         service = self.service()
         depth = (lambda: self.scheduler.depth) if self.scheduler is not None else (lambda: 0)
         self.metrics.queue_depth.set(depth() + 1)
@@ -110,7 +178,8 @@ class AppState:
             return "openai-remote", urlsplit(self.settings.generator_url).netloc
         return "onnx-genai", None
 
-    async def answer(self, request: AnswerRequest, receive: Receive | None = None) -> AnswerResult:
+    async def answer(self, request: AnswerRequest, receive: Receive | None = None,
+                     context: RequestContext | None = None, route: str = "") -> AnswerResult:
         """The whole answer; with the request's ASGI ``receive``, a client that disconnects cancels it."""
-        work = final_result(self.events(request))
+        work = final_result(self.events(request, context, route))
         return await (work if receive is None else cancel_on_disconnect(receive, work))

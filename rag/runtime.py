@@ -15,9 +15,11 @@ from typing import Iterator
 from ingest.embedder import Embedder
 from ingest.store import Store, StoredIndex
 from ingest.store.embedded import EmbeddedStore
+from ingest.store.keys import KeyStore, PostgresKeyStore, SqliteKeyStore
 from ingest.uploads import Uploads
 from rag.answering.prompt import build_messages
 from rag.answering.service import AnswerService
+from rag.core.audit import AuditTrail
 from rag.core.errors import ConfigError
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
@@ -42,6 +44,24 @@ def _postgres_store(settings: Settings) -> Store:
         raise ConfigError(f"store_url needs the PostgreSQL packages ({exc.name} is missing): "
                           "pip install 'offline-rag[postgres]'") from exc
     return PostgresStore(settings.store_url or "", settings.store_pool_size)
+
+
+def open_audit(settings: Settings) -> AuditTrail | None:
+    """The audit trail's writer for this process (None with ``audit = false``)."""
+    if not settings.audit:
+        return None
+    return AuditTrail(settings.audit_path, settings.audit_max_mb * 1024 * 1024, settings.audit_questions)
+
+
+def open_keys(settings: Settings) -> KeyStore:
+    """The API keys' table: in the PostgreSQL store with ``store_url`` (replicas share it), else in the home."""
+    if settings.store_url:
+        try:
+            return PostgresKeyStore(settings.store_url)
+        except ImportError as exc:
+            raise ConfigError(f"store_url needs the PostgreSQL packages ({exc.name} is missing): "
+                              "pip install 'offline-rag[postgres]'") from exc
+    return SqliteKeyStore(settings.home)
 
 
 @contextmanager

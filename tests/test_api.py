@@ -121,7 +121,7 @@ def app_settings(settings: Settings, api_home: Path) -> Settings:
 @contextmanager
 def ready_client(app_settings: Settings) -> Iterator[TestClient]:
     """The app in-process, once its background model loading has finished."""
-    with TestClient(create_app(app_settings), timeout=120) as test_client:
+    with TestClient(create_app(app_settings), base_url="http://127.0.0.1", timeout=120) as test_client:
         deadline = time.monotonic() + 120
         while test_client.get("/healthz").json()["status"] == "loading" and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -148,7 +148,7 @@ def server(app_settings: Settings, api_home: Path, server_log: Path):
 
 # --------------------------------------------------------------------------- health and metrics
 def test_models_load_in_the_background_behind_a_503(app_settings: Settings):
-    with TestClient(create_app(app_settings), timeout=120) as loading:
+    with TestClient(create_app(app_settings), base_url="http://127.0.0.1", timeout=120) as loading:
         health = loading.get("/healthz")  # the app is up before its models (loading takes seconds)
         assert health.status_code == 503 and health.json()["status"] == "loading", health.text
         assert health.json()["reason"] and health.headers["retry-after"]

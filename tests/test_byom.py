@@ -471,7 +471,7 @@ def test_healthz_reports_the_usable_providers(settings: Settings):
 
     from api.app import create_app
 
-    with TestClient(create_app(settings), timeout=120) as client:
+    with TestClient(create_app(settings), base_url="http://127.0.0.1", timeout=120) as client:
         body = client.get("/healthz").json()  # answered while the models load (503) and after
     assert body["providers"] == provider_facts()["usable"] and body["providers"][-1] == "cpu"
 

@@ -27,13 +27,17 @@ from ingest.store.embedded import EmbeddedIndex
 from rag.core.settings import PROJECT_ROOT, Settings
 
 CONFIG = PROJECT_ROOT / "tests" / "schemathesis.toml"
+# The run holds RAG_API_KEY (an admin on every index): keys the fuzzer creates through POST /v1/keys cannot
+# lock it out of the server (on an open server the first key created turns authentication on).
+FUZZ_KEY = "fuzz-admin-key-3c9d"
+AUTH = {"Authorization": f"Bearer {FUZZ_KEY}"}
 GENERATION_ROUTES = ("/v1/ask", "/v1/chat", "/v1/chat/stream", "/v1/chat/completions")
 REQUESTS = re.compile(r'^rag_requests_total\{method="(\w+)",route="([^"]*)",status="(\d+)"\} (\S+)$', re.MULTILINE)
 
 
 def answered(base: str) -> Counter:
     """(route, method, status) -> requests the server answered, from its own metrics."""
-    text = httpx.get(f"{base}/metrics", timeout=10).text
+    text = httpx.get(f"{base}/metrics", timeout=10, headers=AUTH).text
     return Counter({(route, method, int(status)): int(float(n)) for method, route, status, n in REQUESTS.findall(text)})
 
 
@@ -52,11 +56,12 @@ def test_fuzzing_finds_no_server_errors_and_no_schema_violations(request: pytest
                  own.chunk_overlap)
     examples, seconds = request.config.getoption("--fuzz-examples"), request.config.getoption("--fuzz-seconds")
     report = tmp_path / "schemathesis.json"
-    with server_process(own, home, tmp_path / "serve.log", RAG_MAX_TOKENS="4") as base:
+    with server_process(own, home, tmp_path / "serve.log", RAG_MAX_TOKENS="4",
+                        RAG_API_KEY=FUZZ_KEY) as base:
         before = answered(base)  # the readiness polls
         run = subprocess.run(
             [sys.executable, "-m", "schemathesis.cli", "--config-file", str(CONFIG), "--no-color",
-             "run", f"{base}/schema/openapi.json", "--checks", "all", "--max-examples", str(examples),
+             "run", f"{base}/schema/openapi.json", "--header", f"Authorization: Bearer {FUZZ_KEY}", "--checks", "all", "--max-examples", str(examples),
              "--max-time", str(seconds), "--seed", str(request.config.getoption("--fuzz-seed")), "--workers", "1",
              "--request-timeout", "60", "--report", "json", "--report-json-path", str(report)],
             cwd=PROJECT_ROOT, env=fuzzer_env(), capture_output=True, text=True, timeout=seconds + 120)

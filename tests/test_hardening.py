@@ -72,7 +72,7 @@ def home(tmp_path_factory: pytest.TempPathFactory, settings: Settings, embedder)
 
 @pytest.fixture(scope="module")
 def client(settings: Settings, home: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(settings.replace(home=home)), timeout=120) as test_client:
+    with TestClient(create_app(settings.replace(home=home)), base_url="http://127.0.0.1", timeout=120) as test_client:
         deadline = time.monotonic() + 120
         while test_client.get("/healthz").json()["status"] == "loading" and time.monotonic() < deadline:
             time.sleep(0.1)

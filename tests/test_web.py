@@ -553,3 +553,49 @@ def test_api_key_is_asked_for_and_a_wrong_one_is_explained(page, keyed_server: s
     assert page.evaluate("sessionStorage.getItem('rag.apiKey')") == API_KEY
     page.click("#tab-documents")
     expect(page.locator("#documents-body tr")).to_have_count(3)
+
+
+def test_roles_in_the_page_readers_see_no_upload_or_delete_admins_manage_keys(page, settings: Settings,
+                                                                               web_home: Path, tmp_path: Path):
+    from ingest.store.keys import SqliteKeyStore
+    from rag.core.keys import new_key, parse_grants
+
+    home = tmp_path / "roles-home"
+    shutil.copytree(web_home / "indexes", home / "indexes")
+    store = SqliteKeyStore(home)
+    reader, reader_key = new_key("reader-web", parse_grants("reader", ["default"]))
+    admin, admin_key = new_key("admin-web", parse_grants("admin", ["*"]))
+    store.add(reader)
+    store.add(admin)
+    store.close()
+    with server_process(settings, home, tmp_path / "roles.log", RAG_MAX_TOKENS=MAX_TOKENS) as base:
+        page.goto(base + "/documents")
+        page.fill("#key-input", reader_key)
+        page.click("#key-submit")
+        expect(page.locator("#principal")).to_have_text("reader-web · reader")
+        expect(page.locator("#documents-body tr")).to_have_count(3)
+        expect(page.locator("#dropzone")).to_be_hidden()
+        expect(page.locator("#documents-body button", has_text="Delete")).to_have_count(3)
+        assert all(not b.is_visible() for b in page.locator("#documents-body button").all())
+        expect(page.locator("#tab-keys")).to_be_hidden()
+        screenshot(page, "access-reader-documents.png")
+
+        page.evaluate("key => sessionStorage.setItem('rag.apiKey', key)", admin_key)
+        page.reload()
+        expect(page.locator("#principal")).to_have_text("admin-web · admin")
+        expect(page.locator("#dropzone")).to_be_visible()
+        page.click("#tab-keys")
+        expect(page.locator("#keys-body tr")).to_have_count(2)
+        page.fill("#new-key-name", "made-in-page")
+        page.fill("#new-key-indexes", "default")
+        page.fill("#new-key-expires", "30d")
+        page.click("#new-key-submit")
+        expect(page.locator("#new-key-value")).to_have_text(re.compile(r"^rag_"))
+        made = page.locator("#new-key-value").inner_text()
+        row = page.locator('#keys-body tr[data-key="made-in-page"]')
+        expect(row.locator(".key-state")).to_have_text("active")
+        assert httpx.get(f"{base}/v1/documents", headers={"Authorization": f"Bearer {made}"}).status_code == 200
+        row.locator("button", has_text="Revoke").click()
+        expect(row.locator(".key-state")).to_have_text("revoked")
+        assert httpx.get(f"{base}/v1/documents", headers={"Authorization": f"Bearer {made}"}).status_code == 401
+        screenshot(page, "access-admin-keys.png")

@@ -6,6 +6,7 @@ import anyio.to_thread
 from litestar import Controller, Request, post
 from litestar.datastructures import State
 
+from api.auth import Context
 from api.openapi import ANSWER_ERRORS, operation
 from api.protocol import AskRequest, AskResponse, RetrieveMetrics, RetrieveRequest, RetrieveResponse
 from api.requests import json_body
@@ -23,24 +24,30 @@ class AnswersController(Controller):
     # Stream, documented by ``operation`` (Litestar serves a returned Response as it is).
     @post("/ask", status_code=200, summary="Answer a question from the indexed documents",
           responses=ANSWER_ERRORS, operation_class=operation(json_body=AskRequest))
-    async def ask(self, state: State, request: Request) -> AskResponse:
+    async def ask(self, state: State, request: Request, context: Context) -> AskResponse:
         data = await json_body(request, AskRequest)
         app = state.app
+        app.authorize(context, data.index, "reader", "/v1/ask")
         options = options_from(app.settings, top_k=data.top_k, max_tokens=data.max_tokens,
                                temperature=data.temperature, top_p=data.top_p,
                                top_k_sampling=data.top_k_sampling, documents=data.documents)
         answer_request = AnswerRequest(question=data.question, index=data.index, options=options)
         if not data.stream:
-            return await app.answer(answer_request, request.receive)
-        return sse_response(ask_sse(await primed(app.events(answer_request))))  # type: ignore[return-value]
+            return await app.answer(answer_request, request.receive, context, "/v1/ask")
+        return sse_response(ask_sse(await primed(app.events(answer_request, context, "/v1/ask"))))  # type: ignore[return-value]
 
     @post("/retrieve", status_code=200, summary="Retrieve chunks without generating", responses=ANSWER_ERRORS,
           operation_class=operation(json_body=RetrieveRequest))
-    async def retrieve(self, state: State, request: Request) -> RetrieveResponse:
+    async def retrieve(self, state: State, request: Request, context: Context) -> RetrieveResponse:
         data = await json_body(request, RetrieveRequest)
-        service = state.app.service()
+        app = state.app
+        index = app.authorize(context, data.index, "reader", "/v1/retrieve")
+        service = app.service()
         retrieval = await anyio.to_thread.run_sync(service.retrieve, data.query, data.index, data.top_k,
                                                    data.documents)
+        app.record(context, "retrieve", route="/v1/retrieve", index=index, **app.record_question(data.query),
+                   retrieved=[{"chunk_id": h.chunk.id, "document_id": h.chunk.doc_id, "score": round(h.score, 5)}
+                              for h in retrieval.hits], outcome="retrieved")
         return RetrieveResponse(query=data.query.strip(), chunks=sources(retrieval),
                                 metrics=RetrieveMetrics(embed_ms=round(retrieval.embed_ms, 2),
                                                         search_ms=round(retrieval.search_ms, 2)))

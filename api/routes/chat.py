@@ -7,6 +7,7 @@ from litestar import Controller, Request, post
 from litestar.datastructures import State
 from litestar.response import Stream
 
+from api.auth import Context
 from api.openapi import ANSWER_ERRORS, SEED_EVENTS, event_stream_only, operation
 from api.protocol import ChatMessage, ChatRequest, ChatResponse, SeedMetrics
 from api.requests import json_body
@@ -44,18 +45,21 @@ class ChatController(Controller):
 
     @post("", status_code=200, summary="Chat turn; the last user message is the question", responses=ANSWER_ERRORS,
           operation_class=operation(json_body=ChatRequest))
-    async def chat(self, state: State, request: Request) -> ChatResponse:
+    async def chat(self, state: State, request: Request, context: Context) -> ChatResponse:
         data = await json_body(request, ChatRequest)
-        result = await state.app.answer(self._request(data, state), request.receive)
+        state.app.authorize(context, data.index, "reader", "/v1/chat")
+        result = await state.app.answer(self._request(data, state), request.receive, context, "/v1/chat")
         return ChatResponse(content=result.answer, metrics=seed_metrics(result), sources=result.sources,
                             citations=result.citations, abstained=result.abstained, evidence=result.evidence)
 
     @post("/stream", status_code=200, summary="Streaming chat turn (SSE)",
           responses={**ANSWER_ERRORS, **event_stream_only(SEED_EVENTS)},
           operation_class=operation(json_body=ChatRequest))
-    async def chat_stream(self, state: State, request: Request) -> Stream:
+    async def chat_stream(self, state: State, request: Request, context: Context) -> Stream:
         data = await json_body(request, ChatRequest)
-        return sse_response(seed_sse(await primed(state.app.events(self._request(data, state)))))
+        state.app.authorize(context, data.index, "reader", "/v1/chat/stream")
+        return sse_response(seed_sse(await primed(state.app.events(self._request(data, state), context,
+                                                                   "/v1/chat/stream"))))
 
     @staticmethod
     def _request(data: ChatRequest, state: State) -> AnswerRequest:

@@ -9,6 +9,7 @@ from litestar import Controller, Request, Response, delete, get, post
 from litestar.datastructures import State
 from litestar.params import FromPath, QueryParameter
 
+from api.auth import Context
 from api.openapi import UPLOAD_RESPONSES, errors, operation
 from api.protocol import DeleteResponse, DocumentList, ErrorBody, FileFormat, FileResult, FormatList, UploadResponse
 from api.requests import uploaded_files
@@ -16,6 +17,7 @@ from api.state import AppState
 from ingest.formats.options import LoadOptions
 from ingest.formats.registry import FORMATS
 from ingest.uploads import IncomingFile
+from rag.core.errors import RagError
 from rag.core.names import INDEX_NAME_PATTERN
 
 # The index name's pattern, in the schema and checked by Litestar (the long fuzzing run found that the schema
@@ -32,11 +34,11 @@ class DocumentsController(Controller):
     # of its own) and documented by ``operation``.
     @post("", status_code=200, summary="Upload and ingest one or more files (multipart field `data`)",
           responses=UPLOAD_RESPONSES, operation_class=operation(upload=True))
-    async def upload(self, state: State, request: Request,
+    async def upload(self, state: State, request: Request, context: Context,
                      index: IndexQuery = None) -> Response[UploadResponse]:
         app: AppState = state.app
+        target = app.index(app.authorize(context, index, "editor", "/v1/documents"))
         models = app.require_ready()
-        target = app.index(index)
         files = [IncomingFile(upload.filename, await upload.read()) for upload in await uploaded_files(request)]
         settings = app.settings
         report = await anyio.to_thread.run_sync(
@@ -46,6 +48,10 @@ class DocumentsController(Controller):
             FileResult(file=o.path, status=o.status, document_id=o.document_id, chunks=o.chunks, reason=o.reason,
                        reason_type=o.reason_type, renamed_from=report.renamed.get(o.path), warning=o.warning)
             for o in report.outcomes])
+        app.record(context, "upload", route="/v1/documents", index=target.name,
+                   outcome="accepted" if report.accepted else "refused",
+                   files=[{"path": o.path, "status": o.status, "document_id": o.document_id, "chunks": o.chunks}
+                          for o in report.outcomes])
         if report.accepted:
             return Response(body, status_code=200)
         first = report.outcomes[0]
@@ -59,8 +65,8 @@ class DocumentsController(Controller):
                           accept=",".join(suffix for f in FORMATS for suffix in f.suffixes))
 
     @get("", summary="Documents in an index", responses=errors(400, 404))
-    async def list_documents(self, state: State, index: IndexQuery = None) -> DocumentList:
-        target = state.app.index(index)
+    async def list_documents(self, state: State, context: Context, index: IndexQuery = None) -> DocumentList:
+        target = state.app.index(state.app.authorize(context, index, "reader", "/v1/documents"))
         reader = target.reader()
         try:
             return DocumentList(index=target.name, documents=reader.documents())
@@ -69,8 +75,16 @@ class DocumentsController(Controller):
 
     @delete("/{document_id:str}", status_code=200, summary="Remove a document and its vectors",
             responses=errors(400, 404, 409))
-    async def delete_document(self, state: State, document_id: FromPath[str],
+    async def delete_document(self, state: State, context: Context, document_id: FromPath[str],
                               index: IndexQuery = None) -> DeleteResponse:
         app: AppState = state.app
-        record = await anyio.to_thread.run_sync(app.uploads.delete, app.index(index), document_id)
+        target = app.index(app.authorize(context, index, "editor", "/v1/documents/{document_id}"))
+        try:
+            record = await anyio.to_thread.run_sync(app.uploads.delete, target, document_id)
+        except RagError as exc:
+            app.record(context, "delete", route="/v1/documents/{document_id}", index=target.name,
+                       outcome="error", error=exc.error_type)
+            raise
+        app.record(context, "delete", route="/v1/documents/{document_id}", index=target.name, outcome="deleted",
+                   document_id=record.id, path=record.path, chunks=record.chunks)
         return DeleteResponse(deleted=record.id, path=record.path, chunks=record.chunks)

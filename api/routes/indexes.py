@@ -5,6 +5,7 @@ from __future__ import annotations
 from litestar import Controller, get
 from litestar.datastructures import State
 
+from api.auth import Context
 from api.openapi import errors
 from api.protocol import IndexList, IndexSummary
 from api.state import AppState
@@ -15,10 +16,12 @@ class IndexesController(Controller):
     tags = ["documents"]
 
     @get("", summary="Indexes on this server, with their document and chunk counts", responses=errors())
-    async def list_indexes(self, state: State) -> IndexList:
+    async def list_indexes(self, state: State, context: Context) -> IndexList:
         app: AppState = state.app
         indexes = []
         for name in app.store.names():
+            if context.principal.role_for(name) is None:  # an index the principal may not use is not listed
+                continue
             reader = app.store.index(name).reader()
             try:
                 info = reader.info()

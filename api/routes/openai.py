@@ -8,6 +8,7 @@ import uuid
 from litestar import Controller, Request, get, post
 from litestar.datastructures import State
 
+from api.auth import Context
 from api.openapi import ANSWER_ERRORS, errors, operation
 from api.protocol import (AssistantMessage, ChatCompletion, ChatCompletionRequest, Choice, ModelCard, ModelList,
                           PromptTokensDetails, Usage)
@@ -17,6 +18,8 @@ from api.sse import primed, sse, sse_error, sse_response
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, options_from
 from rag.core.errors import RagError
+
+ROUTE = "/v1/chat/completions"
 
 
 def finish_reason(result: AnswerResult) -> str:
@@ -42,9 +45,10 @@ class OpenAIController(Controller):
     # Annotated with the JSON completion (the schema's 200); streams are documented by ``operation``.
     @post("/chat/completions", status_code=200, summary="Chat completion grounded in the documents",
           responses=ANSWER_ERRORS, operation_class=operation(json_body=ChatCompletionRequest))
-    async def chat_completions(self, state: State, request: Request) -> ChatCompletion:
+    async def chat_completions(self, state: State, request: Request, context: Context) -> ChatCompletion:
         data = await json_body(request, ChatCompletionRequest)
         app = state.app
+        app.authorize(context, data.index, "reader", ROUTE)
         options = options_from(app.settings, max_tokens=data.max_completion_tokens or data.max_tokens,
                                temperature=data.temperature, top_p=data.top_p, documents=data.documents,
                                stop=[data.stop] if isinstance(data.stop, str) else data.stop)
@@ -53,7 +57,7 @@ class OpenAIController(Controller):
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         if not data.stream:
-            result = await app.answer(answer_request, request.receive)
+            result = await app.answer(answer_request, request.receive, context, ROUTE)
             return ChatCompletion(
                 id=completion_id, object="chat.completion", created=created, model=result.model,
                 choices=[Choice(index=0, message=AssistantMessage(
@@ -61,7 +65,7 @@ class OpenAIController(Controller):
                     finish_reason=finish_reason(result))],
                 usage=usage(result), sources=result.sources, citations=result.citations, abstained=result.abstained,
                 answer=result.answer, evidence=result.evidence)
-        events = await primed(app.events(answer_request))
+        events = await primed(app.events(answer_request, context, ROUTE))
         include_usage = bool(data.stream_options and data.stream_options.include_usage)
         return sse_response(openai_sse(events, completion_id, created,  # type: ignore[return-value]
                                        app.service().generator.model_id, include_usage))

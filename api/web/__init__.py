@@ -19,7 +19,7 @@ STATIC_PATH = "/static"
 # text/plain on many machines, and a browser refuses a module script of that type (a blank page).
 STATIC_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".svg": "image/svg+xml",
                 ".png": "image/png", ".ico": "image/x-icon", ".json": "application/json"}
-PAGE_PATHS = ("/", "/documents")  # client-side views of the one page
+PAGE_PATHS = ("/", "/documents", "/keys")  # client-side views of the one page
 # The page runs only its own scripts and talks only to this server, whatever a document or a reply contains.
 PAGE_HEADERS = {
     "Content-Security-Policy": ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "

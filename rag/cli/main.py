@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
+from rag.cli.access import audit, keys
 from rag.cli.answers import ask_cmd, eval_cmd
 from rag.cli.bench import bench
 from rag.cli.common import any_text_streams, handle_errors, json_option, literal, out, print_json
@@ -48,5 +49,6 @@ def config_cmd(settings: Settings, as_json: bool) -> None:
 
 
 
-for command in (models, ingest_cmd, documents, index_group, ask_cmd, eval_cmd, bench, serve_cmd, info_cmd):
+for command in (models, ingest_cmd, documents, index_group, ask_cmd, eval_cmd, bench, serve_cmd, info_cmd,
+                keys, audit):
     main.add_command(command)

@@ -31,6 +31,13 @@ class UnauthorizedError(RagError):
     error_type = "unauthorized"
 
 
+class ForbiddenError(RagError):
+    """A known principal without the role a request needs (never says whether the index exists)."""
+
+    status_code = 403
+    error_type = "forbidden"
+
+
 class NotFoundError(RagError):
     status_code = 404
     error_type = "not_found"

@@ -115,6 +115,24 @@ class Settings:
     copy_bias: float = field(
         default=0.0, metadata={"doc": "logit bias toward the passages' tokens (rag bench engine --copy-bias); answers "
                                       "from the documents are constrained to copied spans, which supersedes it"})
+    # Access control (README "Access control"): keys, tokens, the browser guard, the audit trail.
+    allowed_hosts: str = field(
+        default="", metadata={"doc": "comma-separated host names accepted in Host and Origin besides localhost and "
+                                     "the bound address (the public name behind a reverse proxy); * = any Host"})
+    jwt_jwks: str | None = field(
+        default=None, metadata={"doc": "JWKS file path or http(s) URL on the site network: accept signed JWT "
+                                       "bearer tokens (OIDC access tokens) besides API keys"})
+    jwt_issuer: str | None = field(default=None, metadata={"doc": "required `iss` of accepted tokens"})
+    jwt_audience: str | None = field(default=None, metadata={"doc": "required `aud` of accepted tokens"})
+    jwt_groups_claim: str = field(default="groups", metadata={"doc": "the token claim listing the user's groups"})
+    jwt_groups: dict | None = field(
+        default=None, metadata={"doc": "rag.toml table [jwt_groups.NAME] roles = [\"index=role\", …], "
+                                       "groups = [document groups]: what a token's group grants"})
+    audit: bool = field(default=True, metadata={"doc": "append one hash-chained record per answer, retrieval, "
+                                                      "upload, delete and key change"})
+    audit_dir: Path | None = field(default=None, metadata={"doc": "where the audit trail is kept (default: home/audit)"})
+    audit_questions: str = field(default="sha256", metadata={"doc": "full | sha256 | none: how questions are recorded"})
+    audit_max_mb: int = field(default=64, metadata={"doc": "an audit file this large is closed and a new one started"})
     # Not a setting: where each non-default value came from (a rag.toml path, "env RAG_...", "command line").
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False,
                                        metadata={"internal": True})
@@ -126,6 +144,10 @@ class Settings:
     @property
     def indexes_dir(self) -> Path:
         return self.home / "indexes"
+
+    @property
+    def audit_path(self) -> Path:
+        return self.audit_dir or self.home / "audit"
 
     @property
     def uploads_path(self) -> Path:
@@ -188,6 +210,11 @@ def _coerce(name: str, raw: Any, target: Any) -> Any:
             return int(raw)
         if kind.startswith("float"):
             return float(raw)
+        if kind.startswith("dict"):
+            value = json.loads(raw) if isinstance(raw, str) else raw
+            if not isinstance(value, dict):
+                raise ValueError(raw)
+            return value
         return str(raw)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"setting {name!r}: cannot read {raw!r} as {kind}") from exc
@@ -259,6 +286,10 @@ def load_settings(
         raise ConfigError(f"generator_url must be an http(s):// URL, not {settings.generator_url!r}")
     if settings.generator_timeout_s <= 0 or settings.generator_context < 16 or settings.store_pool_size < 1:
         raise ConfigError("generator_timeout_s must be > 0, generator_context >= 16, store_pool_size >= 1")
+    if settings.audit_questions not in ("full", "sha256", "none"):
+        raise ConfigError(f"audit_questions must be full, sha256 or none, not {settings.audit_questions!r}")
+    if settings.audit_max_mb < 1:
+        raise ConfigError(f"audit_max_mb must be at least 1, not {settings.audit_max_mb}")
     try:
         extra = json.loads(settings.generator_extra_body)
     except ValueError:

@@ -3,6 +3,7 @@
 import { getJSON, setKeyPrompt } from "./api.js";
 import { initChat, refreshChatEmpty } from "./chat.js";
 import { clearUploads, initDocuments, refreshDocuments } from "./documents.js";
+import { initKeys, refreshKeys } from "./keys.js";
 
 const INDEX_STORAGE = "rag.index";
 const POLL_LOADING_MS = 1500;
@@ -20,18 +21,19 @@ function selectedIndex() {
 }
 
 // ---------------------------------------------------------------- views
-const VIEWS = { "/": "chat", "/documents": "documents" };
+const VIEWS = { "/": "chat", "/documents": "documents", "/keys": "keys" };
 
 function showView(name) {
-  for (const view of ["chat", "documents"]) {
+  for (const view of ["chat", "documents", "keys"]) {
     document.getElementById(`view-${view}`).hidden = view !== name;
     const tab = document.getElementById(`tab-${view}`);
     if (view === name) tab.setAttribute("aria-current", "page");
     else tab.removeAttribute("aria-current");
   }
   document.body.dataset.view = name;
-  document.title = name === "documents" ? "Documents · Offline RAG" : "Offline RAG";
-  if (name === "documents" && indexesLoaded) refreshDocuments();
+  document.title = { documents: "Documents · Offline RAG", keys: "API keys · Offline RAG" }[name] || "Offline RAG";
+  if (name === "keys") refreshKeys();
+  else if (name === "documents" && indexesLoaded) refreshDocuments();
   else document.getElementById("question").focus({ preventScroll: true });
 }
 
@@ -122,6 +124,7 @@ async function refreshIndexes() {
   indexesLoaded = true;
   showHealth();
   refreshChatEmpty();
+  await refreshMe();
 }
 
 function initIndexPicker() {
@@ -130,8 +133,43 @@ function initIndexPicker() {
     clearUploads();
     showHealth();
     refreshChatEmpty();
+    showPrincipal();
     if (document.body.dataset.view === "documents") refreshDocuments();
   });
+}
+
+// ---------------------------------------------------------------- who is signed in (/v1/me)
+const ROLES = ["reader", "editor", "admin"];
+let me = null;
+
+function roleFor(index) {
+  // The strongest role on the index (an exact grant or "*"), as the server decides it.
+  const held = (me?.roles || []).filter((g) => g.index === index || g.index === "*").map((g) => g.role);
+  return held.sort((a, b) => ROLES.indexOf(b) - ROLES.indexOf(a))[0] || null;
+}
+
+function showPrincipal() {
+  const label = document.getElementById("principal");
+  if (!me) {
+    label.hidden = true;
+    return;
+  }
+  const role = roleFor(selectedIndex() || defaultIndex || "");
+  document.body.dataset.canEdit = role === "editor" || role === "admin" ? "true" : "false";
+  document.body.dataset.role = role || "none";
+  const admin = (me.roles || []).some((g) => g.index === "*" && g.role === "admin");
+  document.getElementById("tab-keys").hidden = !(admin && me.authenticated);
+  label.hidden = !me.authenticated;
+  label.textContent = `${me.name} · ${role || "no access"}`;
+}
+
+async function refreshMe() {
+  try {
+    me = await getJSON("/v1/me");
+  } catch (_) {
+    me = null;
+  }
+  showPrincipal();
 }
 
 // ---------------------------------------------------------------- API key
@@ -169,6 +207,7 @@ initTabs();
 initIndexPicker();
 initChat({ currentIndex: selectedIndex, onAnswered: () => {} });
 initDocuments({ currentIndex: selectedIndex, onChanged: () => { refreshIndexes(); pollHealth(); } });
+initKeys();
 window.addEventListener("rag:key", () => setTimeout(refreshIndexes, 500)); // what a refused request could not list
 route();
 pollHealth();

@@ -1,0 +1,106 @@
+"""Single sign-on without a network call: signed JWT bearer tokens (OIDC access tokens) checked with PyJWT
+against a JWKS file (or a JWKS URL on the site network), with issuer, audience and expiry checks. The token's
+groups claim maps to roles and document groups through the ``jwt_groups`` table in ``rag.toml``::
+
+    jwt_jwks = "/etc/rag/jwks.json"
+    jwt_issuer = "https://sso.example.com/realms/acme"
+    jwt_audience = "rag"
+    [jwt_groups.hr-staff]
+    roles = ["hr=reader"]          # index=role; a role alone is that role on every index
+    groups = ["hr"]                # document groups the token may see
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jwt
+
+from rag.core.access import Principal
+from rag.core.errors import ConfigError, RagError
+from rag.core.keys import parse_grant
+from rag.core.settings import Settings
+
+ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
+
+
+@dataclass(frozen=True)
+class GroupGrant:
+    roles: tuple[tuple[str, str], ...]
+    groups: frozenset[str] | None  # None: the grant does not restrict documents
+
+
+def parse_group_table(table: dict[str, Any] | None) -> dict[str, GroupGrant]:
+    grants: dict[str, GroupGrant] = {}
+    for name, entry in (table or {}).items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("roles", []), list):
+            raise ConfigError(f"jwt_groups.{name} must be a table with roles = [\"index=role\", ...] and "
+                              "optionally groups = [...]")
+        try:
+            roles = tuple(parse_grant(str(text)) for text in entry.get("roles", []))
+        except RagError as exc:
+            raise ConfigError(f"jwt_groups.{name}: {exc.message}") from exc
+        groups = entry.get("groups")
+        grants[str(name)] = GroupGrant(roles, frozenset(map(str, groups)) if groups is not None else None)
+    return grants
+
+
+@dataclass
+class TokenVerifier:
+    keys: Any  # jwt.PyJWKSet (a file) or jwt.PyJWKClient (a URL)
+    issuer: str | None
+    audience: str | None
+    groups_claim: str
+    grants: dict[str, GroupGrant]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "TokenVerifier | None":
+        if not settings.jwt_jwks:
+            return None
+        source = settings.jwt_jwks
+        if source.startswith(("http://", "https://")):
+            keys: Any = jwt.PyJWKClient(source, cache_keys=True, lifespan=300, timeout=10)
+        else:
+            try:
+                keys = jwt.PyJWKSet.from_dict(json.loads(Path(source).expanduser().read_text(encoding="utf-8")))
+            except (OSError, ValueError, jwt.PyJWTError) as exc:
+                raise ConfigError(f"jwt_jwks: cannot read a JWKS from {source}: {exc}") from exc
+        return cls(keys, settings.jwt_issuer, settings.jwt_audience, settings.jwt_groups_claim,
+                   parse_group_table(settings.jwt_groups))
+
+    def _signing_key(self, token: str) -> Any:
+        if isinstance(self.keys, jwt.PyJWKClient):
+            return self.keys.get_signing_key_from_jwt(token).key
+        kid = jwt.get_unverified_header(token).get("kid")
+        candidates = [k for k in self.keys.keys if kid is None or k.key_id == kid]
+        if not candidates:
+            raise jwt.InvalidKeyError("no key in the JWKS matches the token's kid")
+        return candidates[0].key
+
+    def principal(self, token: str) -> Principal | None:
+        """The token's principal, or None when it is not valid (signature, issuer, audience, expiry)."""
+        try:
+            claims = jwt.decode(token, self._signing_key(token), algorithms=ALGORITHMS, issuer=self.issuer,
+                                audience=self.audience, options={"require": ["exp", "sub"],
+                                                                 "verify_aud": self.audience is not None})
+        except (jwt.PyJWTError, ValueError):
+            return None
+        claimed = claims.get(self.groups_claim) or []
+        claimed = [claimed] if isinstance(claimed, str) else [str(g) for g in claimed if isinstance(g, (str, int))]
+        roles: list[tuple[str, str]] = []
+        groups: set[str] = set()
+        unrestricted = False
+        for group in claimed:
+            grant = self.grants.get(group)
+            if grant is None:
+                continue
+            roles.extend(grant.roles)
+            if grant.groups is None:
+                unrestricted = unrestricted or bool(grant.roles)
+            else:
+                groups |= grant.groups
+        name = str(claims.get("preferred_username") or claims["sub"])
+        return Principal(name, tuple(roles), None if unrestricted else frozenset(groups))

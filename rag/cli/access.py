@@ -1,0 +1,144 @@
+"""``rag keys`` (API keys: create, list, revoke) and ``rag audit`` (verify, show)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+from rich.table import Table
+
+from rag.cli.common import console, fail, handle_errors, json_option, literal, out, print_json
+from rag.core.access import RequestContext
+from rag.core.audit import read_records, timestamp, verify
+from rag.core.keys import new_key, parse_duration, parse_grants, parse_groups
+from rag.core.settings import Settings
+from rag.runtime import open_audit, open_keys
+
+
+def _when(seconds: float | None) -> str:
+    return timestamp(seconds)[:19].replace("T", " ") if seconds else "never"
+
+
+def _record(settings: Settings, event: str, **fields) -> None:
+    trail = open_audit(settings)
+    if trail is not None:
+        try:
+            trail.append(event, principal=RequestContext().principal.name, route="cli", **fields)
+        finally:
+            trail.close()
+
+
+@click.group("keys")
+def keys() -> None:
+    """API keys: a name, a role per index, optional expiry and document groups (stored only as a hash)."""
+
+
+@keys.command("create")
+@click.argument("name")
+@click.option("--role", required=True, type=click.Choice(["reader", "editor", "admin"]),
+              help="reader: ask, retrieve, list; editor: + upload, delete; admin: + keys, audit.")
+@click.option("--index", "indexes", multiple=True, help="Index the role applies to (repeatable; default * = all).")
+@click.option("--expires", help="Lifetime, e.g. 90d, 12h, 2w (default: never expires).")
+@click.option("--groups", help="Document groups the key sees, comma-separated (default: every document).")
+@json_option()
+@click.pass_obj
+@handle_errors
+def keys_create(settings: Settings, name: str, role: str, indexes: tuple[str, ...], expires: str | None,
+                groups: str | None, as_json: bool) -> None:
+    """Create key NAME and print it (shown once: only its hash is kept)."""
+    expiry = time.time() + parse_duration(expires) if expires else None
+    record, token = new_key(name, parse_grants(role, indexes), parse_groups(groups), expiry)
+    store = open_keys(settings)
+    try:
+        store.add(record)
+    finally:
+        store.close()
+    _record(settings, "key.create", key=name, roles=[list(g) for g in record.roles],
+            groups=sorted(record.groups) if record.groups is not None else None, expires=expiry, outcome="created")
+    if as_json:
+        print_json({"name": name, "key": token, "roles": [list(g) for g in record.roles],
+                    "groups": sorted(record.groups) if record.groups is not None else None, "expires": expiry})
+        return
+    console.print(literal(f"key {name!r} created; it is shown only now, keep it somewhere safe:"))
+    click.echo(token)
+
+
+@keys.command("list")
+@json_option()
+@click.pass_obj
+@handle_errors
+def keys_list(settings: Settings, as_json: bool) -> None:
+    """Keys by name, with roles, groups, expiry and state (never the key)."""
+    store = open_keys(settings)
+    try:
+        records = store.list()
+    finally:
+        store.close()
+    rows = [{"name": r.name, "roles": [f"{i}={role}" for i, role in r.roles],
+             "groups": sorted(r.groups) if r.groups is not None else None, "created": _when(r.created),
+             "expires": _when(r.expires), "state": r.state()} for r in records]
+    if as_json:
+        print_json(rows)
+        return
+    table = Table("name", "roles", "groups", "created", "expires", "state", title="API keys")
+    for row in rows:
+        table.add_row(*(literal(v) for v in (row["name"], ", ".join(row["roles"]),
+                                              "all" if row["groups"] is None else ",".join(row["groups"]),
+                                              row["created"], row["expires"], row["state"])))
+    out.print(table)
+
+
+@keys.command("revoke")
+@click.argument("name")
+@click.pass_obj
+@handle_errors
+def keys_revoke(settings: Settings, name: str) -> None:
+    """Revoke key NAME: refused from the next request on, on every server sharing the store."""
+    store = open_keys(settings)
+    try:
+        store.revoke(name)
+    finally:
+        store.close()
+    _record(settings, "key.revoke", key=name, outcome="revoked")
+    console.print(literal(f"key {name!r} revoked"))
+
+
+@click.group("audit")
+def audit() -> None:
+    """The audit trail (hash-chained JSON Lines under the audit_dir setting)."""
+
+
+@audit.command("verify")
+@click.pass_obj
+@handle_errors
+def audit_verify(settings: Settings) -> None:
+    """Check every record's hash and the chain: exit 1 naming the first edited, deleted or moved line."""
+    checked, problems = verify(settings.audit_path)
+    for problem in problems:
+        console.print(literal(str(problem)), soft_wrap=True)
+    if problems:
+        fail(f"the audit trail was changed ({len(problems)} chain(s) broken); {checked} records check out", 1)
+    console.print(literal(f"audit trail intact: {checked} records in {settings.audit_path}"))
+
+
+@audit.command("show")
+@click.option("--since", help="Only records this recent, e.g. 1d, 12h.")
+@click.option("--principal", help="Only this key or user.")
+@click.option("--index", help="Only this index.")
+@json_option("One JSON record per line.")
+@click.pass_obj
+@handle_errors
+def audit_show(settings: Settings, since: str | None, principal: str | None, index: str | None,
+               as_json: bool) -> None:
+    """Records, oldest first."""
+    since_ts = timestamp(time.time() - parse_duration(since)) if since else None
+    records = read_records(settings.audit_path, since_ts, principal, index)
+    if as_json:
+        for record in records:
+            click.echo(json.dumps(record, ensure_ascii=False))
+        return
+    table = Table("time", "principal", "event", "route", "index", "outcome", title="audit trail")
+    for r in records:
+        table.add_row(*(literal(r.get(k, "")) for k in ("ts", "principal", "event", "route", "index", "outcome")))
+    out.print(table)
