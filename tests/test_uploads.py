@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,9 +34,9 @@ def test_add_replace_refuse_and_delete(home: Path, embedder):
     store, uploads = EmbeddedStore(home / "indexes"), Uploads(home / "uploads")
     report = add(uploads, store, embedder, ("wombat.txt", WOMBAT), ("empty.pdf", b"%PDF-1.4 broken"),
                  ("big.txt", b"x" * 20_000))
-    assert [(o.path, o.status) for o in report.outcomes] == [
-        ("empty.pdf", "failed"), ("big.txt", "failed"), ("wombat.txt", "added")]
-    assert report.outcomes[1].reason_type == "payload_too_large" and report.accepted
+    assert [(o.path, o.status) for o in report.outcomes] == [  # in the order given
+        ("wombat.txt", "added"), ("empty.pdf", "failed"), ("big.txt", "failed")]
+    assert report.outcomes[2].reason_type == "payload_too_large" and report.accepted
     stored = home / "uploads" / "default" / "wombat.txt"
     assert stored.read_bytes() == WOMBAT
     assert not (home / "uploads" / "default" / "empty.pdf").exists()  # a refused file is never stored
@@ -55,6 +58,30 @@ def test_add_replace_refuse_and_delete(home: Path, embedder):
     reader = store.index("default").reader()
     assert reader.documents() == []
     reader.close()
+
+
+def test_a_file_the_loader_cannot_use_is_refused_and_never_stored(home: Path, embedder):
+    """Uploads are parsed once, by the loader process; what it refuses (broken, unsupported) is not kept."""
+    store, uploads = EmbeddedStore(home / "indexes"), Uploads(home / "uploads")
+    report = add(uploads, store, embedder, ("tool.exe", b"MZ\x90\x00"), ("notes.txt", WOMBAT))
+    assert [(o.path, o.status) for o in report.outcomes] == [("tool.exe", "failed"), ("notes.txt", "added")]
+    assert report.outcomes[0].reason_type == "unsupported_file_type", report.outcomes[0]
+    assert sorted(p.name for p in (home / "uploads" / "default").iterdir()) == ["notes.txt"]
+
+
+def test_staged_files_left_by_a_killed_upload_are_removed_at_start(home: Path, embedder, caplog):
+    folder = home / "uploads" / "default"
+    folder.mkdir(parents=True)
+    stale, fresh, kept = folder / ".incoming-0123456789ab", folder / ".incoming-ba9876543210", folder / "a.txt"
+    for path in (stale, fresh, kept):
+        path.write_bytes(WOMBAT)
+    hour_ago = time.time() - 3600
+    os.utime(stale, (hour_ago, hour_ago))
+    with caplog.at_level(logging.INFO, logger="ingest.uploads"):
+        removed = Uploads(home / "uploads").remove_stale_staged()
+    assert removed == [stale] and not stale.exists()
+    assert fresh.exists() and kept.exists()  # a replica sharing the folder may be staging it right now
+    assert "removed 1 staged upload file(s) left by an interrupted upload" in caplog.text
 
 
 def test_cli_delete_removes_the_stored_upload_too(home: Path, settings: Settings, embedder):

@@ -31,6 +31,7 @@ def info_cmd(settings: Settings, no_probe: bool, only: tuple[str, ...], as_json:
                                                          f"{cpu['logical_cores']} logical cores, {cpu['os']}")))
     out.print(Text.assemble(("         ", ""), literal("instruction sets: " + (
         ", ".join(sets) if sets else ("none of note" if sets is not None else "unknown on this OS")))))
+    out.print(Text.assemble(("         ", ""), literal(f"int8 kernels: {cpu['int8_path']}")))
     out.print(Text.assemble(("Memory   ", "bold"), literal(f"{memory['total_gb']} GB total, "
                                                          f"{memory['available_gb']} GB available")))
     out.print(Text.assemble(("GPUs     ", "bold"), literal(", ".join(info["gpus"]) or "none seen")))

@@ -21,6 +21,32 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def port_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on, checked before any model loads; None when it can."""
+    import errno
+    import os
+    import socket
+
+    address = host.strip("[]")
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            if os.name != "nt":  # as uvicorn binds: a closed connection in TIME_WAIT does not hold the port
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((address, port))
+    except OSError as exc:
+        if exc.errno in (errno.EADDRINUSE, 10048):  # 10048: WSAEADDRINUSE
+            return f"port {port} is in use (another rag serve?); stop it or pass --port"
+        if exc.errno in (errno.EACCES, 10013):  # 10013: WSAEACCES (also a port Windows reserves)
+            return f"not allowed to listen on port {port} (ports below 1024 need privileges; try --port 8000)"
+        if exc.errno in (errno.EADDRNOTAVAIL, 10049):
+            return f"{host} is not an address of this machine (use 127.0.0.1, 0.0.0.0 or one of its own)"
+        return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    except (socket.gaierror, UnicodeError) as exc:
+        return f"cannot listen on {host}:{port}: unknown host ({exc})"
+    return None
+
+
 def auth_configured(settings: Settings) -> bool:
     if settings.api_key or settings.jwt_jwks:
         return True
@@ -54,6 +80,9 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, index: str
             f"refusing to serve on {settings.host} without authentication: anyone who can reach it could read "
             "every document and change the index. Create a key (rag keys create NAME --role admin), set "
             "RAG_API_KEY or jwt_jwks, or pass --insecure-no-auth if that is really what you want")
+    problem = port_problem(settings.host, settings.port)
+    if problem:
+        raise BadRequestError(problem)
     console.print(literal(f"serving on http://{settings.host}:{settings.port}  (OpenAPI: /schema)"))
     if workers > 1:
         # Worker processes rebuild the app from the environment, so pass the effective settings there.
