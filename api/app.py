@@ -12,14 +12,13 @@ import anyio.to_thread
 from litestar import Litestar, Request, Router
 from litestar.datastructures import MutableScopeHeaders, State
 from litestar.di import Provide
-from litestar.openapi import OpenAPIConfig
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import ANONYMOUS, CONTEXT_SCOPE_KEY, request_context
 from api.errors import EXCEPTION_HANDLERS, error_response
 from api.guard import HostPolicy
 from api.observability import ServiceMetrics, configure_logging
-from api.openapi import complete_schema
+from api.openapi import complete_schema, docs_config
 from api.requests import ApiRequest
 from api.routes.access import AccessController
 from api.routes.answers import AnswersController
@@ -160,7 +159,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         dependencies={"context": Provide(request_context, sync_to_thread=False)},
         request_max_body_size=JSON_BODY_LIMIT,
         request_class=ApiRequest,  # an unreadable body is a 400 that says why (api/requests.py)
-        openapi_config=OpenAPIConfig(title="Offline RAG", version="0.1.0", path="/schema"),
+        openapi_config=docs_config(),
         logging_config=None,  # the product's own JSON logging (api/observability.py); no second plain-text format
         debug=False,
     )

@@ -9,12 +9,14 @@ from typing import Any
 
 import msgspec
 from litestar import Litestar
-from litestar.openapi import ResponseSpec
+from litestar.openapi import OpenAPIConfig, ResponseSpec
+from litestar.openapi.plugins import JsonRenderPlugin, RedocRenderPlugin, SwaggerRenderPlugin
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Reference, RequestBody, Schema
 
 from api import protocol
 from api.protocol import (AskRequest, ChatCompletionRequest, ChatRequest, ErrorResponse, HealthResponse,
                           KeyCreateRequest, RetrieveRequest, UploadResponse)
+from api.web import STATIC_PATH
 
 REF = "#/components/schemas/{name}"
 REQUEST_BODIES = (AskRequest, RetrieveRequest, ChatRequest, ChatCompletionRequest, KeyCreateRequest)
@@ -36,6 +38,20 @@ ERRORS = {
          "full (`overloaded`, with Retry-After)",
 }
 
+
+
+def docs_config() -> OpenAPIConfig:
+    """The OpenAPI document and its two readers, Swagger UI and ReDoc, with their scripts served by the app
+    itself (api/web/static, vendored from npm with their licences): the docs render on a site with no internet."""
+    static = STATIC_PATH
+    no_favicon = "<link rel='icon' href='data:,'>"  # not the CDN-hosted one Litestar links by default
+    return OpenAPIConfig(title="Offline RAG", version="0.1.0", path="/schema", render_plugins=[
+        RedocRenderPlugin(js_url=f"{static}/redoc.standalone.js", google_fonts=False, favicon=no_favicon,
+                          path=["/redoc", "/"]),
+        SwaggerRenderPlugin(js_url=f"{static}/swagger-ui-bundle.js", css_url=f"{static}/swagger-ui.css",
+                            standalone_preset_js_url=f"{static}/swagger-ui-standalone-preset.js", favicon=no_favicon),
+        JsonRenderPlugin(),
+    ])
 
 def errors(*statuses: int) -> dict[int, ResponseSpec]:
     """The documented error responses for ``statuses`` (401, 403 and 500 are added: every route can answer

@@ -599,3 +599,29 @@ def test_roles_in_the_page_readers_see_no_upload_or_delete_admins_manage_keys(pa
         expect(row.locator(".key-state")).to_have_text("revoked")
         assert httpx.get(f"{base}/v1/documents", headers={"Authorization": f"Bearer {made}"}).status_code == 401
         screenshot(page, "access-admin-keys.png")
+
+
+def test_api_docs_render_with_the_network_blocked(page, server: str):
+    """Swagger UI and ReDoc load their scripts, styles and fonts only from this server: every other host is
+    unreachable, as at a site."""
+    elsewhere: list[str] = []
+
+    def only_this_server(route):
+        if route.request.url.startswith(server):
+            route.continue_()
+        else:
+            if route.request.resource_type != "image":  # ReDoc's footer logo hides itself when unreachable
+                elsewhere.append(route.request.url)
+            route.abort("internetdisconnected")
+
+    page.route("**/*", only_this_server)
+    page.goto(server + "/schema/swagger")
+    expect(page.locator(".swagger-ui .info .title")).to_contain_text("Offline RAG")
+    expect(page.locator(".opblock-summary-path").filter(has_text="/v1/ask").first).to_be_visible()
+    screenshot(page, "api-docs-swagger.png")
+    page.goto(server + "/schema/redoc")
+    expect(page.locator("h1").first).to_contain_text("Offline RAG")
+    expect(page.get_by_text("/v1/ask").first).to_be_attached()
+    page.goto(server + "/schema")  # the root is ReDoc too
+    expect(page.locator("h1").first).to_contain_text("Offline RAG")
+    assert elsewhere == [], elsewhere
