@@ -22,7 +22,7 @@ from ingest.records import Chunk, DocumentRecord, document_id
 from ingest.store.copy import copy_index
 from ingest.store.embedded import EmbeddedStore
 from rag.answering.retrieval import Retriever
-from rag.core.errors import EmbedderMismatchError
+from rag.core.errors import DocumentNotFoundError, EmbedderMismatchError
 from rag.core.settings import PROJECT_ROOT
 from tests.conftest import SQUAD_DOCS
 from tests.helpers import cli_env
@@ -127,6 +127,24 @@ def test_add_search_update_delete(store, embedder, tmp_path: Path) -> None:
     assert all(h.chunk.doc_id != record.id for h in retriever.retrieve("Rollo Viking Normandy", 5).hits)
     assert consistent(index) == (1, 1)
     reader.close()
+
+
+def test_text_that_cannot_name_a_file_stands_for_no_document(store, embedder, tmp_path: Path) -> None:
+    """NUL bytes and unpaired surrogates are not found, on both stores (never a database or encoding error)."""
+    index = store.index(fresh_name())
+    [path] = corpus(tmp_path / "docs", 0, 1)
+    ingest_paths([path], index, embedder)
+    reader = index.reader()
+    try:
+        for text in ("\x00", "a\x00b", "\ud800", "x\udcff.txt", "../" * 50, "%00", " "):
+            assert reader.find_document(text) is None, text
+            with pytest.raises(DocumentNotFoundError):
+                delete_document(index, text)
+        [record] = reader.documents()
+        assert reader.find_document(record.id) == record == reader.find_document(record.path)
+        assert consistent(index) == (1, record.chunks)
+    finally:
+        reader.close()
 
 
 def test_document_filters(store, embedder, tmp_path: Path) -> None:

@@ -27,12 +27,11 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ingest.records import Chunk, ChunkRecord, DocumentRecord, IndexInfo, document_id
+from ingest.records import Chunk, ChunkRecord, DocumentRecord, IndexInfo, candidate_ids
 from ingest.store.lexical import choose_words
 from rag.core.errors import (
     ConfigError,
@@ -321,8 +320,11 @@ class PostgresReader:
             f"SELECT {DOCUMENT_COLUMNS} FROM {self.schema}.documents ORDER BY path")]
 
     def find_document(self, id_or_path: str) -> DocumentRecord | None:
+        ids = list(candidate_ids(id_or_path))
+        if not ids:
+            return None
         rows = self.store.query(f"SELECT {DOCUMENT_COLUMNS} FROM {self.schema}.documents WHERE id = ANY(%s)",
-                                ([id_or_path, document_id(Path(id_or_path))],))
+                                (ids,))
         return _document(rows[0]) if rows else None
 
     def chunks(self, ids: Iterable[int]) -> dict[int, ChunkRecord]:
@@ -444,7 +446,7 @@ class PostgresWriter:
         return _document(row) if row else None
 
     def find_document(self, id_or_path: str) -> DocumentRecord:
-        record = self.document(id_or_path) or self.document(document_id(Path(id_or_path)))
+        record = next(filter(None, map(self.document, candidate_ids(id_or_path))), None)
         if record is None:
             raise DocumentNotFoundError(f"no document {id_or_path!r} in index {self.name!r}")
         return record
