@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Callable, Sequence
 
+from ingest.formats.options import LoadOptions
 from ingest.pipeline import ingest_paths
 from rag.answering.evidence import CITATION, first_sentence
 from rag.answering.prompt import refers_back
@@ -102,7 +103,7 @@ def evaluate(settings: Settings, questions_file: Path, docs: Path, index: str | 
         else:
             log(f"ingesting {docs} into a scratch index")
             ingest_paths([docs], store.index(scratch_index), models.embedder, settings.chunk_tokens,
-                         settings.chunk_overlap)
+                         settings.chunk_overlap, load_options=LoadOptions.from_settings(settings))
             service = answer_service(settings.replace(index=scratch_index), models, store=store)
         try:
             report = retrieval_report(service.retriever(), questions, top_k, log)
@@ -117,7 +118,7 @@ def evaluate(settings: Settings, questions_file: Path, docs: Path, index: str | 
                     raise BadRequestError("--distractors adds documents to the scratch index: leave out --index")
                 log(f"adding distractors {', '.join(map(str, distractors))} to the same index")
                 ingest_paths(list(distractors), store.index(scratch_index), models.embedder, settings.chunk_tokens,
-                             settings.chunk_overlap)
+                             settings.chunk_overlap, load_options=LoadOptions.from_settings(settings))
                 with_distractors = {}
                 if answers > 0:
                     with_distractors.update(answer_report(service, questions, top_k, answers, seed, log, dump_to,

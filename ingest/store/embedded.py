@@ -226,6 +226,41 @@ def _load_faiss(root: Path, generation: int, dimension: int):
     return _read_faiss(_vectors_file(root, generation))
 
 
+def committed_generation(root: Path) -> int:
+    """The newest committed generation of the index in ``root`` (0: nothing committed)."""
+    conn = _connect(root / DB_NAME)
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+    finally:
+        conn.close()
+    return int(row[0]) if row else 0
+
+
+def disk_bytes(root: Path) -> int:
+    """What the index in ``root`` holds on disk now: SQLite (with its WAL) and the committed generation's
+    vectors (a previous generation's file, kept until no reader needs it, is not counted)."""
+    files = [root / DB_NAME, root / f"{DB_NAME}-wal", _vectors_file(root, committed_generation(root))]
+    return sum(p.stat().st_size for p in files if p.is_file())
+
+
+def exhaustive_dense_search(root: Path, vectors: np.ndarray, k: int) -> np.ndarray | None:
+    """Chunk ids of the ``k`` nearest chunks per row of ``vectors`` with every IVF cell probed: the exact
+    answer an approximate index stands for (what ``rag bench scale`` compares recall against). None when
+    the index is exact already."""
+    import faiss
+
+    generation = committed_generation(root)
+    if generation == 0:
+        return None
+    index = _read_faiss(_vectors_file(root, generation))
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is None:
+        return None
+    _, ids = index.search(np.ascontiguousarray(vectors, dtype=np.float32), k,
+                          params=faiss.SearchParametersIVF(nprobe=ivf.nlist))
+    return ids
+
+
 def _document(row: sqlite3.Row) -> DocumentRecord:
     return DocumentRecord(**{k: row[k] for k in row.keys()})
 

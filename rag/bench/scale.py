@@ -122,24 +122,18 @@ def grow(index: Any, embedder: Any, rng: random.Random, sentences: list[str], do
     return doc
 
 
-def current_vectors_file(root: Path) -> Path:
-    """The newest generation's vectors file of the embedded index in ``root``."""
-    generation = max((int(p.stem.split("-")[1]) for p in root.glob("vectors-*.faiss")), default=0)
-    return root / f"vectors-{generation}.faiss"
-
-
 def index_disk_bytes(root: Path) -> int:
     """SQLite (with its WAL) and the current vectors file; the previous generation's file is not counted."""
-    from ingest.store.embedded import DB_NAME
+    from ingest.store.embedded import disk_bytes
 
-    files = [root / DB_NAME, root / f"{DB_NAME}-wal", current_vectors_file(root)]
-    return sum(p.stat().st_size for p in files if p.is_file())
+    return disk_bytes(root)
 
 
 def bench_scale(settings: Any, sizes: list[int], questions_file: Path, docs: Path, queries: int, asks: int,
                 seed: int, workdir: Path | None = None, embed: bool = False,
                 progress: Callable[[str], None] = lambda message: None,
                 warn: Callable[[str], None] = lambda message: None) -> dict:
+    from ingest.formats.options import LoadOptions
     from ingest.pipeline import ingest_paths
     from ingest.store.embedded import EmbeddedStore
     from rag.core.errors import BadRequestError
@@ -162,7 +156,8 @@ def bench_scale(settings: Any, sizes: list[int], questions_file: Path, docs: Pat
         if index.exists():
             raise BadRequestError(f"{root / INDEX} exists already: give an empty --workdir")
         progress(f"ingesting {docs} (real embedding)")
-        summary = ingest_paths([docs], index, embedder, settings.chunk_tokens, settings.chunk_overlap)
+        summary = ingest_paths([docs], index, embedder, settings.chunk_tokens, settings.chunk_overlap,
+                               load_options=LoadOptions.from_settings(settings))
         real_chunks = summary.chunks_written
         if sizes[0] < real_chunks:
             raise BadRequestError(f"the smallest size must hold the {real_chunks} chunks of {docs}")
@@ -274,18 +269,13 @@ def probe(spec: dict) -> dict:
 def exhaustive_dense_recall(root: Path, embedder: Any, questions: list[dict]) -> int | None:
     """On an IVF index: questions whose gold chunk is in the dense top 5 when every cell is probed (what
     the approximation costs, apart from what the corpus's growth costs). None on an exact index."""
-    import faiss
-
-    from ingest.store.embedded import EmbeddedStore
+    from ingest.store.embedded import EmbeddedStore, exhaustive_dense_search
     from rag.evaluate import holds_gold
 
-    index = faiss.read_index(str(current_vectors_file(root)))
-    ivf = faiss.try_extract_index_ivf(index)
-    if ivf is None:
+    ids = exhaustive_dense_search(root, embedder.embed([q["question"] for q in questions]), 5)
+    if ids is None:
         return None
     reader = EmbeddedStore(root.parent).index(root.name).reader()
-    vectors = embedder.embed([q["question"] for q in questions])
-    _, ids = index.search(vectors, 5, params=faiss.SearchParametersIVF(nprobe=ivf.nlist))
     found = 0
     for q, row in zip(questions, ids):
         chunks = reader.chunks(int(i) for i in row if i >= 0).values()

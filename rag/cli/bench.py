@@ -30,7 +30,7 @@ def _bench_outputs(func: Callable) -> Callable:
 
 
 def _bench_finish(result: dict, json_path: Path | None, csv_path: Path | None, plot_path: Path | None) -> None:
-    from rag.bench.report import environment_line, print_table, save, table
+    from rag.cli.bench_report import environment_line, print_table, save, table
 
     print_table(out, table(result))
     console.print(literal(environment_line(result["environment"]), "dim"))
@@ -73,7 +73,7 @@ def bench_engine_cmd(ctx: click.Context, prompt_lengths: list[int], new_tokens: 
     """Prefill (TTFT) and decode speed of the local generator at exact prompt lengths, greedy, in-process."""
     from rag.bench.engine import bench_engine
     from rag.bench.environment import environment
-    from rag.bench.report import require_matplotlib
+    from rag.cli.bench_report import require_matplotlib
     from rag.runtime import load_generator
 
     if plot_path:
@@ -123,7 +123,7 @@ def bench_serve_cmd(ctx: click.Context, url: str, model: str | None, scenarios: 
                     plot_path: Path | None) -> None:
     """Streaming load test of any OpenAI-compatible /chat/completions: TTFT, ITL, TPOT, E2E, throughput."""
     from rag.bench.environment import environment
-    from rag.bench.report import require_matplotlib
+    from rag.cli.bench_report import require_matplotlib
     from rag.bench.serve import SCENARIOS, bench_serve
 
     if duration is not None and requests is not None:
@@ -164,7 +164,7 @@ def bench_rag_cmd(ctx: click.Context, questions: Path, count: int, index: str | 
     """End-to-end answer latency by stage (embed, retrieve, compress, TTFT, decode, total) and abstentions."""
     from rag.bench.environment import environment
     from rag.bench.pipeline import bench_rag
-    from rag.bench.report import require_matplotlib
+    from rag.cli.bench_report import require_matplotlib
 
     if plot_path:
         require_matplotlib()
@@ -206,7 +206,7 @@ def bench_scale_cmd(ctx: click.Context, sizes: list[int], questions: Path, docs:
                     csv_path: Path | None, plot_path: Path | None) -> None:
     """Growth curves: build time, disk, memory, search latency, recall@5 and answer latency per corpus size."""
     from rag.bench.environment import environment
-    from rag.bench.report import require_matplotlib
+    from rag.cli.bench_report import require_matplotlib
     from rag.bench.scale import bench_scale
 
     if plot_path:
