@@ -9,8 +9,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from ingest.formats.base import HtmlText, LoadedDocument, NoExtractableText, finish
 from ingest.formats.options import LoadContext
-from ingest.loaders import LoadedDocument, NoExtractableText, _finish, _HtmlText
 
 
 def load_epub(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
@@ -26,10 +26,10 @@ def load_epub(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
     parts: list[tuple[int | None, str | None, str]] = []
     for chapter in chapters:
         ctx.check_time()
-        parser = _HtmlText()
+        parser = HtmlText()
         parser.feed(chapter.get_content().decode("utf-8", errors="replace"))
         parser.close()
         parts.extend((None, title, "\n\n".join(paragraphs)) for title, paragraphs in parser.sections)
     titles = book.get_metadata("DC", "title")
     title = str(titles[0][0]).strip() if titles and titles[0][0] else None
-    return _finish(path, "epub", parts, pages=None, title=title or next((t for _, t, _ in parts if t), None))
+    return finish(path, "epub", parts, pages=None, title=title or next((t for _, t, _ in parts if t), None))

@@ -15,8 +15,8 @@ import re
 from email.message import EmailMessage
 from pathlib import Path
 
+from ingest.formats.base import Attachment, HtmlText, LoadedDocument, clean_plain, finish
 from ingest.formats.options import LoadContext, TooLarge
-from ingest.loaders import Attachment, LoadedDocument, _clean_plain, _finish, _HtmlText
 
 MAX_ATTACHMENTS = 100
 _UNSAFE_NAME_RE = re.compile(r"[\\/\x00-\x1f#]+")
@@ -33,7 +33,7 @@ def load_eml(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
     if body is not None:
         parts.append((None, None, _body_text(body)))
     attachments = _attachments(message, ctx)
-    doc = _finish(path, "eml", parts, pages=None, title=subject or None)
+    doc = finish(path, "eml", parts, pages=None, title=subject or None)
     if attachments:
         from dataclasses import replace
 
@@ -62,11 +62,11 @@ def _body_text(part: EmailMessage) -> str:
     if not isinstance(content, str):
         return ""
     if part.get_content_subtype() == "html":
-        parser = _HtmlText()
+        parser = HtmlText()
         parser.feed(content)
         parser.close()
         return "\n\n".join(p for _, paragraphs in parser.sections for p in paragraphs)
-    return _clean_plain(content)
+    return clean_plain(content)
 
 
 def _attachments(message: EmailMessage, ctx: LoadContext) -> list[Attachment]:

@@ -16,8 +16,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
 
+from ingest.formats.base import LoadedDocument, NoExtractableText, finish, normalize_pdf_text
 from ingest.formats.options import LoadContext, LoadTimeout, TooLarge, timeout_message
-from ingest.loaders import LoadedDocument, NoExtractableText, _finish, normalize_pdf_text
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -165,7 +165,7 @@ def load_image(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
     parts = [(n, None, texts[n]) for n in sorted(texts)]
     if not any(text for _, _, text in parts):
         raise NoExtractableText("no extractable text (OCR found no text in the image)")
-    return _finish(path, "image", parts, pages=frames, title=None)
+    return finish(path, "image", parts, pages=frames, title=None)
 
 
 def _for_ocr(image: "Image") -> "Image":

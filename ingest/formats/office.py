@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from ingest.formats.base import LoadedDocument, NoExtractableText, finish
 from ingest.formats.options import LoadContext
-from ingest.loaders import LoadedDocument, NoExtractableText, _finish
 
 _HEADING_STYLE_RE = re.compile(r"^(heading \d|title)$", re.IGNORECASE)
 
@@ -45,7 +45,7 @@ def load_docx(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
     parts.append((None, title, "\n\n".join(paragraphs)))
     meta_title = (document.core_properties.title or "").strip() or None
     first_heading = next((t for _, t, _ in parts if t), None)
-    return _finish(path, "docx", parts, pages=None, title=meta_title or first_heading)
+    return finish(path, "docx", parts, pages=None, title=meta_title or first_heading)
 
 
 def _table_rows(table) -> Iterator[str]:
@@ -84,7 +84,7 @@ def load_pptx(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
         parts.append((number, title or None, "\n\n".join(paragraphs)))
     meta_title = (presentation.core_properties.title or "").strip() or None
     first_title = next((t for _, t, _ in parts if t), None)
-    return _finish(path, "pptx", parts, pages=len(slides), title=meta_title or first_title)
+    return finish(path, "pptx", parts, pages=len(slides), title=meta_title or first_title)
 
 
 def _shape_texts(shapes: Iterable) -> Iterator[str]:

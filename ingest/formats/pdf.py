@@ -8,11 +8,11 @@ import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+from ingest.formats.base import (CONTROL_RE, JUNK_TITLE_RE, MAX_TITLE, BrokenDocument, EncryptedDocument,
+                                 LoadedDocument, NoExtractableText, describe_error, finish, first_short_line,
+                                 normalize_pdf_text)
 from ingest.formats.ocr import OCR_DPI, missing_tesseract_message, ocr_images, page_list, tesseract_problem
 from ingest.formats.options import LoadContext
-from ingest.loaders import (_CONTROL_RE, _JUNK_TITLE_RE, _MAX_TITLE, BrokenDocument, EncryptedDocument,
-                            LoadedDocument, NoExtractableText, _describe, _finish, _first_short_line,
-                            normalize_pdf_text)
 from rag.core.errors import UnprocessableDocumentError
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def load_pdf(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
         except UnprocessableDocumentError:
             raise
         except Exception as exc:
-            raise BrokenDocument(f"{first.message}; pypdfium2 cannot read it either ({_describe(exc)})") from exc
+            raise BrokenDocument(f"{first.message}; pypdfium2 cannot read it either ({describe_error(exc)})") from exc
     page_count = len(texts)
     if page_count == 0:
         raise NoExtractableText("no extractable text (PDF has no pages)")
@@ -52,7 +52,7 @@ def load_pdf(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
     if not parts:
         raise NoExtractableText(f"no extractable text (image-only PDF: OCR found no text on {page_list(missing)})")
     first_text = next(text for _, _, text in parts)
-    return _finish(path, "pdf", parts, pages=page_count, title=title or _first_short_line(first_text))
+    return finish(path, "pdf", parts, pages=page_count, title=title or first_short_line(first_text))
 
 
 def _pypdf_pages(data: bytes, ctx: LoadContext) -> tuple[list[str], list[str], str | None]:
@@ -66,7 +66,7 @@ def _pypdf_pages(data: bytes, ctx: LoadContext) -> tuple[list[str], list[str], s
             try:
                 decrypted = reader.decrypt("")
             except Exception as exc:  # e.g. AES without the optional crypto dependency
-                raise EncryptedDocument(f"encrypted PDF: cannot decrypt ({_describe(exc)})") from exc
+                raise EncryptedDocument(f"encrypted PDF: cannot decrypt ({describe_error(exc)})") from exc
             if not decrypted:
                 raise EncryptedDocument("encrypted PDF: needs a password")
         pages = reader.pages
@@ -76,7 +76,7 @@ def _pypdf_pages(data: bytes, ctx: LoadContext) -> tuple[list[str], list[str], s
     except UnprocessableDocumentError:
         raise
     except Exception as exc:
-        raise BrokenDocument(f"broken PDF: {_describe(exc)}") from exc
+        raise BrokenDocument(f"broken PDF: {describe_error(exc)}") from exc
     ctx.check_pages(page_count)
     texts: list[str] = []
     failures: list[str] = []
@@ -86,13 +86,13 @@ def _pypdf_pages(data: bytes, ctx: LoadContext) -> tuple[list[str], list[str], s
         try:
             raw = pages[number - 1].extract_text() or ""
         except Exception as exc:  # one bad page should not sink the document
-            failures.append(_describe(exc))
+            failures.append(describe_error(exc))
             raw = ""
         text = normalize_pdf_text(raw)
         if text and not first_raw:
             first_raw = raw
         texts.append(text)
-    title = _pdf_meta_title(reader) or _first_short_line(unicodedata.normalize("NFKC", first_raw))
+    title = _pdf_meta_title(reader) or first_short_line(unicodedata.normalize("NFKC", first_raw))
     return texts, failures, title
 
 
@@ -135,7 +135,7 @@ def _ocr_missing(data: bytes, texts: list[str], missing: list[int], thin: list[i
         if not missing:
             return texts
         ctx.warnings.append(f"{page_list(missing)} without text, and pypdfium2 cannot render the file "
-                            f"for OCR ({_describe(exc)})")
+                            f"for OCR ({describe_error(exc)})")
         return _no_ocr(texts, missing, None)
     try:
         for number in missing:
@@ -224,7 +224,7 @@ def _pdf_meta_title(reader: PdfReader) -> str | None:
             return None
     except Exception:  # metadata is often the broken part of a PDF
         return None
-    title = " ".join(_CONTROL_RE.sub("", unicodedata.normalize("NFKC", raw)).split())
-    if not title or len(title) > _MAX_TITLE or not title.isprintable() or _JUNK_TITLE_RE.match(title):
+    title = " ".join(CONTROL_RE.sub("", unicodedata.normalize("NFKC", raw)).split())
+    if not title or len(title) > MAX_TITLE or not title.isprintable() or JUNK_TITLE_RE.match(title):
         return None
     return title

@@ -4,9 +4,6 @@ The suffix says what a file claims to be; for binary formats the content decides
 is really a PDF is read as a PDF, a ``.xlsx`` that is really a Word file as Word, and a zip that is
 no Office file at all fails with the reason. Loaders are imported on first use, so the heavy
 libraries (python-docx, openpyxl, pypdfium2, ...) load only when such a file turns up.
-
-This module imports nothing from ``ingest.loaders`` at import time (that module takes
-``SUPPORTED_SUFFIXES`` from here).
 """
 
 from __future__ import annotations
@@ -16,11 +13,10 @@ import io
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from ingest.formats.options import LoadOptions, PageProgress
-    from ingest.loaders import LoadedDocument
+from ingest.formats.base import BrokenDocument, LoadedDocument, UnsupportedFileType
+from ingest.formats.options import LoadContext, LoadOptions, PageProgress, TooLarge
+from rag.core.errors import UnprocessableDocumentError
 
 
 @dataclass(frozen=True)
@@ -83,9 +79,6 @@ def sniff(data: bytes) -> str | None:
 def load(path: Path, data: bytes | None, options: LoadOptions | None = None,
          progress: PageProgress | None = None) -> LoadedDocument:
     """Every failure leaves as an UnprocessableDocumentError subclass with a human message."""
-    from ingest.formats.options import LoadContext, LoadOptions
-    from ingest.loaders import BrokenDocument, UnsupportedFileType
-    from rag.core.errors import UnprocessableDocumentError
 
     fmt = format_for(path)
     if fmt is None:
@@ -115,7 +108,6 @@ def load(path: Path, data: bytes | None, options: LoadOptions | None = None,
 
 def _check_content(fmt: Format, data: bytes, ctx) -> Format:
     """The format the bytes really are (binary formats only); zips pass the size caps first."""
-    from ingest.loaders import BrokenDocument, UnsupportedFileType
 
     if fmt.family == "text":
         return fmt  # text formats keep their own "not a text file" check
@@ -139,7 +131,6 @@ def _check_content(fmt: Format, data: bytes, ctx) -> Format:
 
 
 def _zip_format(claimed: Format, data: bytes, ctx) -> Format:
-    from ingest.loaders import BrokenDocument, UnsupportedFileType
 
     name = claimed.kind.upper() if claimed.family == "zip" else f"{claimed.kind.upper()} (the file is a zip archive)"
     archive = open_zip(data, ctx, name)
@@ -164,8 +155,6 @@ def open_zip(data: bytes, ctx, name: str) -> zipfile.ZipFile:
     Python's zipfile never inflates an entry past its declared size (it fails the CRC instead), so the
     declared sizes bound what python-docx, python-pptx and openpyxl can read out of the archive.
     """
-    from ingest.formats.options import TooLarge
-    from ingest.loaders import BrokenDocument
 
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))

@@ -15,8 +15,8 @@ import warnings
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from ingest.formats.base import LoadedDocument, NoExtractableText, decode, finish
 from ingest.formats.options import LoadContext, TooLarge
-from ingest.loaders import LoadedDocument, NoExtractableText, _decode, _finish
 
 _CSV_SNIFF_CHARS = 64 * 1024
 
@@ -93,11 +93,11 @@ def load_xlsx(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
         book.close()
     if not any(text for _, _, text in parts):
         raise NoExtractableText("no extractable text (the workbook's sheets are empty)")
-    return _finish(path, "xlsx", parts, pages=None, title=title)
+    return finish(path, "xlsx", parts, pages=None, title=title)
 
 
 def load_csv(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
-    text = _decode(data)
+    text = decode(data)
     sample = text[:_CSV_SNIFF_CHARS]
     if path.suffix.lower() == ".tsv":
         dialect: type[csv.Dialect] | csv.Dialect = csv.excel_tab
@@ -108,7 +108,7 @@ def load_csv(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
             dialect = csv.excel
     rows = csv.reader(io.StringIO(text, newline=""), dialect)
     body = _rows_text(rows, _RowBudget(ctx))
-    return _finish(path, "csv", [(None, path.name, body)], pages=None, title=path.stem)
+    return finish(path, "csv", [(None, path.name, body)], pages=None, title=path.stem)
 
 
 def _rows_text(rows: Iterable[Iterable[object]], budget: _RowBudget) -> str:

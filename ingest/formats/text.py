@@ -1,20 +1,20 @@
-"""The plain-text formats (.txt, .md, .html), read by the parsers in ``ingest.loaders``."""
+"""The plain-text formats (.txt, .md, .html), read by the parsers in ``ingest.formats.base``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from ingest.formats.base import LoadedDocument, clean_plain, decode, finish, parse_html, parse_markdown
 from ingest.formats.options import LoadContext
-from ingest.loaders import LoadedDocument, _clean_plain, _decode, _finish, _load_html, _load_markdown
 
 
 def load_txt(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
-    return _finish(path, "txt", [(None, None, _clean_plain(_decode(data)))], pages=None, title=None)
+    return finish(path, "txt", [(None, None, clean_plain(decode(data)))], pages=None, title=None)
 
 
 def load_markdown(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
-    return _load_markdown(path, _decode(data))
+    return parse_markdown(path, decode(data))
 
 
 def load_html(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
-    return _load_html(path, _decode(data, sniff_html=True))
+    return parse_html(path, decode(data, sniff_html=True))

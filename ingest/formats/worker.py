@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ingest.formats.base import BrokenDocument, LoadedDocument
 from ingest.formats.options import LoadOptions, LoadTimeout, PageProgress, timeout_message
-from ingest.formats.registry import needs_isolation
-from ingest.loaders import BrokenDocument, LoadedDocument, load_document
+from ingest.formats.registry import load, needs_isolation
 from rag.core.errors import UnprocessableDocumentError
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ def _serve(conn: Any) -> None:  # runs in the child process
             conn.send(("progress", done, total))
 
         try:
-            reply: tuple = ("ok", load_document(path, data, options, progress))
+            reply: tuple = ("ok", load(path, data, options, progress))
         except UnprocessableDocumentError as exc:
             reply = ("error", exc)
         except BaseException as exc:  # MemoryError, RecursionError, ...: the file's fault, reported as such
@@ -69,13 +69,13 @@ class FileLoader:
     def load(self, path: Path, data: bytes, progress: PageProgress | None = None) -> LoadedDocument:
         progress = progress or self.progress
         if self.options.load_timeout_s <= 0 or not needs_isolation(path) or not self._start():
-            return load_document(path, data, self.options, progress)
+            return load(path, data, self.options, progress)
         try:
             self._conn.send((Path(path), data, self.options))
         except (BrokenPipeError, EOFError, OSError):  # the child died since the last file: once more
             self._kill()
             if not self._start():
-                return load_document(path, data, self.options, progress)
+                return load(path, data, self.options, progress)
             self._conn.send((Path(path), data, self.options))
         deadline = time.monotonic() + self.options.load_timeout_s + GRACE_S
         while True:
