@@ -240,8 +240,43 @@ def memory_facts() -> dict:
     return {"total_gb": round(memory.total / 2**30, 1), "available_gb": round(memory.available / 2**30, 1)}
 
 
+# Windows lists display adapters under this device class (one numbered subkey each, with DriverDesc).
+WINDOWS_DISPLAY_CLASS = r"SYSTEM\CurrentControlSet\Control\Class\{4d36e968-e325-11ce-bfc1-08002be10318}"
+WINDOWS_NOT_GPUS = ("Microsoft Basic Display Adapter", "Microsoft Basic Render Driver", "Microsoft Remote Display Adapter")
+
+
+def windows_display_adapters() -> list[str]:
+    """Display adapters from the registry (winreg: no vendor tool, no shell-out); [] when unreadable."""
+    import winreg  # type: ignore[import-not-found]
+
+    found: list[str] = []
+    try:
+        adapters = winreg.OpenKey(winreg.HKEY_LOCAL_MACHINE, WINDOWS_DISPLAY_CLASS)
+    except OSError:
+        return found
+    with adapters:
+        for position in range(64):
+            try:
+                name = winreg.EnumKey(adapters, position)
+            except OSError:
+                break
+            try:
+                with winreg.OpenKey(adapters, name) as adapter:
+                    description = str(winreg.QueryValueEx(adapter, "DriverDesc")[0]).strip()
+            except OSError:  # "Properties" and other subkeys without a driver
+                continue
+            if description and description not in WINDOWS_NOT_GPUS and description not in found:
+                found.append(description)
+    return found
+
+
 def gpu_facts() -> list[str]:
-    """GPUs the OS shows without a vendor tool (Linux: NVIDIA's /proc/driver, DRM cards); [] when none seen."""
+    """GPUs the OS shows without a vendor tool (Linux: NVIDIA's /proc/driver, DRM cards; Windows: the
+    display adapters in the registry); [] when none seen."""
+    import sys
+
+    if sys.platform == "win32":
+        return windows_display_adapters()
     found = []
     nvidia = Path("/proc/driver/nvidia/gpus")
     if nvidia.is_dir():

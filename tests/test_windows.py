@@ -382,3 +382,62 @@ def test_tesseract_is_found_where_the_windows_installer_puts_it(tmp_path: Path):
     assert find_tesseract(user, windows=True).endswith(str(Path("Programs") / "Tesseract-OCR" / "tesseract.exe"))
     assert find_tesseract(user, windows=False) == "tesseract"
     assert "UB Mannheim" in install_hint(windows=True) and "tesseract-ocr" in install_hint(windows=False)
+
+
+class FakeRegistryKey:
+    """A registry key for the stand-in winreg below: named subkeys and values."""
+
+    def __init__(self, subkeys: dict | None = None, values: dict | None = None) -> None:
+        self.subkeys, self.values = subkeys or {}, values or {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+def test_rag_info_sees_the_cpu_flags_and_gpus_windows_reports(monkeypatch: pytest.MonkeyPatch):
+    """No Windows here: a stand-in winreg holds the display-adapter class as Windows lays it out, and the
+    kernel32 feature query answers as an AVX2-only desktop does."""
+    import ctypes
+    import sys
+    import types
+
+    from rag import diagnostics
+
+    root = FakeRegistryKey({diagnostics.WINDOWS_DISPLAY_CLASS: FakeRegistryKey({
+        "0000": FakeRegistryKey(values={"DriverDesc": "NVIDIA GeForce RTX 3060"}),
+        "0001": FakeRegistryKey(values={"DriverDesc": "Intel(R) UHD Graphics 770"}),
+        "0002": FakeRegistryKey(values={"DriverDesc": "Microsoft Basic Display Adapter"}),
+        "Properties": FakeRegistryKey(),
+    })})
+
+    def open_key(key, name):
+        if name not in key.subkeys:
+            raise FileNotFoundError(name)
+        return key.subkeys[name]
+
+    def enum_key(key, position):
+        names = sorted(key.subkeys)
+        if position >= len(names):
+            raise OSError("no more data")
+        return names[position]
+
+    def query_value(key, name):
+        if name not in key.values:
+            raise FileNotFoundError(name)
+        return key.values[name], 1
+
+    winreg = types.SimpleNamespace(HKEY_LOCAL_MACHINE=root, OpenKey=open_key, EnumKey=enum_key,
+                                   QueryValueEx=query_value)
+    monkeypatch.setitem(sys.modules, "winreg", winreg)
+    monkeypatch.setattr(sys, "platform", "win32")
+    features = {40: 1, 41: 0, 43: 0}  # AVX2 yes, AVX-512F no
+    kernel32 = types.SimpleNamespace(IsProcessorFeaturePresent=lambda feature: features.get(feature, 0))
+    monkeypatch.setattr(ctypes, "windll", types.SimpleNamespace(kernel32=kernel32), raising=False)
+
+    assert diagnostics.gpu_facts() == ["NVIDIA GeForce RTX 3060", "Intel(R) UHD Graphics 770"]
+    facts = diagnostics.cpu_facts(cpuinfo="")
+    assert facts["instruction_sets"] == ["AVX2"]
+    assert facts["int8_path"].startswith("AVX2 (u8 x s8 pairs summed in int16")
