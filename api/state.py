@@ -7,7 +7,6 @@ import logging
 import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
-from urllib.parse import urlsplit
 
 from litestar.types import Receive
 
@@ -26,7 +25,7 @@ from rag.core.names import validate_index_name
 from rag.core.settings import Settings
 from rag.generation.base import GenerationStats
 from rag.generation.scheduler import GenerationScheduler
-from rag.runtime import Models, answer_service, open_audit, open_keys, open_store, open_uploads
+from rag.runtime import Models, answer_service, generation_backend, open_audit, open_keys, open_store, open_uploads
 
 log = logging.getLogger("rag.api")
 
@@ -58,11 +57,9 @@ class AppState:
         """Load models once (called from the lifespan, off the event loop)."""
         try:
             self.models = Models.load(self.settings)
-            local = self.models.local_generator
-            # A remote generator (generator_url) queues and batches on its own server: no scheduler here.
-            self.scheduler = GenerationScheduler(local, self.settings.max_queue) if local is not None else None
+            generator, self.scheduler = self.models.serving_generator(self.settings.max_queue)
             self.models.warm_up()
-            self.answers = answer_service(self.settings, self.models, generator=self.scheduler, store=self.store)
+            self.answers = answer_service(self.settings, self.models, generator=generator, store=self.store)
             self.status = "ready"
         except ModelError as exc:
             self.status, self.error = "failed", exc.message
@@ -175,9 +172,7 @@ class AppState:
     @property
     def backend(self) -> tuple[str, str | None]:
         """The generation backend's name, and the host of a remote one."""
-        if self.settings.generator_url:
-            return "openai-remote", urlsplit(self.settings.generator_url).netloc
-        return "onnx-genai", None
+        return generation_backend(self.settings)
 
     async def answer(self, request: AnswerRequest, receive: Receive | None = None,
                      context: RequestContext | None = None, route: str = "") -> AnswerResult:

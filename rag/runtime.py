@@ -25,6 +25,7 @@ from rag.core.names import validate_index_name
 from rag.core.settings import Settings
 from rag.generation.base import Generator, SamplingOptions
 from rag.generation.ort import LocalGenerator
+from rag.generation.scheduler import GenerationScheduler
 
 
 def open_store(settings: Settings) -> Store:
@@ -113,6 +114,15 @@ def load_answer_generator(settings: Settings, embedder: Embedder) -> Generator:
     return load_generator(settings)
 
 
+def generation_backend(settings: Settings) -> tuple[str, str | None]:
+    """Which backend answers (for /healthz and the logs), and the host of a remote one."""
+    if settings.generator_url:
+        from urllib.parse import urlsplit
+
+        return "openai-remote", urlsplit(settings.generator_url).netloc
+    return "onnx-genai", None
+
+
 @dataclass
 class Models:
     embedder: Embedder
@@ -126,6 +136,15 @@ class Models:
     @property
     def local_generator(self) -> LocalGenerator | None:
         return self.generator if isinstance(self.generator, LocalGenerator) else None
+
+    def serving_generator(self, max_queue: int) -> tuple[Generator, GenerationScheduler | None]:
+        """What a server answers with: the local model behind a scheduler (requests take turns or batch),
+        or a remote generator as it is (its own server queues and batches)."""
+        local = self.local_generator
+        if local is None:
+            return self.generator, None
+        scheduler = GenerationScheduler(local, max_queue)
+        return scheduler, scheduler
 
     def warm_up(self) -> None:
         """Run each model once so the first user request does not pay for lazy initialisation; this also

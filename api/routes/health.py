@@ -37,7 +37,7 @@ class HealthController(Controller):
             generator=app.models.generator.model_id if upstream and app.models else app.settings.generator_path.name,
             embedder=app.settings.embedder_path.name, index=index_summary(app), upstream=upstream,
             store="postgresql" if app.settings.store_url else "embedded",
-            providers=list(provider_facts()["usable"]))
+            providers=None if upstream else list(provider_facts()["usable"]))  # a remote generator runs elsewhere
         if app.status != "ready":
             body.reason = app.error or "models are loading"
             return Response(body, status_code=503, headers={"Retry-After": "5"})
