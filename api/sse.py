@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, TypeVar
 
+import msgspec
 from litestar.response import Stream
 
+from api.protocol import ErrorBody, ErrorResponse
 from rag.core.errors import RagError
 
 
-def sse(data: Any) -> bytes:
-    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+EventType = TypeVar("EventType", bound=msgspec.Struct)
+
+
+def sse(data: msgspec.Struct | str) -> bytes:
+    """One event: a typed event (api/protocol.py, the classes the OpenAPI schema describes) or a literal."""
+    payload = data if isinstance(data, str) else msgspec.json.encode(data).decode("utf-8")
     return f"data: {payload}\n\n".encode("utf-8")
+
+
+def event(kind: type[EventType], **fields: Any) -> EventType:
+    """A typed event from plain values (nested dicts become their Structs): a field the schema does not
+    have, or one of the wrong type, fails here rather than reaching a client."""
+    return msgspec.convert(fields, type=kind)
 
 
 # Content-Type is set here too: for handlers annotated ``dict | Stream`` Litestar passes the handler's
@@ -23,7 +34,7 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no",
 
 def sse_error(exc: RagError) -> bytes:
     """The event that ends a stream which failed after it had started (headers are already sent)."""
-    return sse({"error": {"type": exc.error_type, "message": exc.message}})
+    return sse(ErrorResponse(error=ErrorBody(type=exc.error_type, message=exc.message)))
 
 
 def sse_response(frames: AsyncIterator[bytes]) -> Stream:

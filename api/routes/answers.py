@@ -8,9 +8,10 @@ from litestar.datastructures import State
 
 from api.auth import Context
 from api.openapi import ANSWER_ERRORS, operation
-from api.protocol import AskRequest, AskResponse, RetrieveMetrics, RetrieveRequest, RetrieveResponse
+from api.protocol import (AskDoneEvent, AskRequest, AskResponse, RetrieveMetrics, RetrieveRequest, RetrieveResponse,
+                          TokenEvent)
 from api.requests import json_body
-from api.sse import primed, sse, sse_error, sse_response
+from api.sse import event, primed, sse, sse_error, sse_response
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, options_from, sources
 from rag.core.errors import RagError
@@ -58,10 +59,9 @@ async def ask_sse(events):
         async for item in events:
             if isinstance(item, AnswerResult):
                 body = item.to_dict()
-                yield sse({"done": True, "answer": body["answer"], "abstained": body["abstained"],
-                           "abstain_reason": body["abstain_reason"], "citations": body["citations"],
-                           "sources": body["sources"], "metrics": body["metrics"], "evidence": body["evidence"]})
+                yield sse(event(AskDoneEvent, done=True, **{name: body[name] for name in AskDoneEvent.__struct_fields__
+                                                            if name != "done"}))
             else:
-                yield sse({"token": item})
+                yield sse(TokenEvent(token=item))
     except RagError as exc:
         yield sse_error(exc)

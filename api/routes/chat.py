@@ -9,9 +9,9 @@ from litestar.response import Stream
 
 from api.auth import Context
 from api.openapi import ANSWER_ERRORS, SEED_EVENTS, event_stream_only, operation
-from api.protocol import ChatMessage, ChatRequest, ChatResponse, SeedMetrics
+from api.protocol import ChatMessage, ChatRequest, ChatResponse, SeedDoneEvent, SeedMetrics, TokenEvent
 from api.requests import json_body
-from api.sse import primed, sse, sse_error, sse_response
+from api.sse import event, primed, sse, sse_error, sse_response
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, options_from
 from rag.core.errors import BadRequestError, RagError
@@ -73,12 +73,13 @@ async def seed_sse(events):
     try:
         async for item in events:
             if isinstance(item, AnswerResult):
-                yield sse({"done": True, "token": "[DONE]", "metrics": msgspec.to_builtins(seed_metrics(item)),
-                           "sources": item.to_dict()["sources"], "abstained": item.abstained,
-                           "abstain_reason": item.abstain_reason, "citations": item.citations, "answer": item.answer,
-                           "evidence": item.to_dict()["evidence"],
-                           **({"content": item.answer} if item.abstained else {})})
+                body = item.to_dict()
+                yield sse(event(SeedDoneEvent, done=True, token="[DONE]", answer=item.answer,
+                                metrics=msgspec.to_builtins(seed_metrics(item)), sources=body["sources"],
+                                abstained=item.abstained, abstain_reason=item.abstain_reason,
+                                citations=item.citations, evidence=body["evidence"],
+                                content=item.answer if item.abstained else None))
             else:
-                yield sse({"token": item})
+                yield sse(TokenEvent(token=item))
     except RagError as exc:
         yield sse_error(exc)

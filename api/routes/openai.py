@@ -10,11 +10,11 @@ from litestar.datastructures import State
 
 from api.auth import Context
 from api.openapi import ANSWER_ERRORS, errors, operation
-from api.protocol import (AssistantMessage, ChatCompletion, ChatCompletionRequest, Choice, ModelCard, ModelList,
-                          PromptTokensDetails, Usage)
+from api.protocol import (AssistantMessage, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ModelCard,
+                          ModelList, PromptTokensDetails, Usage)
 from api.routes.chat import as_dicts
 from api.requests import json_body
-from api.sse import primed, sse, sse_error, sse_response
+from api.sse import event, primed, sse, sse_error, sse_response
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, options_from
 from rag.core.errors import RagError
@@ -72,11 +72,9 @@ class OpenAIController(Controller):
 
 
 async def openai_sse(events, completion_id: str, created: int, model: str, include_usage: bool):
-    import msgspec
-
     def chunk(delta: dict, reason: str | None = None, **extra) -> bytes:
-        return sse({"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": reason}], **extra})
+        return sse(event(ChatCompletionChunk, id=completion_id, object="chat.completion.chunk", created=created,
+                         model=model, choices=[{"index": 0, "delta": delta, "finish_reason": reason}], **extra))
 
     yield chunk({"role": "assistant", "content": ""})
     try:
@@ -90,8 +88,8 @@ async def openai_sse(events, completion_id: str, created: int, model: str, inclu
                 yield chunk({}, finish_reason(item), sources=body["sources"], citations=item.citations,
                             abstained=item.abstained, answer=item.answer, evidence=body["evidence"])
                 if include_usage:
-                    yield sse({"id": completion_id, "object": "chat.completion.chunk", "created": created,
-                               "model": model, "choices": [], "usage": msgspec.to_builtins(usage(item))})
+                    yield sse(ChatCompletionChunk(id=completion_id, object="chat.completion.chunk", created=created,
+                                                  model=model, choices=[], usage=usage(item)))
             else:
                 yield chunk({"content": item})
     except RagError as exc:
