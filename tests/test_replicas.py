@@ -50,3 +50,29 @@ def test_two_replicas_share_store_generator_and_uploads(settings: Settings, post
         after = httpx.post(f"{a}/v1/ask", json={"question": QUESTION, "max_tokens": 24}, timeout=120).json()
         assert after["abstained"] and after["sources"] == []
         assert httpx.get(f"{a}/healthz").json()["index"]["documents"] == 0
+
+
+def test_a_key_revoked_through_one_replica_is_refused_by_the_other(settings: Settings, postgres_url: str,
+                                                                     upstream_generator: str, tmp_path: Path) -> None:
+    """The keys table lives in the shared PostgreSQL store: revocation holds on the next request everywhere."""
+    admin = f"replica-admin-{uuid.uuid4().hex[:8]}"
+    env = {"RAG_STORE_URL": postgres_url, "RAG_GENERATOR_URL": upstream_generator,
+           "RAG_GENERATOR_TOKENIZER": str(settings.generator_path / "tokenizer.json"),
+           "RAG_UPLOADS_DIR": str(tmp_path / "shared-uploads"), "RAG_INDEX": f"keys-{uuid.uuid4().hex[:8]}",
+           "RAG_API_KEY": admin}
+    name = f"reader-{uuid.uuid4().hex[:8]}"
+    with server_process(settings, tmp_path / "home-a", tmp_path / "a.log", **env) as a, \
+            server_process(settings, tmp_path / "home-b", tmp_path / "b.log", **env) as b:
+        created = httpx.post(f"{a}/v1/keys", json={"name": name, "role": "reader"},
+                             headers={"Authorization": f"Bearer {admin}"}, timeout=30)
+        assert created.status_code == 201, created.text
+        reader = {"Authorization": f"Bearer {created.json()['key']}"}
+        me = httpx.get(f"{b}/v1/me", headers=reader, timeout=30)
+        assert me.status_code == 200 and me.json()["name"] == name  # made on A, known to B
+        listed = httpx.get(f"{b}/v1/keys", headers={"Authorization": f"Bearer {admin}"}, timeout=30).json()
+        assert name in [k["name"] for k in listed["keys"]]
+        assert httpx.get(f"{b}/v1/indexes", headers=reader, timeout=30).status_code == 200
+        revoked = httpx.delete(f"{a}/v1/keys/{name}", headers={"Authorization": f"Bearer {admin}"}, timeout=30)
+        assert revoked.status_code == 200, revoked.text
+        refused = httpx.get(f"{b}/v1/indexes", headers=reader, timeout=30)
+        assert refused.status_code == 401 and refused.json()["error"]["type"] == "unauthorized", refused.text
