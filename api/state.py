@@ -3,6 +3,7 @@ scheduler and the one answer service (all built by the composition root, ``rag.r
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from litestar.types import Receive
 from api.observability import ServiceMetrics
 from api.requests import cancel_on_disconnect
 from api.auth import Authenticator, authorize
+from ingest.records import DocumentRecord
 from ingest.store import Store, StoredIndex
 from ingest.store.keys import KeyStore
 from ingest.uploads import Uploads
@@ -20,7 +22,7 @@ from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, AnswerService, final_result
 from rag.core.access import RequestContext
 from rag.core.audit import AuditTrail, question_fields
-from rag.core.errors import ForbiddenError, ModelError, RagError
+from rag.core.errors import DocumentNotFoundError, ForbiddenError, ModelError, RagError
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
 from rag.generation.base import GenerationStats
@@ -93,6 +95,43 @@ class AppState:
         assert self.store is not None
         return self.store.index(validate_index_name(name or self.settings.index))
 
+    def visible_documents(self, target: StoredIndex, context: RequestContext) -> list[DocumentRecord]:
+        """The documents of ``target`` that ``context``'s principal may see (all of them without groups)."""
+        if not target.exists():
+            return []
+        reader = target.reader()
+        try:
+            return [d for d in reader.documents() if context.principal.sees(d.groups)]
+        finally:
+            reader.close()
+
+    def visible_document(self, target: StoredIndex, context: RequestContext, id_or_path: str) -> DocumentRecord:
+        """One document by id or path; one the principal may not see is "not found", like a missing one."""
+        reader = target.reader()
+        try:
+            record = reader.find_document(id_or_path)
+        finally:
+            reader.close()
+        if record is None or not context.principal.sees(record.groups):
+            raise DocumentNotFoundError(f"no document {id_or_path!r} in index {target.name!r}")
+        return record
+
+    def summary(self, name: str | None, context: RequestContext) -> tuple[str, int, int]:
+        """(index, documents, chunks) as ``context``'s principal sees them: a document outside their groups
+        is not counted (for /healthz and /v1/indexes alike)."""
+        target = self.index(name)
+        if not target.exists():
+            return target.name, 0, 0
+        if context.groups is None:
+            reader = target.reader()
+            try:
+                info = reader.info()
+            finally:
+                reader.close()
+            return info.name, info.documents, info.chunks
+        documents = self.visible_documents(target, context)
+        return target.name, len(documents), sum(d.chunks for d in documents)
+
     # ------------------------------------------------------------------ who may, and what happened
     def authorize(self, context: RequestContext, index: str | None, role: str, route: str) -> str:
         """The index a request acts on, once ``context`` may act there as ``role`` (a refusal is audited)."""
@@ -138,6 +177,8 @@ class AppState:
         started = time.perf_counter()
         result: AnswerResult | None = None
         error: RagError | None = None
+        if context is not None:  # the asker travels with the request to retrieval (their document groups)
+            request = dataclasses.replace(request, context=context)
         try:
             async for item in self._observed(request):
                 if isinstance(item, AnswerResult):

@@ -16,7 +16,7 @@ from ingest.embedder import Embedder
 from ingest.formats.options import LoadOptions
 from ingest.formats.worker import FileLoader
 from ingest.loaders import SUPPORTED_SUFFIXES, LoadedDocument, UnsupportedFileType
-from ingest.records import Chunk, DocumentRecord, document_id, normalise_path
+from ingest.records import Chunk, DocumentRecord, access_groups, document_id, normalise_path
 from ingest.store import IndexWriter, StoredIndex
 from rag.core.errors import BadRequestError, UnprocessableDocumentError
 from rag.core.files import is_link_like, noise_reason
@@ -171,8 +171,12 @@ def ingest_paths(
     progress: Progress | None = None,
     lock_timeout_s: float = 5.0,
     load_options: LoadOptions | None = None,
+    groups: Sequence[str] | None = None,
 ) -> IngestSummary:
+    """Ingest files and folders into ``index``. ``groups``: the access groups every document ingested gets
+    (``[]``: public); None keeps each existing document's groups (a new one is public)."""
     start = time.perf_counter()
+    stored_groups = None if groups is None else access_groups(groups)
     summary = IngestSummary(index=index.name)
     rejected: list[FileOutcome] = []
     files = list(discover(paths, glob, rejected))
@@ -200,10 +204,12 @@ def ingest_paths(
             chunks_so_far = summary.chunks_written + sum(len(p.chunks) for p in pending)
             loader.progress = lambda ocr_done, ocr_total, path=path, files_done=done - 1, chunks=chunks_so_far: \
                 notify(f"ocr:{ocr_done}/{ocr_total}:{path}", files_done, chunks)
-            outcome, item = _prepare_file(path, writer, embedder, chunk_tokens, overlap, loader)
+            outcome, item = _prepare_file(path, writer, embedder, chunk_tokens, overlap, loader,
+                                          groups=stored_groups)
             results = [(outcome, item)]
             if item is not None and item.loaded is not None and item.loaded.kind == "eml":
-                results += prepare_attachments(path, item.loaded, writer, embedder, chunk_tokens, overlap, loader)
+                results += prepare_attachments(path, item.loaded, writer, embedder, chunk_tokens, overlap, loader,
+                                               groups=item.record.access_groups)
             for outcome, item in results:
                 if item is None:
                     summary.outcomes.append(outcome)
@@ -229,8 +235,10 @@ def ingest_paths(
 
 def _prepare_file(path: Path, writer: IndexWriter, embedder: Embedder, chunk_tokens: int,
                   overlap: int, loader: FileLoader, data: bytes | None = None,
-                  title: Callable[[LoadedDocument], str] | None = None) -> tuple[FileOutcome, _Pending | None]:
-    """``data``: the bytes of a file that is not on disk (an attachment); ``title``: names the document."""
+                  title: Callable[[LoadedDocument], str] | None = None,
+                  groups: str | None = None) -> tuple[FileOutcome, _Pending | None]:
+    """``data``: the bytes of a file that is not on disk (an attachment); ``title``: names the document;
+    ``groups``: its access groups (None: as it had them, or public)."""
     display = str(path)
     doc_id = document_id(path)
     if path.suffix.lower() not in SUPPORTED_SUFFIXES:
@@ -243,7 +251,9 @@ def _prepare_file(path: Path, writer: IndexWriter, embedder: Embedder, chunk_tok
                            reason_type="unreadable"), None
     sha = hashlib.sha256(data).hexdigest()
     existing = writer.document(doc_id)
-    if existing is not None and existing.sha256 == sha:
+    if groups is None:
+        groups = existing.access_groups if existing is not None else ""
+    if existing is not None and existing.sha256 == sha and existing.access_groups == groups:
         return FileOutcome(display, "unchanged", doc_id, existing.chunks), None
     try:
         loaded: LoadedDocument = loader.load(path, data)
@@ -254,7 +264,7 @@ def _prepare_file(path: Path, writer: IndexWriter, embedder: Embedder, chunk_tok
     record = DocumentRecord(
         id=doc_id, path=normalise_path(path), title=title(loaded) if title else loaded.title, kind=loaded.kind,
         sha256=sha, pages=loaded.pages, bytes=len(data), chunks=len(chunks),
-        ingested_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        ingested_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), access_groups=groups)
     outcome = FileOutcome(display, "updated" if existing is not None else "added", doc_id, len(chunks),
                           warning="; ".join(loaded.warnings) or None)
     return outcome, _Pending(record, chunks, outcome, loaded)
@@ -273,9 +283,9 @@ def attachment_path(mail: Path, name: str) -> Path:
 
 def prepare_attachments(mail: Path, loaded: LoadedDocument, writer: IndexWriter, embedder: Embedder,
                         chunk_tokens: int, overlap: int, loader: FileLoader,
-                        depth: int = 1) -> list[tuple[FileOutcome, _Pending | None]]:
-    """Outcomes (and documents to write) for a freshly loaded mail's attachments; attachments an older
-    version of the mail had and this one has not are deleted."""
+                        depth: int = 1, groups: str = "") -> list[tuple[FileOutcome, _Pending | None]]:
+    """Outcomes (and documents to write) for a freshly loaded mail's attachments, which get the mail's
+    access ``groups``; attachments an older version of the mail had and this one has not are deleted."""
     from ingest.formats.mail import attachment_title
 
     results: list[tuple[FileOutcome, _Pending | None]] = []
@@ -284,12 +294,12 @@ def prepare_attachments(mail: Path, loaded: LoadedDocument, writer: IndexWriter,
         path = attachment_path(mail, attachment.name)
         kept.add(normalise_path(path))
         outcome, item = _prepare_file(path, writer, embedder, chunk_tokens, overlap, loader, attachment.data,
-                                      lambda doc, name=attachment.name: attachment_title(name, loaded.title))
+                                      lambda doc, name=attachment.name: attachment_title(name, loaded.title), groups)
         results.append((outcome, item))
         if item is not None and item.loaded is not None and item.loaded.kind == "eml":
             if depth < MAX_ATTACHMENT_DEPTH:
                 results += prepare_attachments(path, item.loaded, writer, embedder, chunk_tokens, overlap, loader,
-                                               depth + 1)
+                                               depth + 1, groups)
     for stale in writer.documents_under(normalise_path(mail) + ATTACHMENT_SEP):
         if stale.path not in kept and not any(stale.path.startswith(k + ATTACHMENT_SEP) for k in kept):
             writer.delete_document(stale.id)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
+
+from rag.core.errors import BadRequestError
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,24 @@ class DocumentRecord:
     bytes: int
     chunks: int
     ingested_at: str
+    access_groups: str = ""  # comma-separated document groups (sorted); "" = public: every reader sees it
+
+    @property
+    def groups(self) -> frozenset[str]:
+        return frozenset(g for g in self.access_groups.split(",") if g)
+
+
+GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
+
+
+def access_groups(groups: Iterable[str] | None) -> str:
+    """The stored form of a document's groups: sorted, comma-separated, "" for a public document."""
+    names = {g.strip() for g in groups or () if g.strip()}
+    bad = sorted(g for g in names if not GROUP_NAME.fullmatch(g))
+    if bad:
+        raise BadRequestError(f"invalid document group {bad[0]!r}: use letters, digits and _ . @ - (at most 64, "
+                              "starting with a letter or digit)")
+    return ",".join(sorted(names))
 
 
 @dataclass(frozen=True)

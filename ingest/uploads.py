@@ -140,7 +140,8 @@ class Uploads:
         return removed
 
     def add(self, index: StoredIndex, files: Sequence[IncomingFile], embedder: Embedder, chunk_tokens: int,
-            chunk_overlap: int, max_file_bytes: int, load_options: LoadOptions | None = None) -> UploadReport:
+            chunk_overlap: int, max_file_bytes: int, load_options: LoadOptions | None = None,
+            groups: Sequence[str] | None = None) -> UploadReport:
         """Store and ingest ``files``; per-file outcomes, in the order given. Raises BadRequestError for an
         upload that cannot be taken at all (no files, unusable or repeated names)."""
         if not files:
@@ -174,7 +175,7 @@ class Uploads:
         if accepted:
             with self._lock(index.name):
                 report.outcomes += _ingest_staged(accepted, index, embedder, chunk_tokens, chunk_overlap,
-                                                  load_options)
+                                                  load_options, groups)
         given = {name: position for position, name in enumerate(names)}
         report.outcomes.sort(key=lambda o: given.get(o.path, len(given)))
         return report
@@ -201,7 +202,8 @@ def _spelled_as_stored(folder: Path, names: list[str]) -> list[str]:
 
 
 def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedder, chunk_tokens: int,
-                   chunk_overlap: int, load_options: LoadOptions | None) -> list[FileOutcome]:
+                   chunk_overlap: int, load_options: LoadOptions | None,
+                   groups: Sequence[str] | None = None) -> list[FileOutcome]:
     previous: dict[Path, Path] = {}
     moved: list[Path] = []
 
@@ -219,7 +221,8 @@ def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedde
                 previous[upload.final] = kept
             replace_file(upload.staged, upload.final)
             moved.append(upload.final)
-        summary = ingest_paths(moved, index, embedder, chunk_tokens, chunk_overlap, load_options=load_options)
+        summary = ingest_paths(moved, index, embedder, chunk_tokens, chunk_overlap, load_options=load_options,
+                               groups=groups)
     except BaseException:
         for final in moved + list(previous.keys() - set(moved)):  # the rest: moved aside, upload not in place
             restore(final)

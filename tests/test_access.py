@@ -33,8 +33,9 @@ def run_cli(home: Path, settings: Settings, *args: str, **env: str) -> subproces
                           env=cli_env(settings, **env), capture_output=True, text=True, timeout=120)
 
 
-def add_key(home: Path, name: str, role: str, *indexes: str, expires: float | None = None) -> str:
-    record, token = new_key(name, parse_grants(role, indexes), expires=expires)
+def add_key(home: Path, name: str, role: str, *indexes: str, expires: float | None = None,
+            groups: frozenset[str] | None = None) -> str:
+    record, token = new_key(name, parse_grants(role, indexes), groups=groups, expires=expires)
     store = SqliteKeyStore(home)
     try:
         store.add(record)
@@ -367,3 +368,97 @@ def test_admins_manage_keys_over_http_and_others_may_not(server: str, keys: dict
     assert httpx.delete(f"{server}/v1/keys/made-over-http", headers=admin).json()["state"] == "revoked"
     assert error_type(httpx.get(f"{server}/v1/documents?index=hr", headers=bearer(token)), 401) == "unauthorized"
     assert error_type(httpx.delete(f"{server}/v1/keys/no-such-key", headers=admin), 404) == "not_found"
+
+
+# --------------------------------------------------------------------------- document permissions
+VAULT_SECRET = "The vault combination for the Quillon project is 7-4-1-9, known only to the finance team.\n"
+VAULT_PUBLIC = "The Quillon project cafeteria opens at eight and serves porridge on Mondays.\n"
+VAULT_QUESTION = "What is the vault combination for the Quillon project?"
+
+
+@pytest.fixture(scope="module")
+def vault(home: Path, settings: Settings, embedder) -> dict[str, str]:
+    """Index ``vault``: a finance-only document and a public one; keys in and out of finance."""
+    folder = home / "vault-docs"
+    folder.mkdir()
+    secret, public = folder / "quillon-vault.md", folder / "cafeteria.md"
+    secret.write_text("# Quillon vault\n\n" + VAULT_SECRET, encoding="utf-8")
+    public.write_text("# Cafeteria\n\n" + VAULT_PUBLIC, encoding="utf-8")
+    index = EmbeddedIndex(settings.replace(home=home).index_path("vault"))
+    ingest_paths([secret], index, embedder, groups=["finance"])
+    ingest_paths([public], index, embedder)
+    reader = index.reader()
+    try:
+        ids = {d.title: d.id for d in reader.documents()}
+    finally:
+        reader.close()
+    return {"secret_id": ids["Quillon vault"], "secret_path": str(secret), "public_id": ids["Cafeteria"],
+            "staff": add_key(home, "vault-staff", "editor", "vault", groups=frozenset({"staff"})),
+            "finance": add_key(home, "vault-finance", "reader", "vault", groups=frozenset({"finance"}))}
+
+
+def leaks(text: str, vault: dict[str, str]) -> list[str]:
+    """What of the finance document ``text`` gives away: its text, title, file name or id."""
+    return [s for s in ("7-4-1-9", "Quillon vault", "quillon-vault", vault["secret_id"]) if s in text]
+
+
+def test_a_reader_outside_a_documents_groups_never_learns_of_it(server: str, vault: dict[str, str]):
+    auth = bearer(vault["staff"])
+    retrieved = httpx.post(f"{server}/v1/retrieve", json={"query": VAULT_QUESTION, "index": "vault"}, headers=auth)
+    assert retrieved.status_code == 200 and retrieved.json()["chunks"], retrieved.text
+    assert [c["document_id"] for c in retrieved.json()["chunks"]] == [vault["public_id"]]
+    asked = httpx.post(f"{server}/v1/ask", json={"question": VAULT_QUESTION, "index": "vault"}, headers=auth,
+                       timeout=120)
+    streamed = httpx.post(f"{server}/v1/ask", json={"question": VAULT_QUESTION, "index": "vault", "stream": True},
+                          headers=auth, timeout=120)
+    followed = httpx.post(f"{server}/v1/chat", headers=auth, timeout=120, json={"index": "vault", "messages": [
+        {"role": "user", "content": "What does the Quillon cafeteria serve?"},
+        {"role": "assistant", "content": "Porridge on Mondays."},
+        {"role": "user", "content": "And what is its vault combination?"}]})
+    listed = httpx.get(f"{server}/v1/documents?index=vault", headers=auth)
+    counts = {i["name"]: i for i in httpx.get(f"{server}/v1/indexes", headers=auth).json()["indexes"]}
+    for response in (retrieved, asked, streamed, followed, listed):
+        assert response.status_code == 200, response.text
+        assert leaks(response.text, vault) == [], (response.request.url, response.text)
+    assert [d["id"] for d in listed.json()["documents"]] == [vault["public_id"]]
+    assert counts["vault"]["documents"] == 1
+    # By id or by path, as a filter or to delete: "no document", exactly as for one that does not exist.
+    for name in (vault["secret_id"], vault["secret_path"]):
+        named = httpx.post(f"{server}/v1/retrieve", headers=auth,
+                           json={"query": VAULT_QUESTION, "index": "vault", "documents": [name]})
+        assert error_type(named, 404) == "document_not_found" and "7-4-1-9" not in named.text
+    deleted = httpx.delete(f"{server}/v1/documents/{vault['secret_id']}?index=vault", headers=auth)
+    missing = httpx.delete(f"{server}/v1/documents/{'0' * 16}?index=vault", headers=auth)
+    assert error_type(deleted, 404) == error_type(missing, 404) == "document_not_found"
+    assert deleted.json()["error"]["message"].replace(vault["secret_id"], "X") == \
+        missing.json()["error"]["message"].replace("0" * 16, "X")
+
+
+def test_a_reader_in_the_group_gets_the_answer(server: str, vault: dict[str, str]):
+    auth = bearer(vault["finance"])
+    asked = httpx.post(f"{server}/v1/ask", json={"question": VAULT_QUESTION, "index": "vault"}, headers=auth,
+                       timeout=120)
+    assert asked.status_code == 200, asked.text
+    assert asked.json()["sources"][0]["document_id"] == vault["secret_id"]
+    assert "7-4-1-9" in " ".join(e["quote"] for e in asked.json()["evidence"]) + asked.json()["answer"]
+    listed = httpx.get(f"{server}/v1/documents?index=vault", headers=auth).json()["documents"]
+    assert {d["id"]: d["access_groups"] for d in listed} == {vault["secret_id"]: "finance", vault["public_id"]: ""}
+
+
+def test_an_upload_with_groups_is_seen_only_by_them(server: str, vault: dict[str, str]):
+    staff, finance = bearer(vault["staff"]), bearer(vault["finance"])
+    note = b"# Staff rota\n\nThe Quillon night shift rota rotates every Thursday at noon.\n"
+    uploaded = httpx.post(f"{server}/v1/documents?index=vault&groups=staff", headers=staff, timeout=120,
+                          files={"data": ("rota.md", note, "text/markdown")})
+    assert uploaded.status_code == 200, uploaded.text
+    doc_id = uploaded.json()["files"][0]["document_id"]
+    try:
+        mine = {d["id"]: d["access_groups"] for d in
+                httpx.get(f"{server}/v1/documents?index=vault", headers=staff).json()["documents"]}
+        theirs = [d["id"] for d in httpx.get(f"{server}/v1/documents?index=vault", headers=finance).json()["documents"]]
+        assert mine[doc_id] == "staff" and doc_id not in theirs
+        bad = httpx.post(f"{server}/v1/documents?index=vault&groups=no%20spaces", headers=staff,
+                         files={"data": ("rota.md", note, "text/markdown")})
+        assert error_type(bad, 400) == "invalid_request"
+    finally:
+        assert httpx.delete(f"{server}/v1/documents/{doc_id}?index=vault", headers=staff).status_code == 200

@@ -352,3 +352,67 @@ def test_large_index_lexical_search_ranks_the_rare_words(store, embedder, tmp_pa
     # Only common words (each in all 60 chunks, over the budget): the lexical side stands aside.
     assert reader.lexical_search("market church river week", 5) == []
     reader.close()
+
+
+SECRET = "The vault combination for the Quillon project is 7-4-1-9, known only to the finance team.\n"
+PUBLIC = "The Quillon project cafeteria opens at eight and serves porridge on Mondays.\n"
+
+
+def test_document_groups_filter_inside_the_search(store, embedder, tmp_path: Path) -> None:
+    """A finance document is found only by readers in finance (or unrestricted), on both stores; the filter
+    works inside the search, so the public document still fills the results for everyone else."""
+    index = store.index(fresh_name())
+    secret = write(tmp_path / "finance", "vault.md", "# Vault\n\n" + SECRET)
+    public = write(tmp_path / "public", "cafeteria.md", "# Cafeteria\n\n" + PUBLIC)
+    ingest_paths([secret], index, embedder, groups=["finance"])
+    ingest_paths([public], index, embedder)
+    reader = index.reader()
+    retriever = Retriever(reader, embedder)
+    try:
+        query = "What is the vault combination for the Quillon project?"
+        assert retriever.retrieve(query, 5).hits[0].chunk.doc_id == document_id(secret)  # unrestricted
+        assert retriever.retrieve(query, 5, groups=frozenset({"finance"})).hits[0].chunk.doc_id == document_id(secret)
+        for groups in (frozenset(), frozenset({"hr"})):
+            hits = retriever.retrieve(query, 5, groups=groups).hits
+            assert [h.chunk.doc_id for h in hits] == [document_id(public)]
+            assert all("7-4-1-9" not in h.chunk.text for h in hits)
+            with pytest.raises(DocumentNotFoundError):  # naming it is no way in: the same "no document"
+                retriever.retrieve(query, 5, [str(secret)], groups=groups)
+            with_history = retriever.retrieve("and its combination?", 5, history=["Tell me about the vault"],
+                                              groups=groups)
+            assert document_id(secret) not in {h.chunk.doc_id for h in with_history.hits}
+        assert reader.visible_documents(frozenset()) == [document_id(public)]
+        assert reader.visible_documents(frozenset({"finance"})) is None  # sees all: no filter at all
+        assert reader.find_document(str(secret)).groups == frozenset({"finance"})
+
+        # Re-ingesting without --groups keeps them; --groups '' makes the document public.
+        write(tmp_path / "finance", "vault.md", "# Vault\n\n" + SECRET + "\nUpdated.\n")
+        ingest_paths([secret], index, embedder)
+        assert reader.find_document(str(secret)).access_groups == "finance"
+        ingest_paths([secret], index, embedder, groups=[])
+        assert reader.find_document(str(secret)).access_groups == ""
+        assert reader.visible_documents(frozenset()) is None
+    finally:
+        reader.close()
+
+
+def test_an_index_from_before_document_groups_reads_as_public_and_migrates(embedder, tmp_path: Path) -> None:
+    import sqlite3
+
+    from ingest.store.embedded import DB_NAME
+
+    store = EmbeddedStore(tmp_path / "indexes")
+    index = store.index("old")
+    public = write(tmp_path / "docs", "cafeteria.md", "# Cafeteria\n\n" + PUBLIC)
+    ingest_paths([public], index, embedder)
+    with sqlite3.connect(tmp_path / "indexes" / "old" / DB_NAME) as conn:  # as last wave's code made it
+        conn.execute("ALTER TABLE documents DROP COLUMN access_groups")
+    reader = index.reader()
+    try:
+        assert reader.visible_documents(frozenset()) is None
+        assert [d.access_groups for d in reader.documents()] == [""]
+        secret = write(tmp_path / "docs", "vault.md", "# Vault\n\n" + SECRET)
+        ingest_paths([secret], index, embedder, groups=["finance"])  # the writer adds the column
+        assert reader.visible_documents(frozenset()) == [document_id(public)]
+    finally:
+        reader.close()

@@ -45,7 +45,7 @@ class AnswersController(Controller):
         index = app.authorize(context, data.index, "reader", "/v1/retrieve")
         service = app.service()
         retrieval = await anyio.to_thread.run_sync(service.retrieve, data.query, data.index, data.top_k,
-                                                   data.documents)
+                                                   data.documents, context)
         app.record(context, "retrieve", route="/v1/retrieve", index=index, **app.record_question(data.query),
                    retrieved=[{"chunk_id": h.chunk.id, "document_id": h.chunk.doc_id, "score": round(h.score, 5)}
                               for h in retrieval.hits], outcome="retrieved")

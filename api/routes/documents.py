@@ -24,6 +24,10 @@ from rag.core.names import INDEX_NAME_PATTERN
 # allowed names the index lookup refuses).
 IndexQuery = Annotated[str | None, QueryParameter(name="index", pattern=INDEX_NAME_PATTERN,
                                                   description="the index (default: the server's RAG_INDEX)")]
+GroupsQuery = Annotated[str | None, QueryParameter(
+    name="groups", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}(,[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}){0,31}$",
+    description="comma-separated access groups for the uploaded documents: only readers in one of them (or "
+                "unrestricted) see them; left out, a new document is public and a replaced one keeps its groups")]
 
 
 class DocumentsController(Controller):
@@ -35,7 +39,7 @@ class DocumentsController(Controller):
     @post("", status_code=200, summary="Upload and ingest one or more files (multipart field `data`)",
           responses=UPLOAD_RESPONSES, operation_class=operation(upload=True))
     async def upload(self, state: State, request: Request, context: Context,
-                     index: IndexQuery = None) -> Response[UploadResponse]:
+                     index: IndexQuery = None, groups: GroupsQuery = None) -> Response[UploadResponse]:
         app: AppState = state.app
         target = app.index(app.authorize(context, index, "editor", "/v1/documents"))
         models = app.require_ready()
@@ -43,7 +47,8 @@ class DocumentsController(Controller):
         settings = app.settings
         report = await anyio.to_thread.run_sync(
             lambda: app.uploads.add(target, files, models.embedder, settings.chunk_tokens, settings.chunk_overlap,
-                                    settings.max_upload_mb * 1024 * 1024, LoadOptions.from_settings(settings)))
+                                    settings.max_upload_mb * 1024 * 1024, LoadOptions.from_settings(settings),
+                                    groups.split(",") if groups is not None else None))
         body = UploadResponse(index=report.index, files=[
             FileResult(file=o.path, status=o.status, document_id=o.document_id, chunks=o.chunks, reason=o.reason,
                        reason_type=o.reason_type, renamed_from=report.renamed.get(o.path), warning=o.warning)
@@ -66,12 +71,11 @@ class DocumentsController(Controller):
 
     @get("", summary="Documents in an index", responses=errors(400, 404))
     async def list_documents(self, state: State, context: Context, index: IndexQuery = None) -> DocumentList:
-        target = state.app.index(state.app.authorize(context, index, "reader", "/v1/documents"))
-        reader = target.reader()
-        try:
-            return DocumentList(index=target.name, documents=reader.documents())
-        finally:
-            reader.close()
+        app: AppState = state.app
+        target = app.index(app.authorize(context, index, "reader", "/v1/documents"))
+        if not target.exists():
+            target.reader().close()  # the store's own "no index" error, with the names it has
+        return DocumentList(index=target.name, documents=app.visible_documents(target, context))
 
     @delete("/{document_id:str}", status_code=200, summary="Remove a document and its vectors",
             responses=errors(400, 404, 409))
@@ -80,7 +84,8 @@ class DocumentsController(Controller):
         app: AppState = state.app
         target = app.index(app.authorize(context, index, "editor", "/v1/documents/{document_id}"))
         try:
-            record = await anyio.to_thread.run_sync(app.uploads.delete, target, document_id)
+            visible = await anyio.to_thread.run_sync(app.visible_document, target, context, document_id)
+            record = await anyio.to_thread.run_sync(app.uploads.delete, target, visible.id)
         except RagError as exc:
             app.record(context, "delete", route="/v1/documents/{document_id}", index=target.name,
                        outcome="error", error=exc.error_type)

@@ -5,29 +5,24 @@ from __future__ import annotations
 from litestar import Controller, Response, get
 from litestar.datastructures import State
 
+from api.auth import Context
 from api.openapi import HEALTH_RESPONSES, errors
 from api.protocol import HealthResponse, IndexSummary
 from api.state import AppState
+from rag.core.access import RequestContext
 from rag.generation.ort import provider_facts
 
 
-def index_summary(app: AppState) -> IndexSummary:
-    target = app.index(None)
-    if not target.exists():
-        return IndexSummary(name=target.name, documents=0, chunks=0)
-    reader = target.reader()
-    try:
-        info = reader.info()
-    finally:
-        reader.close()
-    return IndexSummary(name=info.name, documents=info.documents, chunks=info.chunks)
+def index_summary(app: AppState, context: RequestContext) -> IndexSummary:
+    name, documents, chunks = app.summary(None, context)
+    return IndexSummary(name=name, documents=documents, chunks=chunks)
 
 
 class HealthController(Controller):
     tags = ["operations"]
 
     @get("/healthz", summary="Liveness and readiness", exclude_from_auth=True, responses=HEALTH_RESPONSES)
-    async def healthz(self, state: State) -> Response[HealthResponse]:
+    async def healthz(self, state: State, context: Context) -> Response[HealthResponse]:
         app: AppState = state.app
         backend, upstream = app.backend
         body = HealthResponse(
@@ -35,7 +30,7 @@ class HealthController(Controller):
             scheduler=app.scheduler.mode if app.scheduler else None,
             device=app.models.generator.device if app.models else app.settings.device,
             generator=app.models.generator.model_id if upstream and app.models else app.settings.generator_path.name,
-            embedder=app.settings.embedder_path.name, index=index_summary(app), upstream=upstream,
+            embedder=app.settings.embedder_path.name, index=index_summary(app, context), upstream=upstream,
             store="postgresql" if app.settings.store_url else "embedded",
             providers=None if upstream else list(provider_facts()["usable"]))  # a remote generator runs elsewhere
         if app.status != "ready":
@@ -46,7 +41,7 @@ class HealthController(Controller):
     @get("/metrics", summary="Prometheus metrics", media_type="text/plain; version=0.0.4", responses=errors())
     async def metrics(self, state: State) -> bytes:
         app: AppState = state.app
-        summary = index_summary(app)
+        summary = index_summary(app, RequestContext())  # operators' totals (metrics need a key)
         app.metrics.documents.labels(summary.name).set(summary.documents)
         app.metrics.chunks.labels(summary.name).set(summary.chunks)
         if app.scheduler is not None:

@@ -22,10 +22,6 @@ class IndexesController(Controller):
         for name in app.store.names():
             if context.principal.role_for(name) is None:  # an index the principal may not use is not listed
                 continue
-            reader = app.store.index(name).reader()
-            try:
-                info = reader.info()
-            finally:
-                reader.close()
-            indexes.append(IndexSummary(name=name, documents=info.documents, chunks=info.chunks))
+            name, documents, chunks = app.summary(name, context)
+            indexes.append(IndexSummary(name=name, documents=documents, chunks=chunks))
         return IndexList(default=app.settings.index, indexes=indexes)

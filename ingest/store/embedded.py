@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS documents (
     id TEXT PRIMARY KEY, path TEXT NOT NULL UNIQUE, title TEXT NOT NULL, kind TEXT NOT NULL,
     sha256 TEXT NOT NULL, pages INTEGER, bytes INTEGER NOT NULL, chunks INTEGER NOT NULL,
-    ingested_at TEXT NOT NULL);
+    ingested_at TEXT NOT NULL, access_groups TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS chunks (
     id INTEGER PRIMARY KEY AUTOINCREMENT, doc_id TEXT NOT NULL REFERENCES documents(id),
     ordinal INTEGER NOT NULL, text TEXT NOT NULL, page INTEGER, section TEXT,
@@ -226,6 +226,10 @@ def _load_faiss(root: Path, generation: int, dimension: int):
     return _read_faiss(_vectors_file(root, generation))
 
 
+def _has_access_groups(conn: sqlite3.Connection) -> bool:
+    return any(row[1] == "access_groups" for row in conn.execute("PRAGMA table_info(documents)"))
+
+
 def committed_generation(root: Path) -> int:
     """The newest committed generation of the index in ``root`` (0: nothing committed)."""
     conn = _connect(root / DB_NAME)
@@ -276,6 +280,8 @@ class EmbeddedWriter:
         self._conn.executescript(SCHEMA)
         try:
             self._conn.execute("BEGIN IMMEDIATE")
+            if not _has_access_groups(self._conn):  # an index made before documents had groups: all public
+                self._conn.execute("ALTER TABLE documents ADD COLUMN access_groups TEXT NOT NULL DEFAULT ''")
         except sqlite3.OperationalError as exc:
             self._conn.close()
             raise IndexLockedError(
@@ -346,8 +352,8 @@ class EmbeddedWriter:
             raise ValueError("one vector per chunk")
         self.delete_document(record.id)
         self._conn.execute(
-            "INSERT INTO documents VALUES (:id, :path, :title, :kind, :sha256, :pages, :bytes, :chunks, :ingested_at)",
-            record.__dict__)
+            "INSERT INTO documents VALUES (:id, :path, :title, :kind, :sha256, :pages, :bytes, :chunks, :ingested_at, "
+            ":access_groups)", record.__dict__)
         ids = []
         for chunk in chunks:
             cur = self._conn.execute(
@@ -464,6 +470,18 @@ class EmbeddedReader:
 
     def documents(self) -> list[DocumentRecord]:
         return [_document(r) for r in self._query("SELECT * FROM documents ORDER BY path")]
+
+    def visible_documents(self, groups: frozenset[str] | None) -> list[str] | None:
+        """Ids of the documents a reader with document ``groups`` may see (public ones and those sharing a
+        group); None when that is every document (no filter needed)."""
+        with self._lock:
+            if groups is None or not _has_access_groups(self._conn):
+                return None
+            if not self._conn.execute("SELECT 1 FROM documents WHERE access_groups != '' LIMIT 1").fetchone():
+                return None
+            rows = self._conn.execute("SELECT id, access_groups FROM documents").fetchall()
+        visible = [r["id"] for r in rows if not r["access_groups"] or groups & set(r["access_groups"].split(","))]
+        return None if len(visible) == len(rows) else visible
 
     def find_document(self, id_or_path: str) -> DocumentRecord | None:
         ids = candidate_ids(id_or_path)

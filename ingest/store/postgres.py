@@ -44,7 +44,7 @@ from rag.core.errors import (
 from rag.core.names import index_not_found, validate_index_name
 from rag.core.text import content_terms
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MIGRATION_LOCK = 0x7261_6731  # advisory lock key held while the schema is created or migrated ("rag1")
 TEXT_SEARCH_CONFIG = "english"  # stemming + stop words, like FTS5's porter tokenizer in the embedded store
 # HNSW candidate list per search (pgvector's default is 40). Retrieval asks for 20 per side; 100 keeps the
@@ -89,6 +89,10 @@ MIGRATIONS: tuple[Migration, ...] = (
         "CREATE INDEX ON {schema}.chunks USING gin (tsv)",
         "CREATE INDEX ON {schema}.chunks USING hnsw (embedding vector_ip_ops)",
     )),
+    # Documents carry access groups ("" = public); an existing index's documents stay public.
+    Migration(2, shared=(), per_index=(
+        "ALTER TABLE {schema}.documents ADD COLUMN IF NOT EXISTS access_groups text NOT NULL DEFAULT ''",
+    )),
 )
 assert MIGRATIONS[-1].version == SCHEMA_VERSION
 
@@ -107,7 +111,7 @@ def _array(value: Any) -> np.ndarray:
     return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
 
 
-DOCUMENT_COLUMNS = "id, path, title, kind, sha256, pages, bytes, chunks, ingested_at"
+DOCUMENT_COLUMNS = "id, path, title, kind, sha256, pages, bytes, chunks, ingested_at, access_groups"
 
 
 class PostgresStore:
@@ -319,6 +323,17 @@ class PostgresReader:
         return [_document(r) for r in self.store.query(
             f"SELECT {DOCUMENT_COLUMNS} FROM {self.schema}.documents ORDER BY path")]
 
+    def visible_documents(self, groups: frozenset[str] | None) -> list[str] | None:
+        """Ids of the documents a reader with document ``groups`` may see; None when that is every document."""
+        if groups is None or not self.store.query(
+                f"SELECT 1 FROM {self.schema}.documents WHERE access_groups <> '' LIMIT 1"):
+            return None
+        rows = self.store.query(
+            f"SELECT id, access_groups = '' OR string_to_array(access_groups, ',') && %s::text[] "
+            f"FROM {self.schema}.documents", (sorted(groups),))
+        visible = [str(r[0]) for r in rows if r[1]]
+        return None if len(visible) == len(rows) else visible
+
     def find_document(self, id_or_path: str) -> DocumentRecord | None:
         ids = list(candidate_ids(id_or_path))
         if not ids:
@@ -489,7 +504,8 @@ class PostgresWriter:
             self._delete(record.id)
             self._conn.execute(
                 f"INSERT INTO {self.schema}.documents ({DOCUMENT_COLUMNS}) VALUES "
-                "(%(id)s, %(path)s, %(title)s, %(kind)s, %(sha256)s, %(pages)s, %(bytes)s, %(chunks)s, %(ingested_at)s)",
+                "(%(id)s, %(path)s, %(title)s, %(kind)s, %(sha256)s, %(pages)s, %(bytes)s, %(chunks)s, %(ingested_at)s, "
+                "%(access_groups)s)",
                 record.__dict__)
             if chunks:
                 with self._conn.cursor() as cur:

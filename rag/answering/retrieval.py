@@ -67,13 +67,22 @@ class Retriever:
         self.embedder = embedder
 
     def retrieve(self, question: str, k: int = 5, doc_ids: Sequence[str] | None = None,
-                 mode: str = "hybrid", history: Sequence[str] = ()) -> Retrieval:
+                 mode: str = "hybrid", history: Sequence[str] = (),
+                 groups: frozenset[str] | None = None) -> Retrieval:
         """The top ``k`` chunks for ``question``. With ``history`` (the conversation's earlier questions) a
         follow-up such as "and when did he die?" is searched both alone and folded into the last
         questions, and the rankings are fused: the folded query finds what the pronoun refers to, the
-        question alone keeps a change of topic from being pulled back to the old one."""
+        question alone keeps a change of topic from being pulled back to the old one. ``groups``: the
+        asker's document groups (None: every document); documents outside them are filtered inside both
+        searches, before ranking and ``k``, exactly like a ``doc_ids`` filter."""
         start = time.perf_counter()
-        doc_ids = self.resolve_documents(doc_ids) if doc_ids else None
+        doc_ids = self.resolve_documents(doc_ids, groups) if doc_ids else None
+        visible = self.reader.visible_documents(groups)
+        if visible is not None:
+            allowed = set(visible)
+            doc_ids = [d for d in doc_ids if d in allowed] if doc_ids is not None else visible
+            if not doc_ids:  # nothing this reader may see: no search at all (an empty filter is no filter)
+                return Retrieval([], 0.0, 0.0, 0.0, self.embedder.embed_query(question), question, self.reader.name)
         queries = [question]
         if history:
             queries.append(" ".join([*history[-HISTORY_QUESTIONS:], question]))
@@ -97,12 +106,13 @@ class Retriever:
         return Retrieval(hits, best, (embedded - start) * 1000, (done - embedded) * 1000, vectors[-1], queries[-1],
                          self.reader.name)
 
-    def resolve_documents(self, ids_or_paths: Sequence[str]) -> list[str]:
-        """Document ids for a filter given as ids or paths; an unknown one is an error, not an empty search."""
+    def resolve_documents(self, ids_or_paths: Sequence[str], groups: frozenset[str] | None = None) -> list[str]:
+        """Document ids for a filter given as ids or paths; an unknown one is an error, not an empty search
+        (one outside the asker's ``groups`` is unknown to them, with the same message)."""
         resolved: list[str] = []
         for item in ids_or_paths:
             record = self.reader.find_document(item)
-            if record is None:
+            if record is None or (groups is not None and record.groups and not groups & record.groups):
                 raise DocumentNotFoundError(f"no document {item!r} in index {self.reader.name!r}")
             resolved.append(record.id)
         return resolved

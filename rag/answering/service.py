@@ -27,6 +27,7 @@ from rag.answering.prompt import (ABSTENTION_MESSAGE, MODEL_ABSTENTION, drop_rep
                                   model_abstained, refers_back)
 from rag.answering.result import AnswerResult, Evidence, Metrics, Source
 from rag.answering.retrieval import Retrieval, Retriever
+from rag.core.access import RequestContext
 from rag.core.errors import BadRequestError
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
@@ -93,6 +94,7 @@ class AnswerRequest:
     index: str | None = None
     use_context: bool = True  # False: plain chat with the model, no retrieval
     options: AnswerOptions = field(default_factory=AnswerOptions)
+    context: RequestContext = RequestContext()  # who asks: retrieval sees only the documents they may see
 
     @property
     def history(self) -> tuple[str, ...]:
@@ -149,9 +151,9 @@ class AnswerService:
             return self._retrievers[name]
 
     def retrieve(self, query: str, index: str | None = None, top_k: int | None = None,
-                 documents: Sequence[str] | None = None) -> Retrieval:
+                 documents: Sequence[str] | None = None, context: RequestContext = RequestContext()) -> Retrieval:
         query = self.validate_question(query)
-        return self.retriever(index).retrieve(query, top_k or self.settings.top_k, documents)
+        return self.retriever(index).retrieve(query, top_k or self.settings.top_k, documents, groups=context.groups)
 
     def close(self) -> None:
         with self._lock:
@@ -174,7 +176,7 @@ class AnswerService:
         # conversation about the documents is refused as it would be alone.
         history = request.history if refers_back(question) else ()
         retrieval = self.retriever(request.index).retrieve(question, options.top_k, options.documents,
-                                                           history=history)
+                                                           history=history, groups=request.context.groups)
         t0 = time.perf_counter()
         if not retrieval.hits or retrieval.best_dense < options.abstain_threshold:
             return PreparedAnswer(request, question, retrieval, [], None, started,

@@ -20,11 +20,14 @@ from rag.core.settings import Settings
 @click.option("--glob", "pattern", help="Only files whose name matches, e.g. '*.pdf'.")
 @click.option("--chunk-tokens", type=int, help="Chunk size in embedder tokens.")
 @click.option("--overlap", type=int, help="Overlap between chunks in tokens.")
+@click.option("--groups", help="Comma-separated access groups for these documents: only keys and tokens in one of "
+                               "them (or unrestricted) see them. --groups '' makes them public; left out, new "
+                               "documents are public and existing ones keep theirs.")
 @json_option("Print the summary as JSON.")
 @click.pass_context
 @handle_errors
 def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, pattern: str | None,
-               chunk_tokens: int | None, overlap: int | None, as_json: bool) -> None:
+               chunk_tokens: int | None, overlap: int | None, groups: str | None, as_json: bool) -> None:
     """Add or update files and folders (recursively) in an index. Exit 2 if any readable file failed."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -55,7 +58,8 @@ def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, p
 
         summary = ingest_paths(list(paths), index_handle, embedder, settings.chunk_tokens,
                                settings.chunk_overlap, pattern, progress,
-                               load_options=LoadOptions.from_settings(settings))
+                               load_options=LoadOptions.from_settings(settings),
+                               groups=None if groups is None else groups.split(","))
     if as_json:
         print_json(summary.as_dict())
     else:
@@ -125,9 +129,10 @@ def documents_list(ctx: click.Context, index: str | None, as_json: bool) -> None
     table.add_column("pages", justify="right", no_wrap=True)
     table.add_column("chunks", justify="right", no_wrap=True)
     table.add_column("path", overflow="fold")
+    table.add_column("groups", overflow="fold")
     for d in docs:
         table.add_row(literal(d.id), literal(d.title[:40]), literal(d.kind), str(d.pages or ""), str(d.chunks),
-                      literal(d.path))
+                      literal(d.path), literal(d.access_groups or "public"))
     out.print(table)
 
 
