@@ -81,7 +81,7 @@ def _write_faiss(index, final: Path) -> None:
     replace_file(tmp, final)
 
 
-def _read_faiss(path: Path):
+def read_faiss(path: Path):
     """The FAISS index in ``path``, read by Python (see ``_write_faiss``)."""
     import faiss
 
@@ -89,7 +89,7 @@ def _read_faiss(path: Path):
         return faiss.read_index(faiss.PyCallbackIOReader(handle.read))
 
 
-def _vectors_file(root: Path, generation: int) -> Path:
+def vectors_file(root: Path, generation: int) -> Path:
     return root / f"vectors-{generation}.faiss"
 
 
@@ -223,7 +223,7 @@ def _load_faiss(root: Path, generation: int, dimension: int):
 
     if generation == 0:
         return _new_faiss(dimension)
-    return _read_faiss(_vectors_file(root, generation))
+    return read_faiss(vectors_file(root, generation))
 
 
 def _has_access_groups(conn: sqlite3.Connection) -> bool:
@@ -243,7 +243,7 @@ def committed_generation(root: Path) -> int:
 def disk_bytes(root: Path) -> int:
     """What the index in ``root`` holds on disk now: SQLite (with its WAL) and the committed generation's
     vectors (a previous generation's file, kept until no reader needs it, is not counted)."""
-    files = [root / DB_NAME, root / f"{DB_NAME}-wal", _vectors_file(root, committed_generation(root))]
+    files = [root / DB_NAME, root / f"{DB_NAME}-wal", vectors_file(root, committed_generation(root))]
     return sum(p.stat().st_size for p in files if p.is_file())
 
 
@@ -256,7 +256,7 @@ def exhaustive_dense_search(root: Path, vectors: np.ndarray, k: int) -> np.ndarr
     generation = committed_generation(root)
     if generation == 0:
         return None
-    index = _read_faiss(_vectors_file(root, generation))
+    index = read_faiss(vectors_file(root, generation))
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is None:
         return None
@@ -370,7 +370,7 @@ class EmbeddedWriter:
             self.rollback()  # nothing changed: keep the current generation
             return self.generation
         new_generation = self.generation + 1
-        final = _vectors_file(self.root, new_generation)
+        final = vectors_file(self.root, new_generation)
         self._index = fit_vector_index(self._index, self.dimension)
         _write_faiss(self._index, final)
         self._conn.execute("UPDATE meta SET value = ? WHERE key = 'generation'", (str(new_generation),))

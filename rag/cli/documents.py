@@ -153,7 +153,7 @@ def documents_delete(ctx: click.Context, document: str, index: str | None) -> No
 
 @click.group("index")
 def index_group() -> None:
-    """Inspect indexes, or copy one between stores."""
+    """List, inspect, back up, restore, verify and delete indexes, or copy one between stores."""
 
 
 @index_group.command("info")
@@ -220,3 +220,146 @@ def index_migrate(ctx: click.Context, target: str, source: str | None) -> None:
         remote.close()
     console.print(Text.assemble(("copied", "green"), f" {plural(report.documents, 'document')}, {plural(report.chunks, 'chunk')} "
                                 f"of index {name!r} to {dst.index(name).location}"), soft_wrap=True)
+
+
+def embedded_store(ctx: click.Context, action: str):
+    """The embedded store for backup, restore, verify and delete (PostgreSQL has pg_dump and its own tools)."""
+    from rag.core.errors import BadRequestError
+    from rag.runtime import open_store
+
+    settings = settings_from(ctx)
+    if settings.store_url:
+        raise BadRequestError(f"rag index {action} works on the embedded store; with store_url (PostgreSQL) use "
+                              "pg_dump / pg_restore on the rag schemas (README, Backup and restore)")
+    return settings, open_store(settings)
+
+
+@index_group.command("list")
+@json_option()
+@click.pass_context
+@handle_errors
+def index_list(ctx: click.Context, as_json: bool) -> None:
+    """The indexes of the configured store, with their documents, chunks and size."""
+    from rag.runtime import open_store
+
+    settings = settings_from(ctx)
+    store = open_store(settings)
+    try:
+        infos = []
+        for name in store.names():
+            reader = store.index(name).reader()
+            try:
+                infos.append(reader.info())
+            finally:
+                reader.close()
+    finally:
+        store.close()
+    if as_json:
+        print_json([{**i.__dict__, "default": i.name == settings.index} for i in infos])
+        return
+    table = Table(title=plural(len(infos), "index", "indexes"))
+    for column in ("name", "documents", "chunks", "size", "embedder"):
+        table.add_column(column, justify="right" if column in ("documents", "chunks", "size") else "left")
+    for i in infos:
+        table.add_row(literal(i.name + (" (default)" if i.name == settings.index else "")), str(i.documents),
+                      str(i.chunks), human_size(i.size_bytes), literal(i.embedder))
+    out.print(table)
+
+
+@index_group.command("backup")
+@click.argument("name", required=False)
+@click.option("--to", "target", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="The backup file to write (a zip: the database, the vectors, a manifest with checksums).")
+@click.pass_context
+@handle_errors
+def index_backup(ctx: click.Context, name: str | None, target: Path) -> None:
+    """Write one committed generation of an index to a file, also while a server answers and an ingest runs."""
+    import time
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ingest.store.backup import backup_index
+
+    settings, store = embedded_store(ctx, "backup")
+    try:
+        app_version = version("offline-rag")
+    except PackageNotFoundError:
+        app_version = "unknown"
+    started = time.perf_counter()
+    manifest = backup_index(store.index(name or settings.index), target, app_version)
+    console.print(Text.assemble(("backed up", "green"), literal(
+        f" index {manifest.index!r} (generation {manifest.generation}: {plural(manifest.documents, 'document')}, "
+        f"{plural(manifest.chunks, 'chunk')}) to {target} ({human_size(target.stat().st_size)}, "
+        f"{time.perf_counter() - started:.1f} s)")), soft_wrap=True)
+
+
+@index_group.command("restore")
+@click.argument("backup", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--as", "name", help="The index name to restore as (default: the name it was backed up from).")
+@click.pass_context
+@handle_errors
+def index_restore(ctx: click.Context, backup: Path, name: str | None) -> None:
+    """Restore a backup as a new index, after checking every checksum and the embedder."""
+    import time
+
+    from ingest.embedder import validate_embedder_dir
+    from ingest.store.backup import restore_index
+
+    settings, store = embedded_store(ctx, "restore")
+    started = time.perf_counter()
+    manifest = restore_index(backup, store, name, validate_embedder_dir(settings.embedder_path).identity)
+    console.print(Text.assemble(("restored", "green"), literal(
+        f" index {name or manifest.index!r} from {backup} (generation {manifest.generation}: "
+        f"{plural(manifest.documents, 'document')}, {plural(manifest.chunks, 'chunk')}, backed up "
+        f"{manifest.created}, {time.perf_counter() - started:.1f} s)")), soft_wrap=True)
+
+
+@index_group.command("verify")
+@click.argument("name", required=False)
+@json_option()
+@click.pass_context
+@handle_errors
+def index_verify(ctx: click.Context, name: str | None, as_json: bool) -> None:
+    """Check an index's files against its own records. Exit 1 when something is wrong."""
+    from ingest.store.backup import verify_index
+
+    settings, store = embedded_store(ctx, "verify")
+    check = verify_index(store.index(name or settings.index))
+    if as_json:
+        print_json({**check.__dict__, "ok": check.ok})
+    elif check.ok:
+        console.print(Text.assemble(("ok", "green"), literal(
+            f" index {check.index!r}: generation {check.generation}, {plural(check.documents, 'document')}, "
+            f"{plural(check.chunks, 'chunk')}; database, vectors and text index agree")), soft_wrap=True)
+    else:
+        for problem in check.problems:
+            console.print(Text.assemble(("problem", "red"), literal(f" index {check.index!r}: {problem}")),
+                          soft_wrap=True)
+    if not check.ok:
+        raise SystemExit(1)
+
+
+@index_group.command("delete")
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Really delete it (there is no undo; back it up first).")
+@click.pass_context
+@handle_errors
+def index_delete(ctx: click.Context, name: str, yes: bool) -> None:
+    """Delete an index and everything in it."""
+    from ingest.store.backup import delete_index
+    from rag.core.errors import BadRequestError
+
+    settings, store = embedded_store(ctx, "delete")
+    index = store.index(name)
+    if not yes:
+        if not index.exists():
+            delete_index(index)  # the "no such index" error, with the names there are
+        reader = index.reader()
+        try:
+            info = reader.info()
+        finally:
+            reader.close()
+        raise BadRequestError(f"this deletes index {name!r} ({plural(info.documents, 'document')}, "
+                              f"{plural(info.chunks, 'chunk')}) for good: add --yes (back it up first: "
+                              f"rag index backup {name} --to {name}.zip)")
+    delete_index(index)
+    console.print(Text.assemble(("deleted", "green"), literal(f" index {name!r}")), soft_wrap=True)

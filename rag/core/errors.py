@@ -57,6 +57,12 @@ class ConflictError(RagError):
     error_type = "conflict"
 
 
+class InvalidBackupError(BadRequestError):
+    """An index backup that is damaged, not a backup, or of a format this program does not read."""
+
+    error_type = "invalid_backup"
+
+
 class EmbedderMismatchError(ConflictError):
     error_type = "embedder_mismatch"
 

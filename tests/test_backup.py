@@ -1,0 +1,160 @@
+"""Backup, restore, verify and delete of embedded indexes: real files, real models, a real concurrent ingest."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from helpers import cli_env
+from ingest.pipeline import ingest_paths
+from ingest.records import document_id
+from ingest.store.backup import backup_index, restore_index, verify_index
+from ingest.store.embedded import EmbeddedStore, committed_generation, vectors_file
+from rag.answering.retrieval import Retriever
+from rag.core.errors import EmbedderMismatchError, InvalidBackupError
+from rag.core.settings import PROJECT_ROOT, Settings
+
+SQUAD_DOCS = PROJECT_ROOT.parent / "shared" / "data" / "squad2-dev" / "docs"
+
+
+def paragraphs() -> list[str]:
+    return [p for doc in sorted(SQUAD_DOCS.glob("*.md"))
+            for p in doc.read_text(encoding="utf-8").split("\n\n") if len(p) > 200]
+
+
+def test_a_backup_taken_during_an_ingest_restores_one_committed_generation(tmp_path: Path, embedder):
+    store = EmbeddedStore(tmp_path / "indexes")
+    index = store.index("live")
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    texts = paragraphs()[:48]
+    committed: list[set[str]] = [set()]  # the document ids after each commit, in order
+
+    def ingest_in_batches() -> None:
+        for batch in range(0, len(texts), 4):
+            paths = []
+            for i, text in enumerate(texts[batch:batch + 4], batch):
+                path = folder / f"p{i:03d}.md"
+                path.write_text(f"# Paragraph {i}\n\n{text}\n", encoding="utf-8")
+                paths.append(path)
+            ingest_paths(paths, index, embedder)  # one commit per batch
+            committed.append(committed[-1] | {document_id(p) for p in paths})
+
+    ingest_in_batches_first = folder / "seed.md"
+    ingest_in_batches_first.write_text("# Seed\n\n" + texts[-1] + "\n", encoding="utf-8")
+    ingest_paths([ingest_in_batches_first], index, embedder)
+    base = {document_id(ingest_in_batches_first)}
+    committed[0] = base
+    writer = threading.Thread(target=ingest_in_batches)
+    writer.start()
+    backups = []
+    while writer.is_alive() or not backups:
+        target = tmp_path / f"b{len(backups)}.zip"
+        backup_index(index, target, "test")
+        backups.append(target)
+    writer.join()
+    assert len(backups) >= 2, "the ingest finished before a second backup: nothing was tested under load"
+    states = [frozenset(s | base) for s in committed]
+    for n, backup in enumerate(backups):
+        manifest = restore_index(backup, store, f"restored-{n}", embedder.config.identity)
+        restored = store.index(f"restored-{n}")
+        assert verify_index(restored).ok, verify_index(restored).problems
+        reader = restored.reader()
+        try:
+            ids = frozenset(d.id for d in reader.documents())
+            assert ids in states, f"backup {n} holds {len(ids)} documents: not one committed generation"
+            assert manifest.documents == len(ids) and manifest.generation == committed_generation(restored.root)
+            hits = Retriever(reader, embedder).retrieve(texts[-1][:120], 3).hits  # it answers searches
+            assert hits and hits[0].chunk.doc_id == document_id(ingest_in_batches_first)
+        finally:
+            reader.close()
+
+
+@pytest.fixture()
+def backed_up(tmp_path: Path, embedder) -> tuple[EmbeddedStore, Path]:
+    store = EmbeddedStore(tmp_path / "indexes")
+    doc = tmp_path / "docs" / "normans.md"
+    doc.parent.mkdir()
+    doc.write_text("# Normans\n\n" + paragraphs()[0] + "\n", encoding="utf-8")
+    ingest_paths([doc], store.index("source"), embedder)
+    backup = tmp_path / "source.zip"
+    backup_index(store.index("source"), backup, "test")
+    return store, backup
+
+
+def rewrite_member(backup: Path, member: str, change) -> Path:
+    """A copy of ``backup`` with one member's bytes changed and the manifest left as it was."""
+    damaged = backup.with_name("damaged.zip")
+    with zipfile.ZipFile(backup) as source, zipfile.ZipFile(damaged, "w") as target:
+        for item in source.infolist():
+            data = source.read(item.filename)
+            target.writestr(item.filename, change(data) if item.filename == member else data)
+    return damaged
+
+
+def test_a_damaged_backup_is_refused_and_nothing_is_restored(backed_up, embedder):
+    store, backup = backed_up
+    flipped = rewrite_member(backup, "vectors.faiss", lambda data: data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])
+    with pytest.raises(InvalidBackupError, match="vectors.faiss does not match its checksum"):
+        restore_index(flipped, store, "copy", embedder.config.identity)
+    truncated = backup.with_name("truncated.zip")
+    truncated.write_bytes(backup.read_bytes()[:-500])
+    with pytest.raises(InvalidBackupError, match="not a readable index backup"):
+        restore_index(truncated, store, "copy", embedder.config.identity)
+    assert "copy" not in store.names() and not [p for p in store.indexes_dir.iterdir() if p.name.startswith(".")]
+
+
+def test_a_backup_of_another_embedder_is_refused(backed_up, embedder):
+    store, backup = backed_up
+    with pytest.raises(EmbedderMismatchError, match="was made with embedder"):
+        restore_index(backup, store, "copy", "another/embedder@768")
+    assert "copy" not in store.names()
+
+
+def test_verify_finds_damaged_and_missing_vectors(backed_up, embedder):
+    store, _ = backed_up
+    index = store.index("source")
+    assert verify_index(index).ok
+    vectors = vectors_file(index.root, committed_generation(index.root))
+    original = vectors.read_bytes()
+    vectors.write_bytes(original[: len(original) // 2])
+    problems = verify_index(index).problems
+    assert problems and "cannot be read" in problems[0], problems
+    vectors.unlink()
+    assert "is missing" in verify_index(index).problems[0]
+
+
+def test_cli_backup_restore_verify_list_and_delete(tmp_path: Path, settings: Settings):
+    home = tmp_path / "home"
+
+    def rag(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
+                              env=cli_env(settings), capture_output=True, text=True, timeout=240)
+
+    docs = tmp_path / "docs"
+    shutil.copytree(PROJECT_ROOT / "examples" / "docs", docs)
+    assert rag("ingest", str(docs)).returncode == 0
+    backup = tmp_path / "default.zip"
+    made = rag("index", "backup", "--to", str(backup))
+    assert made.returncode == 0 and "backed up index 'default'" in made.stderr, made.stderr
+    assert rag("index", "restore", str(backup)).returncode == 2  # the name is taken: --as, or delete it first
+    assert rag("index", "restore", str(backup), "--as", "copy").returncode == 0
+    listed = {i["name"]: i for i in json.loads(rag("index", "list", "--json").stdout)}
+    assert listed["copy"]["documents"] == listed["default"]["documents"] > 0 and listed["default"]["default"]
+    verified = rag("index", "verify", "copy", "--json")
+    assert verified.returncode == 0 and json.loads(verified.stdout)["ok"]
+    refused = rag("index", "delete", "copy")
+    assert refused.returncode == 2 and "add --yes" in refused.stderr
+    assert rag("index", "delete", "copy", "--yes").returncode == 0
+    assert "copy" not in {i["name"] for i in json.loads(rag("index", "list", "--json").stdout)}
+    vectors = next((home / "indexes" / "default").glob("vectors-*.faiss"))
+    vectors.write_bytes(vectors.read_bytes()[:64])
+    damaged = rag("index", "verify")
+    assert damaged.returncode == 1 and "cannot be read" in damaged.stderr
