@@ -228,7 +228,8 @@ def test_the_app_serves_its_scripts_as_javascript_whatever_the_registry_says():
             for asset in sorted(STATIC_DIR.iterdir()):
                 response = client.get(f"/static/{asset.name}")
                 assert response.status_code == 200 and response.content == asset.read_bytes()
-                expected = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}[asset.suffix]
+                expected = {".js": "text/javascript", ".css": "text/css", ".html": "text/html",
+                            ".txt": "text/plain"}[asset.suffix]
                 assert response.headers["content-type"].split(";")[0] == expected, asset.name
                 assert response.headers["cache-control"] == "no-cache"
             assert client.head("/static/app.js").status_code == 200

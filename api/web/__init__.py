@@ -18,7 +18,8 @@ STATIC_PATH = "/static"
 # The types of what the app serves, said here: ``mimetypes`` reads them from the Windows registry, where .js is
 # text/plain on many machines, and a browser refuses a module script of that type (a blank page).
 STATIC_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".svg": "image/svg+xml",
-                ".png": "image/png", ".ico": "image/x-icon", ".json": "application/json"}
+                ".png": "image/png", ".ico": "image/x-icon", ".json": "application/json",
+                ".txt": "text/plain; charset=utf-8"}  # the vendored viewers' LICENSE and NOTICE files
 PAGE_PATHS = ("/", "/documents", "/keys")  # client-side views of the one page
 # The page runs only its own scripts and talks only to this server, whatever a document or a reply contains.
 PAGE_HEADERS = {
