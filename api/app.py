@@ -14,6 +14,8 @@ from litestar.datastructures import MutableScopeHeaders, State
 from litestar.di import Provide
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+from opentelemetry import trace
+
 from api.auth import ANONYMOUS, CONTEXT_SCOPE_KEY, request_context
 from api.errors import EXCEPTION_HANDLERS, error_response
 from api.guard import HostPolicy
@@ -32,6 +34,7 @@ from api.web import is_open, web_handlers
 from rag.core.access import RequestContext
 from rag.core.errors import RagError
 from rag.core.settings import Settings, load_settings
+from rag.telemetry import start_telemetry
 
 OPEN_PATHS = ("/healthz",)  # and GET of the web page and its assets (api.web.is_open)
 JSON_BODY_LIMIT = 4 * 1024 * 1024  # JSON requests (questions, chats); uploads have their own limit
@@ -71,6 +74,7 @@ def guard_auth_and_logging(settings: Settings, state: AppState):
                 return
             request_id = uuid.uuid4().hex[:16]
             path = scope["path"]
+            name_server_span(scope["method"], scope.get("path_template"), request_id)
             start = time.perf_counter()
             status_holder = {"status": 500}
 
@@ -129,9 +133,40 @@ def _log(logger, state: AppState, request_id: str, scope: Scope, status: int, st
         "status": status, "latency_ms": round((time.perf_counter() - start) * 1000, 2)}})
 
 
-def create_app(settings: Settings | None = None) -> Litestar:
+def name_server_span(method: str, template: str | None, request_id: str) -> None:
+    """The HTTP server span is named from the raw path; the route (Litestar routes before any middleware runs)
+    gives it its low-cardinality name ("DELETE /v1/documents/{document_id}") and ``http.route``, and it gets
+    the request id that the JSON log line carries. (It ends as the response is sent, before this middleware's
+    own ``finally``.)"""
+    span = trace.get_current_span()
+    if span.is_recording():
+        if template:
+            span.update_name(f"{method} {template}")
+            span.set_attribute("http.route", template)
+        span.set_attribute("rag.request_id", request_id)
+
+
+def server_spans() -> list:
+    """OpenTelemetry's ASGI instrumentation (through Litestar's config): one SERVER span per request under the
+    HTTP conventions, continuing an incoming ``traceparent``; no span per ASGI send/receive (one per SSE event)."""
+    from litestar.plugins.opentelemetry import OpenTelemetryConfig
+
+    return [OpenTelemetryConfig(exclude_spans=["receive", "send"],
+                                scope_span_details_extractor=lambda scope: (
+                                    f"{scope.get('method', '')} {scope.get('path', '')}".strip(), {})).middleware]
+
+
+def serving_app() -> Litestar:
+    """The app of a ``rag serve --workers N`` worker process: settings from the environment, telemetry on."""
+    return create_app(load_settings(), telemetry=True)
+
+
+def create_app(settings: Settings | None = None, telemetry: bool = False) -> Litestar:
+    """``telemetry``: install OpenTelemetry for this process as the settings say (a serving process; apps
+    built inside another program, such as tests, leave the process's telemetry alone)."""
     settings = settings or load_settings()
     app_state = AppState(settings=settings, metrics=ServiceMetrics())
+    exporting = start_telemetry(settings, "api") if telemetry else None
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -144,6 +179,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
         finally:
             await anyio.to_thread.run_sync(loader.join)
             app_state.close()
+            if exporting is not None:
+                await anyio.to_thread.run_sync(exporting.shutdown)
 
     # Uploads may carry several files of up to max_upload_mb each; every other route takes small JSON bodies.
     documents = Router(path="/", route_handlers=[DocumentsController],
@@ -155,7 +192,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         lifespan=[lifespan],
         state=State({"app": app_state}),
         exception_handlers=EXCEPTION_HANDLERS,
-        middleware=[guard_auth_and_logging(settings, app_state)],
+        middleware=[*(server_spans() if exporting is not None else []), guard_auth_and_logging(settings, app_state)],
         dependencies={"context": Provide(request_context, sync_to_thread=False)},
         request_max_body_size=JSON_BODY_LIMIT,
         request_class=ApiRequest,  # an unreadable body is a 400 that says why (api/requests.py)

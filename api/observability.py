@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
-import logging.handlers
-import os
 import sys
 import time
 from pathlib import Path
 
+from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from rag.core import observe
+from rag.core.logfiles import SharedRotatingFileHandler
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 
@@ -31,6 +33,16 @@ class ServiceMetrics:
         self.tokens = Counter("rag_generated_tokens_total", "Tokens generated", registry=self.registry)
         self.documents = Gauge("rag_index_documents", "Documents in the index", ["index"], registry=self.registry)
         self.chunks = Gauge("rag_index_chunks", "Chunks in the index", ["index"], registry=self.registry)
+        self.otel = observe.instruments()  # the OpenTelemetry side (no-ops unless telemetry is on)
+
+    def queue(self, depth: int) -> None:
+        """Generations queued or running, to Prometheus and OpenTelemetry alike."""
+        self.queue_depth.set(depth)
+        self.otel.queue_depth.set(depth)
+
+    def rejected(self, error_type: str) -> None:
+        """A request refused with 503 (queue full, models not loaded)."""
+        self.otel.rejected.add(1, {"error.type": error_type})
 
     def observe_answer(self, ttft_ms: float, total_ms: float, output_tokens: int) -> None:
         if output_tokens:
@@ -47,54 +59,13 @@ class JsonFormatter(logging.Formatter):
         entry = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
                  "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
         entry.update(getattr(record, "fields", {}))
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid:  # the same ids as the OpenTelemetry spans and log records (README "Telemetry")
+            entry["trace_id"] = format(span.trace_id, "032x")
+            entry["span_id"] = format(span.span_id, "016x")
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
-
-
-class SharedRotatingFileHandler(logging.handlers.RotatingFileHandler):
-    """A rotating log file that several server processes (``rag serve --workers N``) write at once.
-
-    On Windows a file another worker holds open cannot be renamed: the rotation is put off (the record is
-    written, to the current file) and tried again with the next record. When another worker has rotated the
-    file, this one follows it to the new file instead of writing on into the renamed one."""
-
-    def shouldRollover(self, record: logging.LogRecord) -> bool:
-        if self.stream is not None:
-            try:
-                moved = not os.path.samestat(os.fstat(self.stream.fileno()), os.stat(self.baseFilename))
-            except OSError:
-                moved = True
-            if moved:
-                self.stream.close()
-                self.stream = self._open()
-        return bool(super().shouldRollover(record))
-
-    def doRollover(self) -> None:
-        """The current file is moved aside first: when that fails (held), nothing else has moved yet."""
-        if self.stream is not None:
-            self.stream.close()
-            self.stream = None  # type: ignore[assignment]
-        base = self.baseFilename
-        aside = f"{base}.{os.getpid()}.rotating"
-        try:
-            os.rename(base, aside)
-        except OSError:  # held by another process: keep appending; the next record tries again
-            self.stream = self._open()
-            return
-        for i in range(self.backupCount - 1, 0, -1):
-            if os.path.exists(f"{base}.{i}"):
-                try:
-                    os.replace(f"{base}.{i}", f"{base}.{i + 1}")
-                except OSError:
-                    pass  # a reader holds an old backup: it is overwritten next time
-        try:
-            os.replace(aside, f"{base}.1" if self.backupCount else aside)
-        except OSError:
-            pass
-        if not self.backupCount:
-            os.remove(aside)
-        self.stream = self._open()
 
 
 def configure_logging(log_file: Path | None) -> logging.Logger:

@@ -186,6 +186,8 @@ class AppState:
                 yield item
         except RagError as exc:
             error = exc
+            if exc.status_code == 503:
+                self.metrics.rejected(exc.error_type)
             raise
         finally:
             self._record_answer(context, route, request, result, error, started)
@@ -193,7 +195,7 @@ class AppState:
     async def _observed(self, request: AnswerRequest) -> AsyncIterator[str | AnswerResult]:
         service = self.service()
         depth = (lambda: self.scheduler.depth) if self.scheduler is not None else (lambda: 0)
-        self.metrics.queue_depth.set(depth() + 1)
+        self.metrics.queue(depth() + 1)
         stats = GenerationStats()
         stream = service.stream(request, stats)
         finished = False
@@ -208,7 +210,7 @@ class AppState:
             await stream.aclose()
             if not finished:
                 self.metrics.tokens.inc(stats.output_tokens)
-            self.metrics.queue_depth.set(depth())
+            self.metrics.queue(depth())
 
     @property
     def backend(self) -> tuple[str, str | None]:

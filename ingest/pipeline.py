@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ingest.chunking import chunk_document
 from ingest.embedder import Embedder
@@ -18,6 +18,7 @@ from ingest.formats.worker import FileLoader
 from ingest.loaders import SUPPORTED_SUFFIXES, LoadedDocument, UnsupportedFileType
 from ingest.records import Chunk, DocumentRecord, access_groups, document_id, normalise_path
 from ingest.store import IndexWriter, StoredIndex
+from rag.core import observe
 from rag.core.errors import BadRequestError, UnprocessableDocumentError
 from rag.core.files import is_link_like, noise_reason
 
@@ -185,13 +186,37 @@ def ingest_paths(
     summary.outcomes.extend(rejected)
     notify = progress or (lambda event, files_done, chunks_done: None)
     notify(f"start:{len(files)}", 0, 0)
+    with observe.start_span(f"ingest {index.name}", {"rag.ingest.files": len(files),
+                                                     observe.DATA_SOURCE: index.name}) as run_span:
+        _ingest_files(files, summary, index, embedder, chunk_tokens, overlap, notify, lock_timeout_s,
+                      load_options, stored_groups)
+        run_span.set_attributes({
+            "rag.ingest.chunks": summary.chunks_written, "rag.ingest.pages": summary.pages,
+            "rag.ingest.ocr_pages": summary.ocr_pages, "rag.ingest.ocr_seconds": round(summary.ocr_seconds, 3),
+            "rag.ingest.failed": summary.count("failed"), "rag.ingest.generation": summary.generation})
+    order = {str(path): i for i, path in enumerate(files)}
+    # Attachments right after their mail; skipped symlinks last.
+    summary.outcomes.sort(key=lambda o: order.get(o.path, order.get(o.path.split(ATTACHMENT_SEP)[0], len(order))))
+    summary.seconds = time.perf_counter() - start
+    return summary
+
+
+def _ingest_files(files: list[Path], summary: IngestSummary, index: StoredIndex, embedder: Embedder,
+                  chunk_tokens: int, overlap: int, notify: Progress, lock_timeout_s: float,
+                  load_options: LoadOptions | None, stored_groups: str | None) -> None:
+    instruments = observe.instruments()
     with index.writer(embedder.config.identity, embedder.dimension, lock_timeout_s) as writer, \
             FileLoader(load_options) as loader:
         pending: list[_Pending] = []
 
         def flush() -> None:
             texts = [c.text for p in pending for c in p.chunks]
-            vectors = embedder.embed(texts)
+            with observe.start_span(f"embeddings {embedder.config.name}", {
+                    observe.OPERATION: "embeddings", observe.REQUEST_MODEL: embedder.config.name,
+                    observe.PROVIDER: "onnxruntime", "rag.embeddings.inputs": len(texts),
+                    "rag.ingest.documents": len(pending)}):
+                vectors = embedder.embed(texts)
+            instruments.ingest_chunks.add(len(texts), {observe.DATA_SOURCE: index.name})
             offset = 0
             for item in pending:
                 writer.put_document(item.record, item.chunks, vectors[offset:offset + len(item.chunks)])
@@ -204,12 +229,14 @@ def ingest_paths(
             chunks_so_far = summary.chunks_written + sum(len(p.chunks) for p in pending)
             loader.progress = lambda ocr_done, ocr_total, path=path, files_done=done - 1, chunks=chunks_so_far: \
                 notify(f"ocr:{ocr_done}/{ocr_total}:{path}", files_done, chunks)
-            outcome, item = _prepare_file(path, writer, embedder, chunk_tokens, overlap, loader,
-                                          groups=stored_groups)
-            results = [(outcome, item)]
-            if item is not None and item.loaded is not None and item.loaded.kind == "eml":
-                results += prepare_attachments(path, item.loaded, writer, embedder, chunk_tokens, overlap, loader,
-                                               groups=item.record.access_groups)
+            with observe.start_span("ingest file", {"file.path": str(path)}) as file_span:
+                outcome, item = _prepare_file(path, writer, embedder, chunk_tokens, overlap, loader,
+                                              groups=stored_groups)
+                results = [(outcome, item)]
+                if item is not None and item.loaded is not None and item.loaded.kind == "eml":
+                    results += prepare_attachments(path, item.loaded, writer, embedder, chunk_tokens, overlap,
+                                                   loader, groups=item.record.access_groups)
+                observe_file(file_span, results, instruments, index.name)
             for outcome, item in results:
                 if item is None:
                     summary.outcomes.append(outcome)
@@ -226,11 +253,28 @@ def ingest_paths(
         if pending:
             flush()
         summary.generation = writer.commit()
-    order = {str(path): i for i, path in enumerate(files)}
-    # Attachments right after their mail; skipped symlinks last.
-    summary.outcomes.sort(key=lambda o: order.get(o.path, order.get(o.path.split(ATTACHMENT_SEP)[0], len(order))))
-    summary.seconds = time.perf_counter() - start
-    return summary
+
+
+def observe_file(span: Any, results: list[tuple[FileOutcome, "_Pending | None"]], instruments: observe.Instruments,
+                 index: str) -> None:
+    """A file's span attributes: its format, pages, OCR work, chunks and outcome (attachments counted in)."""
+    outcome, item = results[0]
+    loaded = item.loaded if item is not None else None
+    attributes: dict[str, Any] = {
+        "rag.ingest.outcome": outcome.status, "rag.ingest.chunks": sum(o.chunks for o, i in results if i),
+        "rag.ingest.attachments": len(results) - 1}
+    if loaded is not None:
+        attributes.update({"rag.ingest.format": loaded.kind, "rag.ingest.pages": loaded.pages or 0,
+                           "rag.ingest.ocr_pages": loaded.ocr_pages,
+                           "rag.ingest.ocr_seconds": round(loaded.ocr_seconds, 3)})
+        instruments.ocr_pages.add(loaded.ocr_pages, {observe.DATA_SOURCE: index})
+    if outcome.warning:
+        attributes["rag.ingest.warning"] = outcome.warning
+    span.set_attributes(attributes)
+    if outcome.status == "failed":
+        observe.fail(span, outcome.reason_type or "failed")
+        span.set_attribute("rag.ingest.reason", outcome.reason or "")
+    instruments.ingest_files.add(1, {observe.DATA_SOURCE: index, "rag.ingest.outcome": outcome.status})
 
 
 def _prepare_file(path: Path, writer: IndexWriter, embedder: Embedder, chunk_tokens: int,

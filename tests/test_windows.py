@@ -344,7 +344,7 @@ def test_every_runtime_dependency_has_a_windows_wheel_for_the_supported_pythons(
 def test_workers_sharing_a_rotating_log_lose_no_record(tmp_path: Path, windows_rules: WindowsRules):
     import logging
 
-    from api.observability import SharedRotatingFileHandler
+    from rag.core.logfiles import SharedRotatingFileHandler
 
     log = tmp_path / "logs" / "api.log"
     log.parent.mkdir()

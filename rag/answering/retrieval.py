@@ -11,6 +11,7 @@ import numpy as np
 from ingest.embedder import Embedder
 from ingest.records import ChunkRecord
 from ingest.store import IndexReader
+from rag.core import observe
 from rag.core.errors import DocumentNotFoundError
 
 RRF_K = 60  # the usual constant from Cormack et al.; rank differences matter, scores don't
@@ -43,6 +44,8 @@ class Retrieval:
     query_vector: np.ndarray  # reused to score sentences during compression
     query: str  # what was searched: the question, or a follow-up folded into the earlier questions
     index: str = ""  # the index searched (no hits at all: it holds no documents)
+    dense_ms: float = 0.0  # of search_ms: the vector searches
+    lexical_ms: float = 0.0  # of search_ms: the keyword searches
 
 
 def rrf_fuse(rankings: Sequence[Sequence[int]], k: int, rrf_k: int = RRF_K) -> list[tuple[int, float]]:
@@ -86,11 +89,13 @@ class Retriever:
         queries = [question]
         if history:
             queries.append(" ".join([*history[-HISTORY_QUESTIONS:], question]))
-        vectors = self.embedder.embed(queries)
+        vectors = self.embed_queries(queries)
         embedded = time.perf_counter()
         pool = max(k * CANDIDATES_PER_SIDE, 20)
         dense_lists = [self.reader.dense_search(v, pool, doc_ids) if mode != "lexical" else [] for v in vectors]
+        searched_dense = time.perf_counter()
         lexical_lists = [self.reader.lexical_search(q, pool, doc_ids) if mode != "dense" else [] for q in queries]
+        searched_lexical = time.perf_counter()
         fused = rrf_fuse([[i for i, _ in ranked] for ranked in dense_lists + lexical_lists], k)
         records = self.reader.chunks(i for i, _ in fused)
         dense_scores: dict[int, float] = {}
@@ -104,7 +109,17 @@ class Retriever:
         done = time.perf_counter()
         best = max((s for ranked in dense_lists for _, s in ranked), default=0.0)
         return Retrieval(hits, best, (embedded - start) * 1000, (done - embedded) * 1000, vectors[-1], queries[-1],
-                         self.reader.name)
+                         self.reader.name, (searched_dense - embedded) * 1000,
+                         (searched_lexical - searched_dense) * 1000)
+
+    def embed_queries(self, queries: list[str]) -> np.ndarray:
+        model = self.embedder.config.name
+        with observe.start_span(f"embeddings {model}", {
+                observe.OPERATION: "embeddings", observe.REQUEST_MODEL: model, observe.PROVIDER: "onnxruntime",
+                "rag.embeddings.inputs": len(queries)}) as span:
+            vectors = self.embedder.embed(queries)
+            span.set_attribute(observe.DIMENSIONS, int(vectors.shape[1]) if vectors.ndim == 2 else 0)
+            return vectors
 
     def resolve_documents(self, ids_or_paths: Sequence[str], groups: frozenset[str] | None = None) -> list[str]:
         """Document ids for a filter given as ids or paths; an unknown one is an error, not an empty search

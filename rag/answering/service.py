@@ -27,6 +27,7 @@ from rag.answering.prompt import (ABSTENTION_MESSAGE, MODEL_ABSTENTION, drop_rep
                                   model_abstained, refers_back)
 from rag.answering.result import AnswerResult, Evidence, Metrics, Source
 from rag.answering.retrieval import Retrieval, Retriever
+from rag.core import observe
 from rag.core.access import RequestContext
 from rag.core.errors import BadRequestError
 from rag.core.names import validate_index_name
@@ -140,6 +141,7 @@ class AnswerService:
         self.generator = generator
         self._retrievers: dict[str, Retriever] = {}
         self._lock = threading.Lock()
+        self.instruments = observe.instruments()
 
     # ------------------------------------------------------------------ retrieval
     def retriever(self, index: str | None = None) -> Retriever:
@@ -153,7 +155,29 @@ class AnswerService:
     def retrieve(self, query: str, index: str | None = None, top_k: int | None = None,
                  documents: Sequence[str] | None = None, context: RequestContext = RequestContext()) -> Retrieval:
         query = self.validate_question(query)
-        return self.retriever(index).retrieve(query, top_k or self.settings.top_k, documents, groups=context.groups)
+        return self.traced_retrieve(index, query, top_k or self.settings.top_k, documents, (), context.groups)
+
+    def traced_retrieve(self, index: str | None, question: str, top_k: int, documents: Sequence[str] | None,
+                        history: Sequence[str], groups: frozenset[str] | None) -> Retrieval:
+        """``Retriever.retrieve`` in a ``retrieval {index}`` span (GenAI conventions), timed into the metrics."""
+        name = validate_index_name(index or self.settings.index)
+        with observe.start_span(f"retrieval {name}", {
+                observe.OPERATION: "retrieval", observe.DATA_SOURCE: name, observe.REQUEST_TOP_K: top_k,
+                "rag.retrieval.follow_up": bool(history)}) as span:
+            retrieval = self.retriever(name).retrieve(question, top_k, documents, history=history, groups=groups)
+            span.set_attributes({
+                "rag.retrieval.hits": len(retrieval.hits), "rag.retrieval.best_dense": round(retrieval.best_dense, 4),
+                "rag.retrieval.embed_ms": round(retrieval.embed_ms, 2),
+                "rag.retrieval.dense_ms": round(retrieval.dense_ms, 2),
+                "rag.retrieval.lexical_ms": round(retrieval.lexical_ms, 2),
+                "rag.retrieval.fused_ms": round(retrieval.search_ms - retrieval.dense_ms - retrieval.lexical_ms, 2)})
+            if self.settings.telemetry_content:
+                span.set_attribute(observe.QUERY_TEXT, retrieval.query)
+                span.set_attribute(observe.RETRIEVED_DOCUMENTS,
+                                   observe.documents_attribute((h.chunk.id, h.score) for h in retrieval.hits))
+        self.instruments.retrieval_duration.record((retrieval.embed_ms + retrieval.search_ms) / 1000,
+                                                   {observe.DATA_SOURCE: name})
+        return retrieval
 
     def close(self) -> None:
         with self._lock:
@@ -175,8 +199,21 @@ class AnswerService:
         # question refers back to it ("When was it built?"), so "Who won the 2018 World Cup?" asked third in a
         # conversation about the documents is refused as it would be alone.
         history = request.history if refers_back(question) else ()
-        retrieval = self.retriever(request.index).retrieve(question, options.top_k, options.documents,
-                                                           history=history, groups=request.context.groups)
+        retrieval = self.traced_retrieve(request.index, question, options.top_k, options.documents, history,
+                                         request.context.groups)
+        with observe.start_span("compression", {"rag.context_tokens": options.context_tokens}) as span:
+            prepared = self._compose(request, question, retrieval, history, options, started)
+            span.set_attributes({"rag.compression.passages": len(prepared.passages),
+                                 "rag.compression.evidence_sentences": len(prepared.ranked),
+                                 "rag.compression.abstain_early": prepared.abstain_early,
+                                 "rag.compression.explanatory": prepared.explanatory})
+            if prepared.prompt is not None:
+                span.set_attribute("rag.prompt_tokens", prepared.prompt.length)
+        return prepared
+
+    def _compose(self, request: AnswerRequest, question: str, retrieval: Retrieval, history: Sequence[str],
+                 options: AnswerOptions, started: float) -> PreparedAnswer:
+        """Evidence sentences and the prompt from the retrieved chunks, or an early abstention."""
         t0 = time.perf_counter()
         if not retrieval.hits or retrieval.best_dense < options.abstain_threshold:
             return PreparedAnswer(request, question, retrieval, [], None, started,
@@ -231,18 +268,71 @@ class AnswerService:
         stats = stats if stats is not None else GenerationStats()
         pieces: list[str] = []
         if prepared.prompt is not None:
+            span = self._chat_span(prepared)
+            started = time.perf_counter()
+            first: float | None = None
             tokens = self.generator.stream(prepared.prompt, prepared.sampling, stats)
             try:
-                async for piece in tokens:
+                while True:
+                    with observe.current(span):  # a remote generator's request carries this span's traceparent
+                        try:
+                            piece = await tokens.__anext__()
+                        except StopAsyncIteration:
+                            break
+                    if first is None:
+                        first = time.perf_counter()
                     pieces.append(piece)
                     if prepared.retrieval is None:
                         yield piece
+            except BaseException as exc:
+                observe.fail(span, "cancelled" if isinstance(exc, (GeneratorExit, asyncio.CancelledError)) else exc)
+                raise
             finally:
                 await tokens.aclose()
+                self._end_chat_span(span, prepared, stats, started, first, "".join(pieces))
         result = self.finish(prepared, "".join(pieces), None if prepared.prompt is None else stats)
+        observe.record_outcome(result.abstained, result.abstain_reason, len(result.citations), len(result.evidence))
         if prepared.retrieval is not None and not result.abstained:
             yield result.answer
         yield result
+
+    def _chat_span(self, prepared: PreparedAnswer) -> Any:
+        """The ``chat {model}`` span of one generation: INTERNAL for the local model, CLIENT for generator_url."""
+        remote = self.generator.device == "remote"
+        sampling = prepared.sampling
+        attributes: dict[str, Any] = {
+            observe.OPERATION: "chat", observe.PROVIDER: observe.REMOTE_PROVIDER if remote else observe.LOCAL_PROVIDER,
+            observe.REQUEST_MODEL: self.generator.model_id, observe.REQUEST_TEMPERATURE: sampling.temperature,
+            observe.REQUEST_MAX_TOKENS: sampling.max_tokens, observe.REQUEST_TOP_P: sampling.top_p,
+            observe.REQUEST_STREAM: True, "rag.copy_bias": sampling.copy_bias,
+            "rag.constrained_spans": len(sampling.spans)}
+        if remote:
+            attributes.update(observe.server_attributes(getattr(self.generator, "url", "")))
+        if self.settings.telemetry_content and prepared.prompt is not None:
+            attributes[observe.INPUT_MESSAGES] = observe.messages_attribute(prepared.prompt.messages)
+        return observe.tracer().start_span(f"chat {self.generator.model_id}", attributes=attributes,
+                                           kind=observe.SpanKind.CLIENT if remote else observe.SpanKind.INTERNAL)
+
+    def _end_chat_span(self, span: Any, prepared: PreparedAnswer, stats: GenerationStats, started: float,
+                       first: float | None, reply: str) -> None:
+        ended = time.perf_counter()
+        span.set_attributes({
+            observe.RESPONSE_MODEL: self.generator.model_id, observe.INPUT_TOKENS: stats.prompt_tokens,
+            observe.OUTPUT_TOKENS: stats.output_tokens, observe.CACHE_READ_TOKENS: stats.cached_tokens,
+            observe.FINISH_REASONS: [stats.finish_reason]})
+        if first is not None:
+            span.set_attribute(observe.TIME_TO_FIRST_CHUNK, round(first - started, 6))
+        if self.settings.telemetry_content:
+            span.set_attribute(observe.OUTPUT_MESSAGES,
+                               observe.messages_attribute([{"role": "assistant", "content": reply}]))
+        span.end()
+        provider = observe.REMOTE_PROVIDER if self.generator.device == "remote" else observe.LOCAL_PROVIDER
+        metric = {observe.OPERATION: "chat", observe.PROVIDER: provider, observe.REQUEST_MODEL: self.generator.model_id}
+        self.instruments.token_usage.record(stats.prompt_tokens, {**metric, observe.TOKEN_TYPE: "input"})
+        self.instruments.token_usage.record(stats.output_tokens, {**metric, observe.TOKEN_TYPE: "output"})
+        self.instruments.operation_duration.record(ended - started, metric)
+        if first is not None:
+            self.instruments.time_to_first_chunk.record(first - started, metric)
 
     async def answer(self, request: AnswerRequest) -> AnswerResult:
         """The whole answer; cancelling the awaiting task (a client that left) cancels generation."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rag.bench.stats import summarise
+from rag.core import observe
 
 STAGES = ("embed_ms", "retrieve_ms", "compress_ms", "ttft_ms", "decode_ms", "total_ms")
 
@@ -41,7 +42,8 @@ def bench_rag(settings: Any, questions_file: Path, n: int, seed: int,
         for i, q in enumerate(sample, 1):
             progress(f"question {i}/{len(sample)}")
             try:
-                result = service.ask(AnswerRequest(question=q["question"], options=options))
+                with observe.start_span("rag bench question"):  # one trace per question, as per request
+                    result = service.ask(AnswerRequest(question=q["question"], options=options))
             except BadRequestError as exc:
                 skipped.append({"question": q["question"], "reason": exc.message})
                 continue

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from rag.cli.documents import open_reader
 from rag.cli.common import (console, handle_errors, index_option, json_option, literal, out, plural, print_json,
-                            progress, settings_from)
+                            progress, settings_from, traced)
 
 
 @click.command("ask")
@@ -47,7 +47,8 @@ def ask_cmd(ctx: click.Context, question: str, index: str | None, top_k: int | N
                 out.print(item, end="", highlight=False, soft_wrap=True, markup=False)
         return None
 
-    result = asyncio.run(answer())
+    with traced(settings, "ask"):
+        result = asyncio.run(answer())
     assert result is not None
     if as_json:
         print_json(result.to_dict())
@@ -122,9 +123,10 @@ def eval_cmd(ctx: click.Context, questions: Path, docs: Path, index: str | None,
     from rag.evaluate import evaluate
 
     settings = settings_from(ctx)
-    report = evaluate(settings, questions, docs, index, top_k, answers, seed,
-                      log=progress, followups=followups,
-                      distractors=distractors, dump=dump)
+    with traced(settings, "eval"):
+        report = evaluate(settings, questions, docs, index, top_k, answers, seed,
+                          log=progress, followups=followups,
+                          distractors=distractors, dump=dump)
     if as_json:
         print_json(report)
         return

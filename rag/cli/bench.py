@@ -8,7 +8,7 @@ from typing import Any, Callable
 import click
 from rich.text import Text
 
-from rag.cli.common import console, handle_errors, index_option, literal, out, settings_from
+from rag.cli.common import console, handle_errors, index_option, literal, out, settings_from, traced
 
 
 def _bench_int_list(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
@@ -169,12 +169,12 @@ def bench_rag_cmd(ctx: click.Context, questions: Path, count: int, index: str | 
     if plot_path:
         require_matplotlib()
     settings = settings_from(ctx, index=index, threads=threads)
-    with console.status("preparing…") as status:
+    with console.status("preparing…") as status, traced(settings, "bench rag", root=False):
         result = bench_rag(settings, questions, count, seed, progress=_status_text(status), warn=_bench_warn)
     result["environment"] = environment(settings)
     result["config"] = {"questions_file": str(questions), "n": count, "seed": seed, "index": settings.index,
                         "max_tokens": settings.max_tokens, "top_k": settings.top_k,
-                        "context_tokens": settings.context_tokens}
+                        "context_tokens": settings.context_tokens, "telemetry": settings.telemetry}
     _bench_finish(result, json_path, csv_path, plot_path)
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import contextmanager
 from functools import wraps
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, Iterator, NoReturn
 
 import click
 from rich.console import Console
@@ -93,6 +94,26 @@ def settings_from(ctx: click.Context, **overrides: Any) -> Settings:
         return base.replace(**cleaned) if cleaned else base
     except ConfigError as exc:  # only the command's flags changed: bad input, not a broken configuration
         raise BadRequestError(exc.message) from exc
+
+
+@contextmanager
+def traced(settings: Settings, command: str, root: bool = True) -> Iterator[None]:
+    """Run a command as one root span ``rag COMMAND`` (what a request's server span is to the API), its stages'
+    spans beneath it, exported as the telemetry settings say and flushed before the command exits.
+    ``root=False``: no command span (a benchmark opens one trace per question itself)."""
+    from rag.core import observe
+    from rag.telemetry import start_telemetry
+
+    telemetry = start_telemetry(settings, "cli", capture_logs=False)
+    try:
+        if not root:
+            yield
+            return
+        with observe.start_span(f"rag {command}", {"rag.command": command}):
+            yield
+    finally:
+        if telemetry is not None:
+            telemetry.shutdown()
 
 
 def index_option(help_text: str = "Index name (default: the `index` setting).") -> Callable:

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rag.cli.common import (console, handle_errors, index_option, json_option, literal, out, plural, print_json,
-                            settings_from)
+                            settings_from, traced)
 from rag.core.settings import Settings
 
 
@@ -56,10 +56,11 @@ def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, p
             bar.update(task, completed=files_done, chunks=chunks_done,
                        rate=chunks_done / elapsed if elapsed else 0.0, current=Path(event).name[-40:])
 
-        summary = ingest_paths(list(paths), index_handle, embedder, settings.chunk_tokens,
-                               settings.chunk_overlap, pattern, progress,
-                               load_options=LoadOptions.from_settings(settings),
-                               groups=None if groups is None else groups.split(","))
+        with traced(settings, "ingest"):
+            summary = ingest_paths(list(paths), index_handle, embedder, settings.chunk_tokens,
+                                   settings.chunk_overlap, pattern, progress,
+                                   load_options=LoadOptions.from_settings(settings),
+                                   groups=None if groups is None else groups.split(","))
     if as_json:
         print_json(summary.as_dict())
     else:

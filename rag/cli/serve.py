@@ -87,13 +87,13 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, index: str
     if workers > 1:
         # Worker processes rebuild the app from the environment, so pass the effective settings there.
         os.environ.update({"RAG_HOME": str(settings.home), "RAG_INDEX": settings.index})
-        uvicorn.run("api.app:create_app", factory=True, host=settings.host, port=settings.port, workers=workers,
+        uvicorn.run("api.app:serving_app", factory=True, host=settings.host, port=settings.port, workers=workers,
                     log_level="warning", log_config=None)
     else:
         from api.app import create_app
 
         # log_config=None: uvicorn's own messages go through the app's JSON logging (api/observability.py).
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
+        uvicorn.run(create_app(settings, telemetry=True), host=settings.host, port=settings.port, log_level="warning",
                     log_config=None)
 
 

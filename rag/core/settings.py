@@ -133,6 +133,18 @@ class Settings:
     audit_dir: Path | None = field(default=None, metadata={"doc": "where the audit trail is kept (default: home/audit)"})
     audit_questions: str = field(default="sha256", metadata={"doc": "full | sha256 | none: how questions are recorded"})
     audit_max_mb: int = field(default=64, metadata={"doc": "an audit file this large is closed and a new one started"})
+    # OpenTelemetry (README "Telemetry"): traces, metrics and logs with the GenAI conventions.
+    telemetry: str = field(default="file", metadata={
+        "doc": "off | file | otlp: OTLP JSON Lines files under telemetry_dir, or OTLP/HTTP to otlp_endpoint"})
+    telemetry_dir: Path | None = field(
+        default=None, metadata={"doc": "where the telemetry files go (default: home/telemetry)"})
+    telemetry_max_mb: int = field(
+        default=20, metadata={"doc": "a telemetry file this large is rotated (traces, metrics, logs each)"})
+    telemetry_files: int = field(default=5, metadata={"doc": "rotated telemetry files kept per signal"})
+    telemetry_content: bool = field(
+        default=False, metadata={"doc": "record questions, retrieved chunk ids and messages in spans (off: none)"})
+    otlp_endpoint: str = field(
+        default="http://localhost:4318", metadata={"doc": "OTLP/HTTP collector for telemetry = otlp"})
     # Not a setting: where each non-default value came from (a rag.toml path, "env RAG_...", "command line").
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False,
                                        metadata={"internal": True})
@@ -148,6 +160,10 @@ class Settings:
     @property
     def audit_path(self) -> Path:
         return self.audit_dir or self.home / "audit"
+
+    @property
+    def telemetry_path(self) -> Path:
+        return self.telemetry_dir or self.home / "telemetry"
 
     @property
     def uploads_path(self) -> Path:
@@ -288,6 +304,12 @@ def load_settings(
         raise ConfigError("generator_timeout_s must be > 0, generator_context >= 16, store_pool_size >= 1")
     if settings.audit_questions not in ("full", "sha256", "none"):
         raise ConfigError(f"audit_questions must be full, sha256 or none, not {settings.audit_questions!r}")
+    if settings.telemetry not in ("off", "file", "otlp"):
+        raise ConfigError(f"telemetry must be off, file or otlp, not {settings.telemetry!r}")
+    if settings.telemetry_max_mb < 1 or settings.telemetry_files < 1:
+        raise ConfigError("telemetry_max_mb and telemetry_files must be at least 1")
+    if not settings.otlp_endpoint.startswith(("http://", "https://")):
+        raise ConfigError(f"otlp_endpoint must be an http(s):// URL, not {settings.otlp_endpoint!r}")
     if settings.audit_max_mb < 1:
         raise ConfigError(f"audit_max_mb must be at least 1, not {settings.audit_max_mb}")
     try:

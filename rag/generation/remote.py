@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from rag.core import observe
 from rag.core.errors import (BadRequestError, ConfigError, UpstreamError, UpstreamTimeout, UpstreamUnavailable)
 from rag.generation.base import GenerationStats, Message, Prompt, SamplingOptions
 from rag.generation.stopping import StopMatcher
@@ -186,7 +187,8 @@ class RemoteGenerator:
             model = await self._resolve_model(client)
             body = self.request_body(model, prompt.messages, options)
             async with self._errors():
-                async with client.stream("POST", f"{self.url}/chat/completions", json=body) as response:
+                async with client.stream("POST", f"{self.url}/chat/completions", json=body,
+                                         headers=observe.trace_headers()) as response:
                     if response.status_code >= 400:
                         raise status_error(response.status_code, await response.aread(), self.host)
                     if response.headers.get("content-type", "").startswith("application/json"):

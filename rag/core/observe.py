@@ -1,0 +1,160 @@
+"""What the stages record for OpenTelemetry: span names and attributes (the GenAI and HTTP semantic
+conventions) and the metric instruments, through the OpenTelemetry *API* only.
+
+The stages (retrieval, generation, ingest) call ``tracer()`` and ``instruments()``; without a configured SDK
+(``telemetry = "off"``, library use, tests) these are OpenTelemetry's no-ops. ``rag.telemetry`` installs the
+SDK and its exporters once per process, from settings, before any request is served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Mapping
+from urllib.parse import urlsplit
+
+from opentelemetry import metrics, propagate, trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+SCOPE = "rag"
+
+# GenAI semantic conventions (https://opentelemetry.io/docs/specs/semconv/gen-ai/), development status:
+# OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental opts in (rag.telemetry sets it).
+OPERATION = "gen_ai.operation.name"
+PROVIDER = "gen_ai.provider.name"
+REQUEST_MODEL = "gen_ai.request.model"
+RESPONSE_MODEL = "gen_ai.response.model"
+REQUEST_TEMPERATURE = "gen_ai.request.temperature"
+REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+REQUEST_TOP_P = "gen_ai.request.top_p"
+REQUEST_TOP_K = "gen_ai.request.top_k"
+REQUEST_STREAM = "gen_ai.request.stream"
+INPUT_TOKENS = "gen_ai.usage.input_tokens"
+OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+CACHE_READ_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+FINISH_REASONS = "gen_ai.response.finish_reasons"
+TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
+DATA_SOURCE = "gen_ai.data_source.id"
+QUERY_TEXT = "gen_ai.retrieval.query.text"
+RETRIEVED_DOCUMENTS = "gen_ai.retrieval.documents"
+INPUT_MESSAGES = "gen_ai.input.messages"
+OUTPUT_MESSAGES = "gen_ai.output.messages"
+DIMENSIONS = "gen_ai.embeddings.dimension.count"
+TOKEN_TYPE = "gen_ai.token.type"
+ERROR_TYPE = "error.type"
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
+LOCAL_PROVIDER = "onnxruntime_genai"  # no registered value for a local ORT GenAI model
+REMOTE_PROVIDER = "openai"  # a generator_url speaks the OpenAI chat completions protocol
+
+
+def tracer() -> trace.Tracer:
+    return trace.get_tracer(SCOPE)
+
+
+@contextmanager
+def start_span(name: str, attributes: Mapping[str, Any] | None = None,
+               kind: SpanKind = SpanKind.INTERNAL) -> Iterator[Span]:
+    """``with start_span(...) as span``: a child of the current span; an exception escaping it sets the span's
+    ``error.type`` (its error type or class name) and ERROR status, and is re-raised."""
+    with tracer().start_as_current_span(name, kind=kind, attributes=dict(attributes or {}),
+                                        record_exception=False, set_status_on_exception=False) as span:
+        try:
+            yield span
+        except SystemExit as exc:  # a command's exit: only a failing code is an error
+            if exc.code not in (0, None):
+                fail(span, f"exit_{exc.code}")
+            raise
+        except BaseException as exc:
+            fail(span, "cancelled" if isinstance(exc, (GeneratorExit, asyncio.CancelledError)) else exc)
+            raise
+
+
+def current(span: Span) -> Any:
+    """``with current(span)``: make an open span the parent of what runs inside, without ending it after."""
+    return trace.use_span(span, end_on_exit=False)
+
+
+def trace_headers() -> dict[str, str]:
+    """W3C ``traceparent`` (and ``tracestate``) of the current span, for a call to another service."""
+    headers: dict[str, str] = {}
+    propagate.inject(headers)
+    return headers
+
+
+def fail(span: Span, error: BaseException | str) -> None:
+    """Mark a span failed: ``error.type`` (the exception's class, or a reason code) and an ERROR status."""
+    kind = error if isinstance(error, str) else getattr(error, "error_type", None) or type(error).__name__
+    span.set_attribute(ERROR_TYPE, kind)
+    span.set_status(Status(StatusCode.ERROR, str(error)[:200] if not isinstance(error, str) else None))
+
+
+def server_attributes(url: str) -> dict[str, Any]:
+    """``server.address`` / ``server.port`` of a CLIENT span calling ``url``."""
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return {}
+    return {SERVER_ADDRESS: parts.hostname,
+            SERVER_PORT: parts.port or (443 if parts.scheme == "https" else 80)}
+
+
+def record_outcome(abstained: bool, reason: str | None, citations: int, verified_quotes: int) -> None:
+    """The answer's outcome on the span it was asked in (the request's server span, or the CLI's command)."""
+    span = trace.get_current_span()
+    span.set_attributes({"rag.answer.abstained": abstained, "rag.answer.citations": citations,
+                         "rag.answer.verified_quotes": verified_quotes})
+    if reason:
+        span.set_attribute("rag.answer.abstain_reason", reason)
+
+
+def documents_attribute(hits: Iterable[tuple[int | str, float]]) -> str:
+    """``gen_ai.retrieval.documents``: the retrieved ``[{"id", "score"}]`` as a JSON string."""
+    return json.dumps([{"id": chunk_id, "score": round(score, 5)} for chunk_id, score in hits])
+
+
+def messages_attribute(messages: Iterable[Mapping[str, str]]) -> str:
+    """``gen_ai.input.messages`` / ``gen_ai.output.messages`` as the conventions' JSON (role + text parts)."""
+    return json.dumps([{"role": m["role"], "parts": [{"type": "text", "content": m["content"]}]}
+                       for m in messages])
+
+
+@dataclass(frozen=True)
+class Instruments:
+    """The metric instruments every stage records into (OpenTelemetry no-ops when the SDK is off)."""
+
+    token_usage: metrics.Histogram
+    operation_duration: metrics.Histogram
+    time_to_first_chunk: metrics.Histogram
+    retrieval_duration: metrics.Histogram
+    queue_depth: metrics._Gauge
+    rejected: metrics.Counter
+    ingest_files: metrics.Counter
+    ingest_chunks: metrics.Counter
+    ocr_pages: metrics.Counter
+
+
+def instruments() -> Instruments:
+    meter = metrics.get_meter(SCOPE)
+    return Instruments(
+        token_usage=meter.create_histogram(
+            "gen_ai.client.token.usage", unit="{token}", description="Tokens used per operation, by token type",
+            explicit_bucket_boundaries_advisory=[1, 4, 16, 64, 256, 1024, 4096, 16384]),
+        operation_duration=meter.create_histogram(
+            "gen_ai.client.operation.duration", unit="s", description="GenAI operation duration",
+            explicit_bucket_boundaries_advisory=[0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12,
+                                                 10.24, 20.48, 40.96, 81.92]),
+        time_to_first_chunk=meter.create_histogram(
+            "gen_ai.client.operation.time_to_first_chunk", unit="s",
+            description="Time from the request to the first generated chunk"),
+        retrieval_duration=meter.create_histogram(
+            "rag.retrieval.duration", unit="s", description="Query embedding and hybrid search"),
+        queue_depth=meter.create_gauge(
+            "rag.generation.queue_depth", unit="{request}", description="Generations queued or running"),
+        rejected=meter.create_counter(
+            "rag.requests.rejected", unit="{request}", description="Requests refused with 503 (queue full)"),
+        ingest_files=meter.create_counter("rag.ingest.files", unit="{file}", description="Files ingested, by outcome"),
+        ingest_chunks=meter.create_counter("rag.ingest.chunks", unit="{chunk}", description="Chunks written"),
+        ocr_pages=meter.create_counter("rag.ingest.ocr_pages", unit="{page}", description="Pages read by OCR"),
+    )
