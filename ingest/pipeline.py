@@ -204,55 +204,65 @@ def ingest_paths(
 def _ingest_files(files: list[Path], summary: IngestSummary, index: StoredIndex, embedder: Embedder,
                   chunk_tokens: int, overlap: int, notify: Progress, lock_timeout_s: float,
                   load_options: LoadOptions | None, stored_groups: str | None) -> None:
-    instruments = observe.instruments()
     with index.writer(embedder.config.identity, embedder.dimension, lock_timeout_s) as writer, \
             FileLoader(load_options) as loader:
-        pending: list[_Pending] = []
-
-        def flush() -> None:
-            texts = [c.text for p in pending for c in p.chunks]
-            with observe.start_span(f"embeddings {embedder.config.name}", {
-                    observe.OPERATION: "embeddings", observe.REQUEST_MODEL: embedder.config.name,
-                    observe.PROVIDER: "onnxruntime", "rag.embeddings.inputs": len(texts),
-                    "rag.ingest.documents": len(pending)}):
-                vectors = embedder.embed(texts)
-            instruments.ingest_chunks.add(len(texts), {observe.DATA_SOURCE: index.name})
-            offset = 0
-            for item in pending:
-                writer.put_document(item.record, item.chunks, vectors[offset:offset + len(item.chunks)])
-                offset += len(item.chunks)
-                summary.outcomes.append(item.outcome)
-                summary.chunks_written += len(item.chunks)
-            pending.clear()
-
-        for done, path in enumerate(files, 1):
-            chunks_so_far = summary.chunks_written + sum(len(p.chunks) for p in pending)
-            loader.progress = lambda ocr_done, ocr_total, path=path, files_done=done - 1, chunks=chunks_so_far: \
-                notify(f"ocr:{ocr_done}/{ocr_total}:{path}", files_done, chunks)
-            with observe.start_span("ingest file", {"file.path": str(path)}) as file_span:
-                outcome, item = _prepare_file(path, writer, embedder, chunk_tokens, overlap, loader,
-                                              groups=stored_groups)
-                results = [(outcome, item)]
-                if item is not None and item.loaded is not None and item.loaded.kind == "eml":
-                    results += prepare_attachments(path, item.loaded, writer, embedder, chunk_tokens, overlap,
-                                                   loader, groups=item.record.access_groups)
-                observe_file(file_span, results, instruments, index.name)
-            for outcome, item in results:
-                if item is None:
-                    summary.outcomes.append(outcome)
-                    continue
-                summary.pages += item.record.pages or 0
-                if item.loaded is not None:
-                    summary.ocr_pages += item.loaded.ocr_pages
-                    summary.ocr_seconds += item.loaded.ocr_seconds
-                    item.loaded = None  # the text lives on in the chunks; do not hold it until the flush
-                pending.append(item)
-                if sum(len(p.chunks) for p in pending) >= EMBED_BUFFER_CHUNKS:
-                    flush()
-            notify(str(path), done, summary.chunks_written + sum(len(p.chunks) for p in pending))
-        if pending:
-            flush()
+        ingest_into(writer, loader, files, summary, embedder, chunk_tokens, overlap, notify, stored_groups)
         summary.generation = writer.commit()
+
+
+def ingest_into(writer: IndexWriter, loader: FileLoader, files: Sequence[Path], summary: IngestSummary,
+                embedder: Embedder, chunk_tokens: int, overlap: int, notify: Progress,
+                stored_groups: str | None, first: int = 0) -> None:
+    """Load, chunk and embed ``files`` into an open writer, outcomes into ``summary``; the caller commits
+    (a sync adds its renames and removals to the same commit). ``first``: files already done before these
+    (progress counts on from there)."""
+    instruments = observe.instruments()
+    index_name = summary.index
+    pending: list[_Pending] = []
+
+    def flush() -> None:
+        texts = [c.text for p in pending for c in p.chunks]
+        with observe.start_span(f"embeddings {embedder.config.name}", {
+                observe.OPERATION: "embeddings", observe.REQUEST_MODEL: embedder.config.name,
+                observe.PROVIDER: "onnxruntime", "rag.embeddings.inputs": len(texts),
+                "rag.ingest.documents": len(pending)}):
+            vectors = embedder.embed(texts)
+        instruments.ingest_chunks.add(len(texts), {observe.DATA_SOURCE: index_name})
+        offset = 0
+        for item in pending:
+            writer.put_document(item.record, item.chunks, vectors[offset:offset + len(item.chunks)])
+            offset += len(item.chunks)
+            summary.outcomes.append(item.outcome)
+            summary.chunks_written += len(item.chunks)
+        pending.clear()
+
+    for done, path in enumerate(files, first + 1):
+        chunks_so_far = summary.chunks_written + sum(len(p.chunks) for p in pending)
+        loader.progress = lambda ocr_done, ocr_total, path=path, files_done=done - 1, chunks=chunks_so_far: \
+            notify(f"ocr:{ocr_done}/{ocr_total}:{path}", files_done, chunks)
+        with observe.start_span("ingest file", {"file.path": str(path)}) as file_span:
+            outcome, item = _prepare_file(path, writer, embedder, chunk_tokens, overlap, loader,
+                                          groups=stored_groups)
+            results = [(outcome, item)]
+            if item is not None and item.loaded is not None and item.loaded.kind == "eml":
+                results += prepare_attachments(path, item.loaded, writer, embedder, chunk_tokens, overlap,
+                                               loader, groups=item.record.access_groups)
+            observe_file(file_span, results, instruments, index_name)
+        for outcome, item in results:
+            if item is None:
+                summary.outcomes.append(outcome)
+                continue
+            summary.pages += item.record.pages or 0
+            if item.loaded is not None:
+                summary.ocr_pages += item.loaded.ocr_pages
+                summary.ocr_seconds += item.loaded.ocr_seconds
+                item.loaded = None  # the text lives on in the chunks; do not hold it until the flush
+            pending.append(item)
+            if sum(len(p.chunks) for p in pending) >= EMBED_BUFFER_CHUNKS:
+                flush()
+        notify(str(path), done, summary.chunks_written + sum(len(p.chunks) for p in pending))
+    if pending:
+        flush()
 
 
 def observe_file(span: Any, results: list[tuple[FileOutcome, "_Pending | None"]], instruments: observe.Instruments,

@@ -50,6 +50,7 @@ CREATE TABLE IF NOT EXISTS chunks (
 CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc_id);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
     text, content='chunks', content_rowid='id', tokenize='porter unicode61');
+CREATE TABLE IF NOT EXISTS sources (id TEXT PRIMARY KEY, data TEXT NOT NULL);
 """
 
 
@@ -302,6 +303,7 @@ class EmbeddedWriter:
         self._index = _load_faiss(root, self.generation, dimension)
         self._closed = False
         self._dirty = False
+        self._sources_changed = False  # sources alone change no vectors: committed without a new generation
 
     @classmethod
     def existing(cls, root: Path, lock_timeout_s: float = 5.0) -> "EmbeddedWriter":
@@ -340,6 +342,18 @@ class EmbeddedWriter:
         self._dirty = True
         return len(ids)
 
+    def sources(self) -> list[str]:
+        """The index's watched folders (``ingest.sources``), each as its JSON, with the last sync's state."""
+        return [r[0] for r in self._conn.execute("SELECT data FROM sources ORDER BY id")]
+
+    def put_source(self, source_id: str, data: str) -> None:
+        self._conn.execute("INSERT OR REPLACE INTO sources VALUES (?, ?)", (source_id, data))
+        self._sources_changed = True
+
+    def delete_source(self, source_id: str) -> bool:
+        self._sources_changed = True
+        return self._conn.execute("DELETE FROM sources WHERE id = ?", (source_id,)).rowcount > 0
+
     def documents_under(self, path_prefix: str) -> list[DocumentRecord]:
         """Documents whose stored path starts with ``path_prefix`` (a mail's attachments: ``<mail>#``)."""
         rows = self._conn.execute("SELECT * FROM documents WHERE substr(path, 1, ?) = ?",
@@ -367,7 +381,12 @@ class EmbeddedWriter:
     def commit(self) -> int:
         """Publish everything done in this run atomically; returns the committed generation."""
         if not self._dirty and self.generation > 0:
-            self.rollback()  # nothing changed: keep the current generation
+            if self._sources_changed:
+                self._conn.execute("COMMIT")
+                self._closed = True
+                self._conn.close()
+            else:
+                self.rollback()  # nothing changed: keep the current generation
             return self.generation
         new_generation = self.generation + 1
         final = vectors_file(self.root, new_generation)
@@ -497,6 +516,12 @@ class EmbeddedReader:
             f'SELECT c.id, c.doc_id, c.ordinal, c.text, c.page, c.section, c.start, c."end", d.title, d.path '
             f"FROM chunks c JOIN documents d ON d.id = c.doc_id WHERE c.id IN ({marks})", ids)
         return {r["id"]: ChunkRecord(*r) for r in rows}
+
+    def sources(self) -> list[str]:
+        try:
+            return [r[0] for r in self._query("SELECT data FROM sources ORDER BY id")]
+        except sqlite3.OperationalError:  # an index made before sources existed (and never written since)
+            return []
 
     def document_chunks(self, doc_id: str) -> tuple[list[ChunkRecord], np.ndarray]:
         """A document's chunks in order with their vectors (for copying an index without re-embedding)."""

@@ -44,7 +44,7 @@ from rag.core.errors import (
 from rag.core.names import index_not_found, validate_index_name
 from rag.core.text import content_terms
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MIGRATION_LOCK = 0x7261_6731  # advisory lock key held while the schema is created or migrated ("rag1")
 TEXT_SEARCH_CONFIG = "english"  # stemming + stop words, like FTS5's porter tokenizer in the embedded store
 # HNSW candidate list per search (pgvector's default is 40). Retrieval asks for 20 per side; 100 keeps the
@@ -92,6 +92,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     # Documents carry access groups ("" = public); an existing index's documents stay public.
     Migration(2, shared=(), per_index=(
         "ALTER TABLE {schema}.documents ADD COLUMN IF NOT EXISTS access_groups text NOT NULL DEFAULT ''",
+    )),
+    # Watched folders live with their index (ingest.sources): one JSON document each.
+    Migration(3, shared=(), per_index=(
+        "CREATE TABLE IF NOT EXISTS {schema}.sources (id text PRIMARY KEY, data text NOT NULL)",
     )),
 )
 assert MIGRATIONS[-1].version == SCHEMA_VERSION
@@ -352,6 +356,9 @@ class PostgresReader:
             (ids,))
         return {int(r[0]): ChunkRecord(*r) for r in rows}
 
+    def sources(self) -> list[str]:
+        return [r[0] for r in self.store.query(f"SELECT data FROM {self.schema}.sources ORDER BY id")]
+
     def document_chunks(self, doc_id: str) -> tuple[list[ChunkRecord], np.ndarray]:
         """A document's chunks in order with their vectors (for copying an index without re-embedding)."""
         rows = self.store.query(
@@ -471,6 +478,16 @@ class PostgresWriter:
         rows = self._conn.execute(f"SELECT {DOCUMENT_COLUMNS} FROM {self.schema}.documents "
                                   "WHERE left(path, %s) = %s", (len(path_prefix), path_prefix)).fetchall()
         return [_document(r) for r in rows]
+
+    def sources(self) -> list[str]:
+        return [r[0] for r in self._conn.execute(f"SELECT data FROM {self.schema}.sources ORDER BY id")]
+
+    def put_source(self, source_id: str, data: str) -> None:
+        self._conn.execute(f"INSERT INTO {self.schema}.sources VALUES (%s, %s) "
+                           "ON CONFLICT (id) DO UPDATE SET data = excluded.data", (source_id, data))
+
+    def delete_source(self, source_id: str) -> bool:
+        return self._conn.execute(f"DELETE FROM {self.schema}.sources WHERE id = %s", (source_id,)).rowcount > 0
 
     def _locked(self, doc_id: str) -> None:
         """Within a transaction: wait for (and hold until its end) the lock on this document."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
 
 import click
 from rich.table import Table
@@ -29,8 +31,6 @@ from rag.core.settings import Settings
 def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, pattern: str | None,
                chunk_tokens: int | None, overlap: int | None, groups: str | None, as_json: bool) -> None:
     """Add or update files and folders (recursively) in an index. Exit 2 if any readable file failed."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from ingest.formats.options import LoadOptions
     from ingest.pipeline import ingest_paths
     from rag.runtime import load_embedder, open_index
@@ -38,10 +38,28 @@ def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, p
     settings = settings_from(ctx, index=index, chunk_tokens=chunk_tokens, chunk_overlap=overlap)
     index_handle = open_index(settings)
     embedder = load_embedder(settings)
+    with ingest_progress(as_json) as progress, traced(settings, "ingest"):
+        summary = ingest_paths(list(paths), index_handle, embedder, settings.chunk_tokens,
+                               settings.chunk_overlap, pattern, progress,
+                               load_options=LoadOptions.from_settings(settings),
+                               groups=None if groups is None else groups.split(","))
+    if as_json:
+        print_json(summary.as_dict())
+    else:
+        render_ingest_summary(summary)
+    sys.exit(0 if summary.ok else 2)
+
+
+@contextmanager
+def ingest_progress(quiet: bool) -> Iterator[Callable[[str, int, int], None]]:
+    """The progress bar of an ingest or a sync (files, chunks, rate, the current file and its OCR page);
+    nothing when ``quiet`` (JSON output) or when stderr is not a terminal."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[chunks]} chunks · {task.fields[rate]:.0f}/s"), TimeElapsedColumn(),
                   TextColumn("{task.fields[current]}", style="dim", markup=False), console=console,
-                  disable=as_json or not console.is_terminal) as bar:
+                  disable=quiet or not console.is_terminal) as bar:
         task = bar.add_task("ingesting", total=None, chunks=0, rate=0.0, current="")
 
         def progress(event: str, files_done: int, chunks_done: int) -> None:
@@ -54,18 +72,10 @@ def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, p
                 return
             elapsed = bar.tasks[0].elapsed or 0.0
             bar.update(task, completed=files_done, chunks=chunks_done,
-                       rate=chunks_done / elapsed if elapsed else 0.0, current=Path(event).name[-40:])
+                       rate=chunks_done / elapsed if elapsed else 0.0,
+                       current="" if event.startswith("sync:") else Path(event).name[-40:])
 
-        with traced(settings, "ingest"):
-            summary = ingest_paths(list(paths), index_handle, embedder, settings.chunk_tokens,
-                                   settings.chunk_overlap, pattern, progress,
-                                   load_options=LoadOptions.from_settings(settings),
-                                   groups=None if groups is None else groups.split(","))
-    if as_json:
-        print_json(summary.as_dict())
-    else:
-        render_ingest_summary(summary)
-    sys.exit(0 if summary.ok else 2)
+        yield progress
 
 
 def render_ingest_summary(summary) -> None:
@@ -90,8 +100,9 @@ def render_ingest_summary(summary) -> None:
     table = Table(title=literal(f"index {summary.index!r}"), show_header=False)
     table.add_column(no_wrap=True)
     table.add_column(justify="right", no_wrap=True)
-    for status in ("added", "updated", "unchanged", "skipped", "failed"):
-        table.add_row(status, str(summary.count(status)))
+    for status in ("added", "updated", "unchanged", "renamed", "removed", "skipped", "failed"):
+        if status not in ("renamed", "removed") or summary.count(status):  # those two: syncs only
+            table.add_row(status, str(summary.count(status)))
     for label, value in (("chunks written", str(summary.chunks_written)), ("pages", str(summary.pages)),
                          ("seconds", f"{summary.seconds:.1f}"), ("chunks/s", f"{summary.chunks_per_s:.1f}"),
                          ("OCR pages", str(summary.ocr_pages)), ("OCR seconds", f"{summary.ocr_seconds:.1f}")):

@@ -63,6 +63,16 @@ class InvalidBackupError(BadRequestError):
     error_type = "invalid_backup"
 
 
+class SourceNotFoundError(NotFoundError):
+    error_type = "source_not_found"
+
+
+class SourceUnavailableError(BadRequestError):
+    """A watched folder that is missing or cannot be listed: a sync removes nothing from the index."""
+
+    error_type = "source_unavailable"
+
+
 class EmbedderMismatchError(ConflictError):
     error_type = "embedder_mismatch"
 

@@ -1,0 +1,319 @@
+"""Watched folders ("sources"): a sync brings an index to a folder's current state.
+
+New and changed files are ingested (size and modification time first, so an unchanged file is not even read;
+the content hash decides for the rest), files gone from the folder are removed from the index, and a file
+moved or renamed with the same content keeps its chunks and vectors (nothing is embedded again). A folder that
+is missing or cannot be listed is an error and removes nothing; neither does a subfolder that cannot be read.
+Sources live with their index (a table in either store); on the embedded store a sync is one commit, so a
+sync killed half-way leaves the previous state and the next one converges.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+import msgspec
+
+from ingest.embedder import Embedder
+from ingest.formats.options import LoadOptions
+from ingest.formats.worker import FileLoader
+from ingest.pipeline import (ATTACHMENT_SEP, UNREADABLE_FOLDER, FileOutcome, IngestSummary, Progress, discover,
+                             ingest_into)
+from ingest.records import Chunk, DocumentRecord, access_groups, document_id, normalise_path
+from ingest.store import IndexWriter, StoredIndex
+from rag.core import observe
+from rag.core.errors import BadRequestError, SourceNotFoundError, SourceUnavailableError
+
+
+class FileState(msgspec.Struct, array_like=True):
+    size: int
+    mtime_ns: int
+    sha256: str
+
+
+class LastSync(msgspec.Struct):
+    started_at: str
+    seconds: float
+    status: str  # ok | failed (some files failed) | error (the folder could not be read: nothing changed)
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    renamed: int = 0
+    removed: int = 0
+    failed: int = 0
+    chunks_embedded: int = 0
+    error: str | None = None
+    failures: list[dict[str, str]] = msgspec.field(default_factory=list)
+
+
+class Source(msgspec.Struct):
+    id: str
+    index: str
+    path: str  # the folder, as normalise_path spells it
+    glob: str | None = None
+    groups: str | None = None  # access groups every synced document gets; None: as ingest (kept, or public)
+    added_at: str = ""
+    last: LastSync | None = None
+    files: dict[str, FileState] = msgspec.field(default_factory=dict)  # what the last sync saw
+
+    def summary(self) -> dict[str, Any]:
+        """The source without its per-file state (lists, the API)."""
+        return {"id": self.id, "index": self.index, "path": self.path, "glob": self.glob, "groups": self.groups,
+                "added_at": self.added_at, "files": len(self.files),
+                "last": msgspec.to_builtins(self.last) if self.last else None}
+
+
+def source_id(index: str, folder: str) -> str:
+    return hashlib.sha256(f"{index}\0{folder}".encode("utf-8")).hexdigest()[:12]
+
+
+def load_sources(rows: Sequence[str]) -> list[Source]:
+    return [msgspec.json.decode(row, type=Source) for row in rows]
+
+
+def save_source(writer: IndexWriter, source: Source) -> None:
+    writer.put_source(source.id, msgspec.json.encode(source).decode("utf-8"))
+
+
+def find_source(sources: Sequence[Source], id_or_path: str) -> Source:
+    """A source by its id or its folder's path."""
+    try:
+        wanted = normalise_path(id_or_path)
+    except (OSError, ValueError):
+        wanted = None
+    for source in sources:
+        if id_or_path == source.id or source.path == wanted:
+            return source
+    raise SourceNotFoundError(f"no source {id_or_path!r}; `rag sources list` shows them")
+
+
+def check_folder(folder: Path) -> None:
+    """A source folder must exist and be listable; otherwise a sync would take it for empty."""
+    if not folder.exists():
+        raise SourceUnavailableError(f"source folder {folder} does not exist (a share not mounted?); "
+                                     "nothing was removed from the index")
+    if not folder.is_dir():
+        raise SourceUnavailableError(f"source {folder} is not a folder; nothing was removed from the index")
+    try:
+        with os.scandir(folder) as entries:
+            next(entries, None)
+    except OSError as exc:
+        raise SourceUnavailableError(f"source folder {folder} cannot be read ({exc.strerror or exc}); nothing "
+                                     "was removed from the index") from exc
+
+
+def add_source(index: StoredIndex, embedder: Embedder, folder: Path, glob: str | None = None,
+               groups: Sequence[str] | None = None, lock_timeout_s: float = 5.0) -> Source:
+    """Register ``folder`` as a source of ``index`` (created if new); adding it again updates glob/groups."""
+    check_folder(folder)
+    path = normalise_path(folder)
+    stored_groups = None if groups is None else access_groups(groups)
+    with index.writer(embedder.config.identity, embedder.dimension, lock_timeout_s) as writer:
+        sources = load_sources(writer.sources())
+        overlapping = [s for s in sources if s.path != path and (
+            path.startswith(s.path + os.sep) or s.path.startswith(path + os.sep))]
+        if overlapping:
+            raise BadRequestError(f"{folder} overlaps source {overlapping[0].path} ({overlapping[0].id}): one "
+                                  "folder inside another would have two syncs removing each other's files")
+        existing = next((s for s in sources if s.path == path), None)
+        source = Source(id=source_id(index.name, path), index=index.name, path=path, glob=glob, groups=stored_groups,
+                        added_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        if existing is not None:
+            source = msgspec.structs.replace(existing, glob=glob, groups=stored_groups)
+        save_source(writer, source)
+        writer.commit()
+    return source
+
+
+def remove_source(index: StoredIndex, id_or_path: str, lock_timeout_s: float = 5.0) -> Source:
+    """Stop watching a folder; its documents stay in the index (delete them with `rag documents delete`)."""
+    with index.existing_writer(lock_timeout_s) as writer:
+        source = find_source(load_sources(writer.sources()), id_or_path)
+        writer.delete_source(source.id)
+        writer.commit()
+    return source
+
+
+@dataclass
+class SyncSummary:
+    source: Source
+    ingest: IngestSummary
+    renamed: list[tuple[str, str]] = field(default_factory=list)  # (old path, new path)
+    removed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.ingest.ok
+
+    def as_dict(self) -> dict[str, Any]:
+        data = self.ingest.as_dict()
+        data.update({"source": self.source.id, "folder": self.source.path, "unchanged": self.unchanged,
+                     "renamed": [{"from": a, "to": b} for a, b in self.renamed], "removed": self.removed,
+                     "chunks_embedded": self.ingest.chunks_written, "seconds": round(self.seconds, 3)})
+        return data
+
+
+def sync_source(index: StoredIndex, source: Source, embedder: Embedder, chunk_tokens: int = 200,
+                overlap: int = 30, progress: Progress | None = None, lock_timeout_s: float = 5.0,
+                load_options: LoadOptions | None = None) -> SyncSummary:
+    """One sync of ``source`` (see the module notes). Raises SourceUnavailableError, changing nothing, when
+    the folder is missing or cannot be listed; the error is recorded on the source."""
+    started = time.perf_counter()
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    folder = Path(source.path)
+    notify = progress or (lambda event, files_done, chunks_done: None)
+    with observe.start_span(f"sync {index.name}", {observe.DATA_SOURCE: index.name, "rag.source.id": source.id,
+                                                  "file.path": source.path}) as span:
+        try:
+            check_folder(folder)
+        except SourceUnavailableError as exc:
+            _record_error(index, embedder, source, started_at, started, exc.message, lock_timeout_s)
+            raise
+        rejected: list[FileOutcome] = []
+        files = list(discover([folder], source.glob, rejected))
+        unreadable = [normalise_path(o.path) for o in rejected if o.reason_type == UNREADABLE_FOLDER]
+        summary = IngestSummary(index=index.name)
+        summary.outcomes.extend(rejected)
+        result = SyncSummary(source, summary)
+        notify(f"start:{len(files)}", 0, 0)
+        reader = index.reader() if index.exists() else None
+        try:
+            with index.writer(embedder.config.identity, embedder.dimension, lock_timeout_s) as writer, \
+                    FileLoader(load_options) as loader:
+                stored = next((s for s in load_sources(writer.sources()) if s.id == source.id), None)
+                if stored is None:
+                    raise SourceNotFoundError(f"source {source.id} ({source.path}) was removed meanwhile")
+                states = _sync_into(writer, loader, reader, stored, files, unreadable, result, embedder,
+                                    chunk_tokens, overlap, notify)
+                result.seconds = time.perf_counter() - started
+                failures = [{"path": o.path, "reason": o.reason or "", "reason_type": o.reason_type or ""}
+                            for o in summary.outcomes if o.status == "failed"]
+                last = LastSync(started_at, round(result.seconds, 3), "ok" if not failures else "failed",
+                                added=summary.count("added"), updated=summary.count("updated"),
+                                unchanged=result.unchanged, renamed=len(result.renamed), removed=len(result.removed),
+                                failed=len(failures), chunks_embedded=summary.chunks_written, failures=failures[:50])
+                result.source = msgspec.structs.replace(stored, last=last, files=states)
+                save_source(writer, result.source)
+                summary.generation = writer.commit()
+        finally:
+            if reader is not None:
+                reader.close()
+        summary.seconds = result.seconds
+        span.set_attributes({"rag.sync.added": summary.count("added"), "rag.sync.updated": summary.count("updated"),
+                             "rag.sync.unchanged": result.unchanged, "rag.sync.renamed": len(result.renamed),
+                             "rag.sync.removed": len(result.removed), "rag.sync.failed": summary.count("failed"),
+                             "rag.ingest.chunks": summary.chunks_written})
+    return result
+
+
+def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Source, files: list[Path],
+               unreadable: list[str], result: SyncSummary, embedder: Embedder, chunk_tokens: int, overlap: int,
+               notify: Progress) -> dict[str, FileState]:
+    """The sync's changes inside the open writer; returns the per-file state to remember."""
+    summary = result.ingest
+    prefix = source.path.rstrip(os.sep) + os.sep
+    indexed = {d.path: d for d in writer.documents_under(prefix) if ATTACHMENT_SEP not in d.path[len(prefix):]}
+    states: dict[str, FileState] = {}
+    current: dict[str, Path] = {}
+    for path in files:
+        current[normalise_path(path)] = path
+    changed: list[Path] = []
+    for norm, path in current.items():
+        try:
+            stat = path.stat()
+        except OSError:
+            changed.append(path)  # gone or unreadable since the listing: the ingest reports it
+            continue
+        known, record = source.files.get(norm), indexed.get(norm)
+        if (known is not None and record is not None and known.size == stat.st_size
+                and known.mtime_ns == stat.st_mtime_ns and known.sha256 == record.sha256
+                and (source.groups is None or source.groups == record.access_groups)):
+            states[norm] = known
+            result.unchanged += 1
+            summary.outcomes.append(FileOutcome(str(path), "unchanged", record.id, record.chunks))
+            continue
+        changed.append(path)
+    gone = {p: d for p, d in indexed.items()
+            if p not in current and not any(p.startswith(u + os.sep) or p == u for u in unreadable)}
+    # Renames: a new path whose content is a vanished document's keeps that document's chunks and vectors.
+    by_hash: dict[str, DocumentRecord] = {}
+    for record in gone.values():
+        if record.kind != "eml":  # a mail's attachments are documents of their own: it is ingested again
+            by_hash.setdefault(record.sha256, record)
+    to_ingest: list[Path] = []
+    for path in changed:
+        norm = normalise_path(path)
+        if norm in indexed or not by_hash or reader is None:
+            to_ingest.append(path)
+            continue
+        try:
+            data = path.read_bytes()
+            stat = path.stat()
+        except OSError:
+            to_ingest.append(path)
+            continue
+        sha = hashlib.sha256(data).hexdigest()
+        old = by_hash.pop(sha, None)
+        if old is None:
+            to_ingest.append(path)
+            continue
+        chunks, vectors = reader.document_chunks(old.id)
+        groups = old.access_groups if source.groups is None else source.groups
+        moved = dataclasses.replace(old, id=document_id(path), path=norm, access_groups=groups,
+                                    ingested_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        writer.put_document(moved, [Chunk(c.text, c.page, c.section, c.start, c.end, c.ordinal) for c in chunks],
+                            vectors)
+        writer.delete_document(old.id)
+        del gone[old.path]
+        result.renamed.append((old.path, norm))
+        states[norm] = FileState(stat.st_size, stat.st_mtime_ns, sha)
+        summary.outcomes.append(FileOutcome(str(path), "renamed", moved.id, moved.chunks,
+                                            reason=f"was {old.path}"))
+    for path, record in sorted(gone.items()):
+        writer.delete_document(record.id)
+        for attachment in writer.documents_under(record.path + ATTACHMENT_SEP):
+            writer.delete_document(attachment.id)
+        result.removed.append(path)
+        summary.outcomes.append(FileOutcome(path, "removed", record.id, record.chunks))
+    done_before = len(files) - len(to_ingest)
+    notify("sync:unchanged", done_before, 0)
+    ingest_into(writer, loader, to_ingest, summary, embedder, chunk_tokens, overlap, notify, source.groups,
+                first=done_before)
+    for path in to_ingest:
+        norm = normalise_path(path)
+        outcome = next((o for o in summary.outcomes if o.path == str(path)), None)
+        if outcome is None or outcome.status not in ("added", "updated", "unchanged"):
+            continue  # failed or skipped: looked at again next time
+        record = writer.document(document_id(path))
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        if record is not None:
+            states[norm] = FileState(stat.st_size, stat.st_mtime_ns, record.sha256)
+    return states
+
+
+def _record_error(index: StoredIndex, embedder: Embedder, source: Source, started_at: str, started: float,
+                  message: str, lock_timeout_s: float) -> None:
+    """Keep the failed sync's reason on the source (its files and documents are left as they were)."""
+    with index.writer(embedder.config.identity, embedder.dimension, lock_timeout_s) as writer:
+        stored = next((s for s in load_sources(writer.sources()) if s.id == source.id), None)
+        if stored is None:
+            return
+        last = LastSync(started_at, round(time.perf_counter() - started, 3), "error", error=message)
+        save_source(writer, msgspec.structs.replace(stored, last=last))
+        writer.commit()
+
+
+__all__ = ["Source", "SourceNotFoundError", "SourceUnavailableError", "SyncSummary", "add_source", "find_source",
+           "load_sources", "remove_source", "sync_source"]

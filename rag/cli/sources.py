@@ -1,0 +1,145 @@
+"""``rag sources`` and ``rag sync``: folders an index follows."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from rag.cli.common import (console, handle_errors, index_option, json_option, literal, out, print_json, settings_from,
+                            traced)
+from rag.cli.documents import ingest_progress, render_ingest_summary
+
+
+@click.group("sources")
+def sources_group() -> None:
+    """Folders an index follows: `rag sync` brings the index to their current state."""
+
+
+@sources_group.command("add")
+@click.argument("folder", type=click.Path(path_type=Path))
+@index_option()
+@click.option("--glob", "pattern", help="Only files matching this pattern, e.g. '*.pdf'.")
+@click.option("--groups", help="Comma-separated access groups for every document of this folder "
+                               "(default: existing documents keep theirs, new ones are public).")
+@json_option()
+@click.pass_context
+@handle_errors
+def add_cmd(ctx: click.Context, folder: Path, index: str | None, pattern: str | None, groups: str | None,
+            as_json: bool) -> None:
+    """Follow FOLDER (recursively) in an index; nothing is read until `rag sync`."""
+    from ingest.sources import add_source
+    from rag.runtime import load_embedder, open_index
+
+    settings = settings_from(ctx, index=index)
+    source = add_source(open_index(settings), load_embedder(settings), folder, pattern,
+                        None if groups is None else [g for g in groups.split(",") if g.strip()])
+    if as_json:
+        print_json(source.summary())
+        return
+    out.print(literal(f"source {source.id}: {source.path} -> index {source.index!r}; run `rag sync` to read it"))
+
+
+@sources_group.command("list")
+@index_option()
+@json_option()
+@click.pass_context
+@handle_errors
+def list_cmd(ctx: click.Context, index: str | None, as_json: bool) -> None:
+    """The folders an index follows and how their last sync went."""
+    from ingest.sources import load_sources
+    from rag.cli.documents import open_reader
+
+    settings = settings_from(ctx, index=index)
+    reader = open_reader(settings)
+    try:
+        sources = load_sources(reader.sources())
+    finally:
+        reader.close()
+    if as_json:
+        print_json([s.summary() for s in sources])
+        return
+    if not sources:
+        out.print(f"index {settings.index!r} follows no folders; add one with `rag sources add FOLDER`")
+        return
+    table = Table("id", "folder", "files", "last sync", "result")
+    for source in sources:
+        last = source.last
+        if last is None:
+            when, result = "never", ""
+        elif last.status == "error":
+            when, result = last.started_at, f"error: {last.error}"
+        else:
+            when = f"{last.started_at} ({last.seconds:.1f} s)"
+            result = (f"{last.added} added, {last.updated} updated, {last.renamed} renamed, {last.removed} removed, "
+                      f"{last.unchanged} unchanged, {last.failed} failed")
+        table.add_row(source.id, literal(source.path + (f" ({source.glob})" if source.glob else "")),
+                      str(len(source.files)), literal(when), literal(result))
+    out.print(table)
+
+
+@sources_group.command("remove")
+@click.argument("source")
+@index_option()
+@click.pass_context
+@handle_errors
+def remove_cmd(ctx: click.Context, source: str, index: str | None) -> None:
+    """Stop following SOURCE (an id or the folder); its documents stay in the index."""
+    from ingest.sources import remove_source
+    from rag.runtime import open_index
+
+    removed = remove_source(open_index(settings_from(ctx, index=index)), source)
+    out.print(literal(f"removed source {removed.id} ({removed.path}); its documents stay in the index"))
+
+
+@click.command("sync")
+@click.argument("source", required=False)
+@index_option()
+@json_option("Print each sync's summary as JSON.")
+@click.pass_context
+@handle_errors
+def sync_cmd(ctx: click.Context, source: str | None, index: str | None, as_json: bool) -> None:
+    """Bring the index to the state of its folders (or of SOURCE, an id or folder): new and changed files
+    ingested, deleted ones removed, renamed ones moved without embedding again. Exit 2 if a folder could not
+    be read (nothing is removed then) or a file failed."""
+    from ingest.formats.options import LoadOptions
+    from ingest.sources import find_source, load_sources, sync_source
+    from rag.cli.documents import open_reader
+    from rag.core.errors import SourceUnavailableError
+    from rag.runtime import load_embedder, open_index
+
+    settings = settings_from(ctx, index=index)
+    reader = open_reader(settings)
+    try:
+        sources = load_sources(reader.sources())
+    finally:
+        reader.close()
+    if source is not None:
+        sources = [find_source(sources, source)]
+    if not sources:
+        out.print(f"index {settings.index!r} follows no folders; add one with `rag sources add FOLDER`")
+        return
+    embedder = load_embedder(settings)
+    stored = open_index(settings)
+    results, errors = [], []
+    for item in sources:
+        try:
+            with ingest_progress(as_json) as progress, traced(settings, "sync"):
+                summary = sync_source(stored, item, embedder, settings.chunk_tokens, settings.chunk_overlap,
+                                      progress, load_options=LoadOptions.from_settings(settings))
+        except SourceUnavailableError as exc:
+            errors.append({"source": item.id, "folder": item.path, "error": exc.message})
+            if not as_json:
+                console.print(literal(f"error: {exc.message}"), soft_wrap=True)
+            continue
+        results.append(summary)
+        if not as_json:
+            out.print(literal(f"source {item.id}: {item.path}"))
+            render_ingest_summary(summary.ingest)
+            if summary.renamed:
+                out.print(literal(f"renamed without embedding again: {len(summary.renamed)}"))
+    if as_json:
+        print_json({"synced": [r.as_dict() for r in results], "errors": errors})
+    sys.exit(0 if not errors and all(r.ok for r in results) else 2)

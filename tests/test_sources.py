@@ -1,0 +1,129 @@
+"""Watched folders (README "Sources and sync"): `rag sources add` + `rag sync` against a real folder that
+changes, on the embedded store and on PostgreSQL; the index after a sync equals a clean ingest of the folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rag.core.settings import PROJECT_ROOT, Settings, load_settings
+from tests.helpers import cli_env
+
+TEXTS = {
+    "a.md": "# Alder\n\nThe alder grove is pruned in March by the river wardens.\n\nIts bark is used for dye.",
+    "b.md": "# Birch\n\nBirch sap is tapped in early spring at the northern farms.",
+    "c.md": "# Cedar\n\nThe cedar hall was built in 1932 by the guild of carpenters.\n\nIt seats four hundred.",
+    "keep.md": "# Kestrel\n\nThe Kestrel Club meets on Thursdays in the old mill by the weir.",
+    "sub/d.md": "# Dogwood\n\nDogwood hedges line the east road to the quarry.",
+}
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(params=["embedded", "postgres"])
+def store_env(request) -> dict[str, str]:
+    if request.param == "embedded":
+        return {}
+    return {"RAG_STORE_URL": request.getfixturevalue("postgres_url")}
+
+
+def rag(settings: Settings, home: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
+                          env=cli_env(settings, RAG_TELEMETRY="off", **env), capture_output=True, text=True,
+                          timeout=300)
+
+
+def index_contents(home: Path, env: dict[str, str], index: str) -> dict[str, list[str]]:
+    """Path -> chunk texts of every document of an index, read through the store itself."""
+    from rag.runtime import open_store
+
+    store = open_store(load_settings(environ={}, overrides={"home": home, "store_url": env.get("RAG_STORE_URL")}))
+    reader = store.index(index).reader()
+    try:
+        return {d.path: [c.text for c in reader.document_chunks(d.id)[0]] for d in reader.documents()}
+    finally:
+        reader.close()
+        store.close()
+
+
+def sync(settings: Settings, home: Path, env: dict[str, str], index: str) -> dict:
+    done = rag(settings, home, env, "sync", "--index", index, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["errors"] == []
+    return report["synced"][0]
+
+
+def test_a_sync_brings_the_index_to_the_folder_state(settings: Settings, tmp_path: Path, store_env):
+    home, folder = tmp_path / "home", tmp_path / "share"
+    index = f"synced{os.getpid()}{len(store_env)}"
+    for name, text in TEXTS.items():
+        write(folder, name, text)
+    added = rag(settings, home, store_env, "sources", "add", str(folder), "--index", index)
+    assert added.returncode == 0, added.stderr
+    first = sync(settings, home, store_env, index)
+    assert (first["added"], first["removed"], first["renamed"]) == (5, [], [])
+
+    # The share changes: one file edited, one deleted, one renamed, a subfolder removed, one new file.
+    write(folder, "a.md", TEXTS["a.md"] + "\n\nA second alder grove was planted in 1990.")
+    (folder / "b.md").unlink()
+    (folder / "c.md").rename(folder / "c renamed.md")
+    shutil.rmtree(folder / "sub")
+    write(folder, "e.md", "# Elm\n\nThe elm avenue leads to the station and was replanted after the storm.")
+    second = sync(settings, home, store_env, index)
+    assert (second["added"], second["updated"], second["unchanged"]) == (1, 1, 1)
+    assert [(Path(r["from"]).name, Path(r["to"]).name) for r in second["renamed"]] == [("c.md", "c renamed.md")]
+    assert sorted(Path(p).name for p in second["removed"]) == ["b.md", "d.md"]
+    after = index_contents(home, store_env, index)
+    embedded = sum(len(chunks) for path, chunks in after.items() if Path(path).name in ("a.md", "e.md"))
+    assert second["chunks_embedded"] == embedded  # the renamed file was not embedded again
+
+    # The index now equals a clean ingest of the folder as it is.
+    clean = rag(settings, home, store_env, "ingest", str(folder), "--index", f"{index}clean")
+    assert clean.returncode == 0, clean.stderr
+    assert after == index_contents(home, store_env, f"{index}clean")
+
+    # Nothing changed: nothing is read. Same size and time with other bytes shows it: that edit goes unseen.
+    again = sync(settings, home, store_env, index)
+    assert (again["unchanged"], again["chunks_embedded"], again["added"], again["updated"]) == (4, 0, 0, 0)
+    keep = folder / "keep.md"
+    stat = keep.stat()
+    keep.write_text(TEXTS["keep.md"].replace("Thursdays", "Saturdays"), encoding="utf-8")
+    os.utime(keep, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert sync(settings, home, store_env, index)["unchanged"] == 4
+
+    # A share that is not there deletes nothing and says why; `rag sources list` shows it.
+    folder.rename(tmp_path / "unmounted")
+    missing = rag(settings, home, store_env, "sync", "--index", index)
+    assert missing.returncode == 2 and "does not exist" in missing.stdout + missing.stderr
+    assert index_contents(home, store_env, index) == after
+    listed = rag(settings, home, store_env, "sources", "list", "--index", index, "--json")
+    assert json.loads(listed.stdout)[0]["last"]["status"] == "error"
+    (tmp_path / "unmounted").rename(folder)
+
+    removed = rag(settings, home, store_env, "sources", "remove", str(folder), "--index", index)
+    assert removed.returncode == 0 and "stay in the index" in removed.stdout
+    assert json.loads(rag(settings, home, store_env, "sources", "list", "--index", index, "--json").stdout) == []
+
+
+def test_sources_are_checked_when_added(settings: Settings, tmp_path: Path):
+    home, folder = tmp_path / "home", tmp_path / "share"
+    write(folder, "inner/x.md", "# X\n\nSome text about the x.")
+    missing = rag(settings, home, {}, "sources", "add", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    assert rag(settings, home, {}, "sources", "add", str(folder)).returncode == 0
+    inner = rag(settings, home, {}, "sources", "add", str(folder / "inner"))
+    assert inner.returncode == 2 and "overlaps" in inner.stderr
+    unknown = rag(settings, home, {}, "sync", "nope")
+    assert unknown.returncode == 2 and "no source 'nope'" in unknown.stderr
