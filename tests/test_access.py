@@ -403,6 +403,12 @@ def leaks(text: str, vault: dict[str, str]) -> list[str]:
 
 
 def test_a_reader_outside_a_documents_groups_never_learns_of_it(server: str, vault: dict[str, str]):
+    assert_never_leaks(server, vault)
+
+
+def assert_never_leaks(server: str, vault: dict[str, str]) -> None:
+    """Every route a reader outside ``finance`` may call: the finance document's text, title, file name and id
+    never come back, and naming it is "no document", exactly as for one that does not exist."""
     auth = bearer(vault["staff"])
     retrieved = httpx.post(f"{server}/v1/retrieve", json={"query": VAULT_QUESTION, "index": "vault"}, headers=auth)
     assert retrieved.status_code == 200 and retrieved.json()["chunks"], retrieved.text
@@ -411,16 +417,29 @@ def test_a_reader_outside_a_documents_groups_never_learns_of_it(server: str, vau
                        timeout=120)
     streamed = httpx.post(f"{server}/v1/ask", json={"question": VAULT_QUESTION, "index": "vault", "stream": True},
                           headers=auth, timeout=120)
-    followed = httpx.post(f"{server}/v1/chat", headers=auth, timeout=120, json={"index": "vault", "messages": [
-        {"role": "user", "content": "What does the Quillon cafeteria serve?"},
-        {"role": "assistant", "content": "Porridge on Mondays."},
-        {"role": "user", "content": "And what is its vault combination?"}]})
+    conversation = [{"role": "user", "content": "What does the Quillon cafeteria serve?"},
+                    {"role": "assistant", "content": "Porridge on Mondays."},
+                    {"role": "user", "content": "And what is its vault combination?"}]
+    followed = httpx.post(f"{server}/v1/chat", headers=auth, timeout=120,
+                          json={"index": "vault", "messages": conversation})
+    chat_stream = httpx.post(f"{server}/v1/chat/stream", headers=auth, timeout=120,
+                             json={"index": "vault", "messages": conversation})
+    openai = httpx.post(f"{server}/v1/chat/completions", headers=auth, timeout=120,
+                        json={"index": "vault", "messages": [{"role": "user", "content": VAULT_QUESTION}]})
+    openai_stream = httpx.post(f"{server}/v1/chat/completions", headers=auth, timeout=120, json={
+        "index": "vault", "stream": True, "messages": [{"role": "user", "content": VAULT_QUESTION}]})
     listed = httpx.get(f"{server}/v1/documents?index=vault", headers=auth)
-    counts = {i["name"]: i for i in httpx.get(f"{server}/v1/indexes", headers=auth).json()["indexes"]}
-    for response in (retrieved, asked, streamed, followed, listed):
-        assert response.status_code == 200, response.text
+    indexes = httpx.get(f"{server}/v1/indexes", headers=auth)
+    health = httpx.get(f"{server}/healthz", headers=auth)
+    metrics = httpx.get(f"{server}/metrics", headers=auth)
+    pages = [httpx.get(f"{server}{page}", headers=auth) for page in ("/", "/documents")]
+    for response in (retrieved, asked, streamed, followed, chat_stream, openai, openai_stream, listed, indexes,
+                     health, *pages):
+        assert response.status_code == 200, (response.request.url, response.text)
         assert leaks(response.text, vault) == [], (response.request.url, response.text)
+    assert leaks(metrics.text, vault) == []
     assert [d["id"] for d in listed.json()["documents"]] == [vault["public_id"]]
+    counts = {i["name"]: i for i in indexes.json()["indexes"]}
     assert counts["vault"]["documents"] == 1
     # By id or by path, as a filter or to delete: "no document", exactly as for one that does not exist.
     for name in (vault["secret_id"], vault["secret_path"]):
@@ -432,6 +451,57 @@ def test_a_reader_outside_a_documents_groups_never_learns_of_it(server: str, vau
     assert error_type(deleted, 404) == error_type(missing, 404) == "document_not_found"
     assert deleted.json()["error"]["message"].replace(vault["secret_id"], "X") == \
         missing.json()["error"]["message"].replace("0" * 16, "X")
+    # Uploading over it (same file name) makes a new, separate document; the finance one is untouched.
+    over = httpx.post(f"{server}/v1/documents?index=vault", headers=auth, timeout=120,
+                      files={"data": ("quillon-vault.md", b"# Overwrite\n\nNothing here.\n", "text/markdown")})
+    assert over.status_code == 200 and leaks(over.text.replace("quillon-vault.md", ""), vault) == [], over.text
+    new_id = over.json()["files"][0]["document_id"]
+    assert new_id != vault["secret_id"]
+    assert httpx.delete(f"{server}/v1/documents/{new_id}?index=vault", headers=auth).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def postgres_vault(settings: Settings, postgres_url: str, embedder, tmp_path_factory: pytest.TempPathFactory):
+    """The same vault on PostgreSQL + pgvector, behind its own `rag serve`, keys in PostgreSQL too."""
+    from ingest.store.keys import PostgresKeyStore
+    from ingest.store.postgres import PostgresStore
+
+    home = tmp_path_factory.mktemp("access-pg")
+    folder = home / "vault-docs"
+    folder.mkdir()
+    secret, public = folder / "quillon-vault.md", folder / "cafeteria.md"
+    secret.write_text("# Quillon vault\n\n" + VAULT_SECRET, encoding="utf-8")
+    public.write_text("# Cafeteria\n\n" + VAULT_PUBLIC, encoding="utf-8")
+    store = PostgresStore(postgres_url, pool_size=2)
+    keys = PostgresKeyStore(postgres_url)
+    try:
+        index = store.index("vault")
+        ingest_paths([secret], index, embedder, groups=["finance"])
+        ingest_paths([public], index, embedder)
+        reader = index.reader()
+        ids = {d.title: d.id for d in reader.documents()}
+        reader.close()
+        tokens = {}
+        for name, role, groups in (("pg-vault-staff", "editor", {"staff"}), ("pg-vault-finance", "reader", {"finance"})):
+            record, tokens[name] = new_key(name, parse_grants(role, ("vault",)), groups=frozenset(groups))
+            keys.add(record)
+    finally:
+        keys.close()
+        store.close()
+    vault = {"secret_id": ids["Quillon vault"], "secret_path": str(secret), "public_id": ids["Cafeteria"],
+             "staff": tokens["pg-vault-staff"], "finance": tokens["pg-vault-finance"]}
+    log = tmp_path_factory.mktemp("access-pg-logs") / "serve.log"
+    with server_process(settings, home, log, RAG_MAX_TOKENS="12", RAG_STORE_URL=postgres_url,
+                        RAG_API_KEY=ENV_KEY) as base:
+        yield base, vault
+
+
+def test_postgres_a_reader_outside_a_documents_groups_never_learns_of_it(postgres_vault):
+    server, vault = postgres_vault
+    assert_never_leaks(server, vault)
+    asked = httpx.post(f"{server}/v1/ask", json={"question": VAULT_QUESTION, "index": "vault"}, timeout=120,
+                       headers=bearer(vault["finance"]))
+    assert asked.status_code == 200 and asked.json()["sources"][0]["document_id"] == vault["secret_id"]
 
 
 def test_a_reader_in_the_group_gets_the_answer(server: str, vault: dict[str, str]):
