@@ -78,3 +78,55 @@ def test_fuzzing_finds_no_server_errors_and_no_schema_violations(request: pytest
     assert not server_errors, server_errors
     for route in GENERATION_ROUTES:  # valid requests got through to generation on every answering route
         assert counts[(route, "POST", 200)] > 0, (route, sorted(counts.items()))
+
+
+SECRET = "The Pellamy reserve code is 88-31-07, known only to the finance team."
+
+
+def test_fuzzing_as_a_reader_outside_a_group_finds_no_errors_and_no_leak(settings: Settings, embedder,
+                                                                          tmp_path: Path):
+    """The same fuzzing with a reader key whose groups exclude a finance document: no 5xx, and the audit trail
+    (every answer and retrieval, with the chunk ids it saw) never shows that document to the reader."""
+    from ingest.store.keys import SqliteKeyStore
+    from rag.core.audit import read_records, verify
+    from rag.core.keys import new_key, parse_grants
+
+    home = tmp_path / "home"
+    (home / "docs").mkdir(parents=True)
+    shutil.copy2(PROJECT_ROOT / "examples" / "docs" / "normans.md", home / "docs")
+    secret = home / "docs" / "pellamy-reserve.md"
+    secret.write_text(f"# Pellamy reserve\n\n{SECRET}\n", encoding="utf-8")
+    own = settings.replace(home=home)
+    index = EmbeddedIndex(own.index_path())
+    ingest_paths([home / "docs" / "normans.md"], index, embedder, own.chunk_tokens, own.chunk_overlap)
+    ingest_paths([secret], index, embedder, groups=["finance"])
+    reader = index.reader()
+    secret_id = next(d.id for d in reader.documents() if d.title == "Pellamy reserve")
+    reader.close()
+    record, token = new_key("fuzz-reader", parse_grants("reader", ("*",)), groups=frozenset({"staff"}))
+    keys = SqliteKeyStore(home)
+    keys.add(record)
+    keys.close()
+    report = tmp_path / "schemathesis.json"
+    with server_process(own, home, tmp_path / "serve.log", RAG_MAX_TOKENS="4", RAG_API_KEY=FUZZ_KEY,
+                        RAG_AUDIT_QUESTIONS="full") as base:
+        before = answered(base)
+        run = subprocess.run(
+            [sys.executable, "-m", "schemathesis.cli", "--config-file", str(CONFIG), "--no-color",
+             "run", f"{base}/schema/openapi.json", "--header", f"Authorization: Bearer {token}", "--checks",
+             "not_a_server_error", "--max-examples", "5", "--max-time", "60", "--seed", "12", "--workers", "1",
+             "--request-timeout", "60", "--report", "json", "--report-json-path", str(report)],
+            cwd=PROJECT_ROOT, env=fuzzer_env(), capture_output=True, text=True, timeout=240)
+        counts = answered(base) - before
+    summary = json.loads(report.read_text())
+    print(f"schemathesis as a reader: {summary['test_cases']['generated']} test cases; server answered "
+          f"{sum(counts.values())} requests: {dict(sorted(Counter(s for (_, _, s) in counts.elements()).items()))}")
+    assert not summary["failures"] and not summary["errors"], run.stdout[-6000:]
+    server_errors = {key: n for key, n in counts.items() if key[2] >= 500}
+    assert not server_errors, server_errors
+    assert counts[("/v1/ask", "POST", 200)] + counts[("/v1/chat/completions", "POST", 200)] > 0, counts
+    mine = read_records(home / "audit", principal="fuzz-reader")  # fuzzed questions hold U+2028 and the like
+    assert len(mine) > 5, len(mine)
+    seen = json.dumps(mine)
+    assert secret_id not in seen and "88-31-07" not in seen and "Pellamy reserve" not in seen
+    assert verify(home / "audit")[1] == []  # and the trail the fuzzing wrote is an intact chain
