@@ -222,10 +222,7 @@ def ingest_into(writer: IndexWriter, loader: FileLoader, files: Sequence[Path], 
 
     def flush() -> None:
         texts = [c.text for p in pending for c in p.chunks]
-        with observe.start_span(f"embeddings {embedder.config.name}", {
-                observe.OPERATION: "embeddings", observe.REQUEST_MODEL: embedder.config.name,
-                observe.PROVIDER: "onnxruntime", "rag.embeddings.inputs": len(texts),
-                "rag.ingest.documents": len(pending)}):
+        with observe.embeddings_span(embedder.config.name, len(texts), **{"rag.ingest.documents": len(pending)}):
             vectors = embedder.embed(texts)
         instruments.ingest_chunks.add(len(texts), {observe.DATA_SOURCE: index_name})
         offset = 0

@@ -462,10 +462,18 @@ def assert_never_leaks(server: str, vault: dict[str, str]) -> None:
 
 @pytest.fixture(scope="module")
 def postgres_vault(settings: Settings, postgres_url: str, embedder, tmp_path_factory: pytest.TempPathFactory):
-    """The same vault on PostgreSQL + pgvector, behind its own `rag serve`, keys in PostgreSQL too."""
+    """The same vault on PostgreSQL + pgvector, behind its own `rag serve`, keys in PostgreSQL too — in a
+    database of its own: the session's other PostgreSQL tests run open servers, which a key would close."""
+    import psycopg
+
     from ingest.store.keys import PostgresKeyStore
     from ingest.store.postgres import PostgresStore
 
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS rag_access_vault")
+        conn.execute("CREATE DATABASE rag_access_vault")
+    postgres_url = postgres_url.replace("/postgres?", "/rag_access_vault?", 1)
+    assert "rag_access_vault" in postgres_url, postgres_url
     home = tmp_path_factory.mktemp("access-pg")
     folder = home / "vault-docs"
     folder.mkdir()

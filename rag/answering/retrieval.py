@@ -113,10 +113,7 @@ class Retriever:
                          (searched_lexical - searched_dense) * 1000)
 
     def embed_queries(self, queries: list[str]) -> np.ndarray:
-        model = self.embedder.config.name
-        with observe.start_span(f"embeddings {model}", {
-                observe.OPERATION: "embeddings", observe.REQUEST_MODEL: model, observe.PROVIDER: "onnxruntime",
-                "rag.embeddings.inputs": len(queries)}) as span:
+        with observe.embeddings_span(self.embedder.config.name, len(queries)) as span:
             vectors = self.embedder.embed(queries)
             span.set_attribute(observe.DIMENSIONS, int(vectors.shape[1]) if vectors.ndim == 2 else 0)
             return vectors

@@ -27,6 +27,7 @@ from rag.answering.prompt import (ABSTENTION_MESSAGE, MODEL_ABSTENTION, drop_rep
                                   model_abstained, refers_back)
 from rag.answering.result import AnswerResult, Evidence, Metrics, Source
 from rag.answering.retrieval import Retrieval, Retriever
+from rag.answering.tracing import ChatTrace
 from rag.core import observe
 from rag.core.access import RequestContext
 from rag.core.errors import BadRequestError
@@ -268,71 +269,32 @@ class AnswerService:
         stats = stats if stats is not None else GenerationStats()
         pieces: list[str] = []
         if prepared.prompt is not None:
-            span = self._chat_span(prepared)
-            started = time.perf_counter()
-            first: float | None = None
+            trace = ChatTrace(self.generator, prepared.sampling, prepared.prompt.messages, self.instruments,
+                              self.settings.telemetry_content)
             tokens = self.generator.stream(prepared.prompt, prepared.sampling, stats)
+            error: BaseException | None = None
             try:
                 while True:
-                    with observe.current(span):  # a remote generator's request carries this span's traceparent
+                    with trace.current():
                         try:
                             piece = await tokens.__anext__()
                         except StopAsyncIteration:
                             break
-                    if first is None:
-                        first = time.perf_counter()
+                    trace.chunk()
                     pieces.append(piece)
                     if prepared.retrieval is None:
                         yield piece
             except BaseException as exc:
-                observe.fail(span, "cancelled" if isinstance(exc, (GeneratorExit, asyncio.CancelledError)) else exc)
+                error = exc
                 raise
             finally:
                 await tokens.aclose()
-                self._end_chat_span(span, prepared, stats, started, first, "".join(pieces))
+                trace.end(stats, "".join(pieces), error)
         result = self.finish(prepared, "".join(pieces), None if prepared.prompt is None else stats)
         observe.record_outcome(result.abstained, result.abstain_reason, len(result.citations), len(result.evidence))
         if prepared.retrieval is not None and not result.abstained:
             yield result.answer
         yield result
-
-    def _chat_span(self, prepared: PreparedAnswer) -> Any:
-        """The ``chat {model}`` span of one generation: INTERNAL for the local model, CLIENT for generator_url."""
-        remote = self.generator.device == "remote"
-        sampling = prepared.sampling
-        attributes: dict[str, Any] = {
-            observe.OPERATION: "chat", observe.PROVIDER: observe.REMOTE_PROVIDER if remote else observe.LOCAL_PROVIDER,
-            observe.REQUEST_MODEL: self.generator.model_id, observe.REQUEST_TEMPERATURE: sampling.temperature,
-            observe.REQUEST_MAX_TOKENS: sampling.max_tokens, observe.REQUEST_TOP_P: sampling.top_p,
-            observe.REQUEST_STREAM: True, "rag.copy_bias": sampling.copy_bias,
-            "rag.constrained_spans": len(sampling.spans)}
-        if remote:
-            attributes.update(observe.server_attributes(getattr(self.generator, "url", "")))
-        if self.settings.telemetry_content and prepared.prompt is not None:
-            attributes[observe.INPUT_MESSAGES] = observe.messages_attribute(prepared.prompt.messages)
-        return observe.tracer().start_span(f"chat {self.generator.model_id}", attributes=attributes,
-                                           kind=observe.SpanKind.CLIENT if remote else observe.SpanKind.INTERNAL)
-
-    def _end_chat_span(self, span: Any, prepared: PreparedAnswer, stats: GenerationStats, started: float,
-                       first: float | None, reply: str) -> None:
-        ended = time.perf_counter()
-        span.set_attributes({
-            observe.RESPONSE_MODEL: self.generator.model_id, observe.INPUT_TOKENS: stats.prompt_tokens,
-            observe.OUTPUT_TOKENS: stats.output_tokens, observe.CACHE_READ_TOKENS: stats.cached_tokens,
-            observe.FINISH_REASONS: [stats.finish_reason]})
-        if first is not None:
-            span.set_attribute(observe.TIME_TO_FIRST_CHUNK, round(first - started, 6))
-        if self.settings.telemetry_content:
-            span.set_attribute(observe.OUTPUT_MESSAGES,
-                               observe.messages_attribute([{"role": "assistant", "content": reply}]))
-        span.end()
-        provider = observe.REMOTE_PROVIDER if self.generator.device == "remote" else observe.LOCAL_PROVIDER
-        metric = {observe.OPERATION: "chat", observe.PROVIDER: provider, observe.REQUEST_MODEL: self.generator.model_id}
-        self.instruments.token_usage.record(stats.prompt_tokens, {**metric, observe.TOKEN_TYPE: "input"})
-        self.instruments.token_usage.record(stats.output_tokens, {**metric, observe.TOKEN_TYPE: "output"})
-        self.instruments.operation_duration.record(ended - started, metric)
-        if first is not None:
-            self.instruments.time_to_first_chunk.record(first - started, metric)
 
     async def answer(self, request: AnswerRequest) -> AnswerResult:
         """The whole answer; cancelling the awaiting task (a client that left) cancels generation."""

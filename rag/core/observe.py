@@ -72,6 +72,12 @@ def start_span(name: str, attributes: Mapping[str, Any] | None = None,
             raise
 
 
+def embeddings_span(model: str, inputs: int, **attributes: Any) -> Any:
+    """``with embeddings_span(...)``: one call of the local embedder (query or ingest batch)."""
+    return start_span(f"embeddings {model}", {OPERATION: "embeddings", REQUEST_MODEL: model, PROVIDER: "onnxruntime",
+                                              "rag.embeddings.inputs": inputs, **attributes})
+
+
 def current(span: Span) -> Any:
     """``with current(span)``: make an open span the parent of what runs inside, without ending it after."""
     return trace.use_span(span, end_on_exit=False)

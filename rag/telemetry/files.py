@@ -39,10 +39,20 @@ class RotatingLines(io.TextIOBase):
         pass
 
     def close(self) -> None:
-        self._handler.close()
+        try:
+            self._handler.close()  # flushes: on a full disk that fails too, and is dropped the same way
+        except OSError:
+            self._failed(logging.makeLogRecord({}))
         super().close()
 
     def _failed(self, record: logging.LogRecord) -> None:
+        # Drop what the file could not take: a stream whose flush failed keeps its buffer, which would grow.
+        stream, self._handler.stream = self._handler.stream, None  # type: ignore[assignment]
+        if stream is not None:
+            try:
+                stream.close()
+            except OSError:
+                pass
         self.dropped += 1
         if self.dropped == 1:
             error = sys.exc_info()[1]
