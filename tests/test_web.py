@@ -625,3 +625,19 @@ def test_api_docs_render_with_the_network_blocked(page, server: str):
     page.goto(server + "/schema")  # the root is ReDoc too
     expect(page.locator("h1").first).to_contain_text("Offline RAG")
     assert elsewhere == [], elsewhere
+
+
+def test_an_upload_can_be_given_document_groups(page, server: str):
+    """The upload form's groups field: the document is stored with them (the API agrees) and the table says so."""
+    open_ready(page, server, "/documents")
+    page.fill("#upload-groups", " finance , hr ")
+    upload_via_picker(page, "ledger-notes.txt", b"The ledger of the Ombrel fund is closed every quarter.\n")
+    expect(page.locator(".upload", has_text="ledger-notes.txt")).to_have_attribute("data-state", "added",
+                                                                                   timeout=CHAT_TIMEOUT_MS)
+    row = document_row(page, "ledger-notes.txt")
+    expect(row.locator(".doc-groups")).to_have_text("finance, hr")
+    listed = httpx.get(f"{server}/v1/documents").json()["documents"]
+    stored = next(d for d in listed if d["path"].endswith("ledger-notes.txt"))
+    assert stored["access_groups"] == "finance,hr"
+    expect(document_row(page, "normans.md").locator(".doc-groups")).to_have_text("everyone")
+    assert httpx.delete(f"{server}/v1/documents/{stored['id']}").status_code == 200

@@ -118,8 +118,11 @@ export async function* streamEvents(path, body, signal) {
 
 // Upload one file with XMLHttpRequest (for upload progress). onProgress(fraction); resolves with
 // {status, body}; a 401 asks for the key and uploads again.
-export function uploadFile(file, index, onProgress) {
-  const url = "/v1/documents" + (index ? `?index=${encodeURIComponent(index)}` : "");
+export function uploadFile(file, index, onProgress, groups = "") {
+  const query = new URLSearchParams();
+  if (index) query.set("index", index);
+  if (groups) query.set("groups", groups); // absent: a new document is public, a replaced one keeps its groups
+  const url = "/v1/documents" + (query.size ? `?${query}` : "");
   const once = () => new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
     xhr.open("POST", url);

@@ -59,6 +59,7 @@ function renderDocuments() {
         h("span", { class: "muted small path" }, `${fileName(doc.path)} · ${doc.kind || ""}`)),
       h("td", { "data-label": "Pages" }, doc.pages ?? "—"),
       h("td", { "data-label": "Chunks" }, doc.chunks),
+      h("td", { "data-label": "Groups", class: "doc-groups" }, doc.access_groups ? doc.access_groups.split(",").join(", ") : "everyone"),
       h("td", { "data-label": "Added" }, h("time", { datetime: doc.ingested_at }, formatDate(doc.ingested_at))),
       h("td", { class: "actions" }, remove));
   }));
@@ -121,10 +122,11 @@ function addUpload(file) {
   uploadQueue = uploadQueue.then(async () => {
     set("uploading", "uploading…");
     try {
+      const groups = els.groups.value.split(",").map((g) => g.trim()).filter(Boolean).join(",");
       const { status: code, body } = await uploadFile(file, currentIndex(), (fraction) => {
         progress.value = fraction;
         set("uploading", fraction < 1 ? `uploading ${Math.round(fraction * 100)} %` : "indexing…");
-      });
+      }, groups);
       progress.value = 1;
       const outcome = body && Array.isArray(body.files) ? body.files[0] : null;
       if (outcome) {
@@ -184,6 +186,7 @@ export function initDocuments(options) {
     confirmCancel: document.getElementById("confirm-cancel"),
     uploadsHead: document.getElementById("uploads-head"),
     formatsHint: document.getElementById("formats-hint"),
+    groups: document.getElementById("upload-groups"),
   };
   document.getElementById("uploads-clear").addEventListener("click", clearUploads);
   loadFormats();
