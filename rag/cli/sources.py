@@ -13,6 +13,18 @@ from rag.cli.common import (console, handle_errors, index_option, json_option, l
 from rag.cli.documents import ingest_progress, render_ingest_summary
 
 
+def read_sources(settings) -> list:
+    """The sources of the settings' index (an unknown index is the usual "no index" error)."""
+    from ingest.sources import load_sources
+    from rag.cli.documents import open_reader
+
+    reader = open_reader(settings)
+    try:
+        return load_sources(reader.sources())
+    finally:
+        reader.close()
+
+
 @click.group("sources")
 def sources_group() -> None:
     """Folders an index follows: `rag sync` brings the index to their current state."""
@@ -49,15 +61,8 @@ def add_cmd(ctx: click.Context, folder: Path, index: str | None, pattern: str | 
 @handle_errors
 def list_cmd(ctx: click.Context, index: str | None, as_json: bool) -> None:
     """The folders an index follows and how their last sync went."""
-    from ingest.sources import load_sources
-    from rag.cli.documents import open_reader
-
     settings = settings_from(ctx, index=index)
-    reader = open_reader(settings)
-    try:
-        sources = load_sources(reader.sources())
-    finally:
-        reader.close()
+    sources = read_sources(settings)
     if as_json:
         print_json([s.summary() for s in sources])
         return
@@ -105,17 +110,12 @@ def sync_cmd(ctx: click.Context, source: str | None, index: str | None, as_json:
     ingested, deleted ones removed, renamed ones moved without embedding again. Exit 2 if a folder could not
     be read (nothing is removed then) or a file failed."""
     from ingest.formats.options import LoadOptions
-    from ingest.sources import find_source, load_sources, sync_source
-    from rag.cli.documents import open_reader
+    from ingest.sources import find_source, sync_source
     from rag.core.errors import SourceUnavailableError
     from rag.runtime import load_embedder, open_index
 
     settings = settings_from(ctx, index=index)
-    reader = open_reader(settings)
-    try:
-        sources = load_sources(reader.sources())
-    finally:
-        reader.close()
+    sources = read_sources(settings)
     if source is not None:
         sources = [find_source(sources, source)]
     if not sources:
