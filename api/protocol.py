@@ -267,6 +267,41 @@ class IndexList(msgspec.Struct):
     indexes: list[IndexSummary]
 
 
+class LastSyncInfo(msgspec.Struct):
+    """How a source's last sync went (``status``: ok, failed = some files failed, error = nothing changed)."""
+
+    started_at: str
+    seconds: float
+    status: str
+    added: int
+    updated: int
+    unchanged: int
+    renamed: int
+    removed: int
+    failed: int
+    chunks_embedded: int
+    error: str | None = None
+    failures: list[dict[str, str]] = msgspec.field(default_factory=list)
+
+
+class SourceStatus(msgspec.Struct):
+    """A folder the index follows (`rag sources add`), and its last sync."""
+
+    id: str
+    index: str
+    path: str
+    glob: str | None
+    groups: str | None
+    added_at: str
+    files: int
+    last: LastSyncInfo | None
+
+
+class SourceList(msgspec.Struct):
+    index: str
+    sources: list[SourceStatus]
+
+
 # --------------------------------------------------------------------------- Server-Sent Events
 # One JSON object per ``data:`` line (api/sse.py); the OpenAPI schema describes each event with these.
 class TokenEvent(msgspec.Struct):

@@ -127,3 +127,33 @@ def test_sources_are_checked_when_added(settings: Settings, tmp_path: Path):
     assert inner.returncode == 2 and "overlaps" in inner.stderr
     unknown = rag(settings, home, {}, "sync", "nope")
     assert unknown.returncode == 2 and "no source 'nope'" in unknown.stderr
+
+
+def test_the_server_lists_sources_and_syncs_one_now(settings: Settings, tmp_path: Path):
+    import httpx
+
+    from tests.helpers import server_process
+
+    home, folder = tmp_path / "home", tmp_path / "share"
+    write(folder, "keep.md", TEXTS["keep.md"])
+    added = rag(settings, home, {}, "sources", "add", str(folder))
+    assert added.returncode == 0, added.stderr
+    with server_process(settings, home, tmp_path / "server.log", RAG_TELEMETRY="off") as base:
+        listed = httpx.get(f"{base}/v1/sources").json()
+        assert [(s["path"], s["files"], s["last"]) for s in listed["sources"]] == [(str(folder), 0, None)]
+        source_id = listed["sources"][0]["id"]
+        write(folder, "a.md", TEXTS["a.md"])
+        synced = httpx.post(f"{base}/v1/sources/{source_id}/sync", timeout=120)
+        assert synced.status_code == 200, synced.text
+        last = synced.json()["last"]
+        assert (last["status"], last["added"], last["unchanged"]) == ("ok", 2, 0)
+        assert synced.json()["files"] == 2
+        titles = {d["title"] for d in httpx.get(f"{base}/v1/documents").json()["documents"]}
+        assert titles == {"Kestrel", "Alder"}
+        missing = httpx.post(f"{base}/v1/sources/{'0' * 12}/sync")
+        assert missing.status_code == 404 and missing.json()["error"]["type"] == "source_not_found"
+        folder.rename(tmp_path / "unmounted")
+        gone = httpx.post(f"{base}/v1/sources/{source_id}/sync")
+        assert gone.status_code == 400 and gone.json()["error"]["type"] == "source_unavailable"
+        assert len(httpx.get(f"{base}/v1/documents").json()["documents"]) == 2  # nothing removed
+        assert httpx.get(f"{base}/v1/sources").json()["sources"][0]["last"]["status"] == "error"
