@@ -14,11 +14,14 @@ from rag.cli.documents import ingest_progress, render_ingest_summary
 
 
 def read_sources(settings) -> list:
-    """The sources of the settings' index (an unknown index is the usual "no index" error)."""
+    """The sources of the settings' index (an index not created yet follows none)."""
     from ingest.sources import load_sources
-    from rag.cli.documents import open_reader
+    from rag.runtime import open_index
 
-    reader = open_reader(settings)
+    target = open_index(settings)
+    if not target.exists():
+        return []
+    reader = target.reader()
     try:
         return load_sources(reader.sources())
     finally:
