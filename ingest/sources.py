@@ -78,6 +78,17 @@ def load_sources(rows: Sequence[str]) -> list[Source]:
     return [msgspec.json.decode(row, type=Source) for row in rows]
 
 
+def index_sources(index: StoredIndex) -> list[Source]:
+    """An index's sources, from its committed state; an index not created yet follows none."""
+    if not index.exists():
+        return []
+    reader = index.reader()
+    try:
+        return load_sources(reader.sources())
+    finally:
+        reader.close()
+
+
 def save_source(writer: IndexWriter, source: Source) -> None:
     writer.put_source(source.id, msgspec.json.encode(source).decode("utf-8"))
 
@@ -316,4 +327,4 @@ def _record_error(index: StoredIndex, embedder: Embedder, source: Source, starte
 
 
 __all__ = ["Source", "SourceNotFoundError", "SourceUnavailableError", "SyncSummary", "add_source", "find_source",
-           "load_sources", "remove_source", "sync_source"]
+           "index_sources", "load_sources", "remove_source", "sync_source"]

@@ -14,7 +14,7 @@ from api.protocol import SourceList, SourceStatus
 from api.routes.documents import IndexQuery
 from api.state import AppState
 from ingest.formats.options import LoadOptions
-from ingest.sources import Source, find_source, load_sources, sync_source
+from ingest.sources import Source, find_source, index_sources, sync_source
 from rag.core.errors import RagError
 
 
@@ -31,7 +31,7 @@ class SourcesController(Controller):
     async def list_sources(self, state: State, context: Context, index: IndexQuery = None) -> SourceList:
         app: AppState = state.app
         target = app.index(app.authorize(context, index, "editor", "/v1/sources"))
-        sources = await anyio.to_thread.run_sync(_read, target)
+        sources = await anyio.to_thread.run_sync(index_sources, target)
         return SourceList(index=target.name, sources=[status(s) for s in sources])
 
     @post("/{source_id:str}/sync", status_code=200, responses=errors(400, 404, 409),
@@ -44,7 +44,7 @@ class SourcesController(Controller):
         models = app.require_ready()
         settings = app.settings
         try:
-            source = find_source(await anyio.to_thread.run_sync(_read, target), source_id)
+            source = find_source(await anyio.to_thread.run_sync(index_sources, target), source_id)
             summary = await anyio.to_thread.run_sync(
                 lambda: sync_source(target, source, models.embedder, settings.chunk_tokens, settings.chunk_overlap,
                                     load_options=LoadOptions.from_settings(settings)))
@@ -59,13 +59,3 @@ class SourcesController(Controller):
                    renamed=len(summary.renamed))
         return status(summary.source)
 
-
-def _read(target) -> list[Source]:
-    """The index's sources; an index that does not exist yet follows none."""
-    if not target.exists():
-        return []
-    reader = target.reader()
-    try:
-        return load_sources(reader.sources())
-    finally:
-        reader.close()

@@ -15,17 +15,10 @@ from rag.cli.documents import ingest_progress, render_ingest_summary
 
 def read_sources(settings) -> list:
     """The sources of the settings' index (an index not created yet follows none)."""
-    from ingest.sources import load_sources
+    from ingest.sources import index_sources
     from rag.runtime import open_index
 
-    target = open_index(settings)
-    if not target.exists():
-        return []
-    reader = target.reader()
-    try:
-        return load_sources(reader.sources())
-    finally:
-        reader.close()
+    return index_sources(open_index(settings))
 
 
 @click.group("sources")
