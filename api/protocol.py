@@ -293,6 +293,7 @@ class SourceStatus(msgspec.Struct):
     glob: str | None
     groups: str | None
     added_at: str
+    every_s: int | None  # `rag serve` syncs it this often; null: only on request
     files: int
     last: LastSyncInfo | None
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 from litestar.types import Receive
@@ -14,7 +15,9 @@ from litestar.types import Receive
 from api.observability import ServiceMetrics
 from api.requests import cancel_on_disconnect
 from api.auth import Authenticator, authorize
+from ingest.formats.options import LoadOptions
 from ingest.records import DocumentRecord
+from ingest.sources import due_sources, index_sources, sync_source
 from ingest.store import Store, StoredIndex
 from ingest.store.keys import KeyStore
 from ingest.uploads import Uploads
@@ -30,6 +33,7 @@ from rag.generation.scheduler import GenerationScheduler
 from rag.runtime import Models, answer_service, generation_backend, open_audit, open_keys, open_store, open_uploads
 
 log = logging.getLogger("rag.api")
+SOURCE_POLL_S = 2.0  # how often the server looks for a source whose scheduled sync is due (a few SQLite reads)
 
 
 @dataclass
@@ -46,6 +50,7 @@ class AppState:
     keys: KeyStore | None = None
     auth: Authenticator | None = None
     audit: AuditTrail | None = None
+    stopping: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.store = open_store(self.settings)
@@ -63,13 +68,44 @@ class AppState:
             self.models.warm_up()
             self.answers = answer_service(self.settings, self.models, generator=generator, store=self.store)
             self.status = "ready"
+            threading.Thread(target=self.sync_on_schedule, name="source-sync", daemon=True).start()
         except ModelError as exc:
             self.status, self.error = "failed", exc.message
         except Exception as exc:  # noqa: BLE001 - it runs in a background thread: report it on /healthz
             log.exception("loading the models failed")
             self.status, self.error = "failed", f"loading the models failed: {exc}"
 
+    def sync_on_schedule(self) -> None:
+        """Sync each source with an interval (`rag sources add --every`) when it is due, one at a time. A sync
+        another process is running holds the index's writer: this one waits for the next round."""
+        while not self.stopping.wait(SOURCE_POLL_S):
+            try:
+                for name in self.store.names():
+                    target = self.index(name)
+                    for source in due_sources(index_sources(target), time.time()):
+                        if self.stopping.is_set():
+                            return
+                        self._scheduled_sync(target, source)
+            except Exception:  # noqa: BLE001 - a background loop: log, and try again next round
+                log.exception("scheduled source sync failed")
+
+    def _scheduled_sync(self, target: StoredIndex, source) -> None:
+        assert self.models is not None
+        try:
+            summary = sync_source(target, source, self.models.embedder, self.settings.chunk_tokens,
+                                  self.settings.chunk_overlap, load_options=LoadOptions.from_settings(self.settings))
+        except RagError as exc:
+            log.warning("scheduled sync of %s: %s", source.path, exc.message,
+                        extra={"fields": {"source": source.id, "index": target.name, "error": exc.error_type}})
+            return
+        last = summary.source.last
+        log.info("scheduled sync of %s", source.path, extra={"fields": {
+            "source": source.id, "index": target.name, "status": last.status if last else "ok",
+            "added": summary.ingest.count("added"), "updated": summary.ingest.count("updated"),
+            "renamed": len(summary.renamed), "removed": len(summary.removed), "seconds": round(summary.seconds, 3)}})
+
     def close(self) -> None:
+        self.stopping.set()
         if self.scheduler is not None:
             self.scheduler.close()
         if self.answers is not None:

@@ -60,14 +60,49 @@ class Source(msgspec.Struct):
     glob: str | None = None
     groups: str | None = None  # access groups every synced document gets; None: as ingest (kept, or public)
     added_at: str = ""
+    every_s: int | None = None  # the server syncs it this often (None: only `rag sync` / sync now)
     last: LastSync | None = None
     files: dict[str, FileState] = msgspec.field(default_factory=dict)  # what the last sync saw
 
     def summary(self) -> dict[str, Any]:
         """The source without its per-file state (lists, the API)."""
         return {"id": self.id, "index": self.index, "path": self.path, "glob": self.glob, "groups": self.groups,
-                "added_at": self.added_at, "files": len(self.files),
+                "added_at": self.added_at, "every_s": self.every_s, "files": len(self.files),
                 "last": msgspec.to_builtins(self.last) if self.last else None}
+
+
+INTERVAL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_interval(text: str) -> int:
+    """Seconds in "90s", "15m", "2h", "1d" (a bare number is seconds)."""
+    value = text.strip().lower()
+    unit = INTERVAL_UNITS.get(value[-1:], None)
+    number = value[:-1] if unit else value
+    try:
+        seconds = int(float(number) * (unit or 1))
+    except ValueError:
+        raise BadRequestError(f"cannot read {text!r} as an interval: use e.g. 90s, 15m, 2h or 1d") from None
+    if seconds < 1:
+        raise BadRequestError(f"the interval {text!r} must be at least one second")
+    return seconds
+
+
+def next_sync(source: Source) -> float | None:
+    """When the server syncs ``source`` next (Unix time; None: not on a schedule). Each source's interval is
+    stretched by up to 10% (fixed per source), so sources added together do not all run at once."""
+    if source.every_s is None:
+        return None
+    if source.last is None:
+        return 0.0
+    started = datetime.fromisoformat(source.last.started_at).timestamp()
+    return started + source.every_s * (1 + int(source.id[:4], 16) / 0xFFFF / 10)
+
+
+def due_sources(sources: Sequence[Source], now: float) -> list[Source]:
+    """The scheduled sources whose next sync has come, longest overdue first."""
+    due = [(when, s) for s in sources if (when := next_sync(s)) is not None and when <= now]
+    return [s for _, s in sorted(due, key=lambda pair: pair[0])]
 
 
 def source_id(index: str, folder: str) -> str:
@@ -121,7 +156,8 @@ def check_folder(folder: Path) -> None:
 
 
 def add_source(index: StoredIndex, embedder: Embedder, folder: Path, glob: str | None = None,
-               groups: Sequence[str] | None = None, lock_timeout_s: float = 5.0) -> Source:
+               groups: Sequence[str] | None = None, lock_timeout_s: float = 5.0,
+               every_s: int | None = None) -> Source:
     """Register ``folder`` as a source of ``index`` (created if new); adding it again updates glob/groups."""
     check_folder(folder)
     path = normalise_path(folder)
@@ -135,9 +171,9 @@ def add_source(index: StoredIndex, embedder: Embedder, folder: Path, glob: str |
                                   "folder inside another would have two syncs removing each other's files")
         existing = next((s for s in sources if s.path == path), None)
         source = Source(id=source_id(index.name, path), index=index.name, path=path, glob=glob, groups=stored_groups,
-                        added_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                        added_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), every_s=every_s)
         if existing is not None:
-            source = msgspec.structs.replace(existing, glob=glob, groups=stored_groups)
+            source = msgspec.structs.replace(existing, glob=glob, groups=stored_groups, every_s=every_s)
         save_source(writer, source)
         writer.commit()
     return source

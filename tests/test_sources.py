@@ -157,3 +157,36 @@ def test_the_server_lists_sources_and_syncs_one_now(settings: Settings, tmp_path
         assert gone.status_code == 400 and gone.json()["error"]["type"] == "source_unavailable"
         assert len(httpx.get(f"{base}/v1/documents").json()["documents"]) == 2  # nothing removed
         assert httpx.get(f"{base}/v1/sources").json()["sources"][0]["last"]["status"] == "error"
+
+
+def test_the_server_syncs_a_source_on_its_schedule(settings: Settings, tmp_path: Path):
+    import time
+
+    import httpx
+
+    from tests.helpers import server_process
+
+    home, folder = tmp_path / "home", tmp_path / "share"
+    write(folder, "keep.md", TEXTS["keep.md"])
+    bad = rag(settings, home, {}, "sources", "add", str(folder), "--every", "soon")
+    assert bad.returncode == 2 and "cannot read 'soon' as an interval" in bad.stderr
+    added = rag(settings, home, {}, "sources", "add", str(folder), "--every", "1s")
+    assert added.returncode == 0, added.stderr
+    with server_process(settings, home, tmp_path / "server.log", RAG_TELEMETRY="off") as base:
+        def titles() -> set[str]:
+            response = httpx.get(f"{base}/v1/documents")
+            return {d["title"] for d in response.json()["documents"]} if response.status_code == 200 else set()
+
+        deadline = time.monotonic() + 30
+        while titles() != {"Kestrel"} and time.monotonic() < deadline:
+            time.sleep(0.25)
+        assert titles() == {"Kestrel"}  # the first scheduled sync, with nobody asking
+        write(folder, "a.md", TEXTS["a.md"])
+        (folder / "keep.md").unlink()
+        deadline = time.monotonic() + 30
+        while titles() != {"Alder"} and time.monotonic() < deadline:
+            time.sleep(0.25)
+        assert titles() == {"Alder"}
+        listed = httpx.get(f"{base}/v1/sources").json()["sources"][0]
+        assert listed["every_s"] == 1 and listed["last"]["status"] == "ok"
+    assert '"message": "scheduled sync of' in (tmp_path / "server.log").read_text(encoding="utf-8")

@@ -32,18 +32,20 @@ def sources_group() -> None:
 @click.option("--glob", "pattern", help="Only files matching this pattern, e.g. '*.pdf'.")
 @click.option("--groups", help="Comma-separated access groups for every document of this folder "
                                "(default: existing documents keep theirs, new ones are public).")
+@click.option("--every", help="`rag serve` syncs it this often, e.g. 15m, 2h, 1d (default: only `rag sync`).")
 @json_option()
 @click.pass_context
 @handle_errors
 def add_cmd(ctx: click.Context, folder: Path, index: str | None, pattern: str | None, groups: str | None,
-            as_json: bool) -> None:
-    """Follow FOLDER (recursively) in an index; nothing is read until `rag sync`."""
-    from ingest.sources import add_source
+            every: str | None, as_json: bool) -> None:
+    """Follow FOLDER (recursively) in an index; nothing is read until `rag sync` (or the server's schedule)."""
+    from ingest.sources import add_source, parse_interval
     from rag.runtime import load_embedder, open_index
 
     settings = settings_from(ctx, index=index)
+    every_s = parse_interval(every) if every is not None else None
     source = add_source(open_index(settings), load_embedder(settings), folder, pattern,
-                        None if groups is None else [g for g in groups.split(",") if g.strip()])
+                        None if groups is None else [g for g in groups.split(",") if g.strip()], every_s=every_s)
     if as_json:
         print_json(source.summary())
         return
@@ -65,7 +67,7 @@ def list_cmd(ctx: click.Context, index: str | None, as_json: bool) -> None:
     if not sources:
         out.print(f"index {settings.index!r} follows no folders; add one with `rag sources add FOLDER`")
         return
-    table = Table("id", "folder", "files", "last sync", "result")
+    table = Table("id", "folder", "every", "files", "last sync", "result")
     for source in sources:
         last = source.last
         if last is None:
@@ -77,7 +79,8 @@ def list_cmd(ctx: click.Context, index: str | None, as_json: bool) -> None:
             result = (f"{last.added} added, {last.updated} updated, {last.renamed} renamed, {last.removed} removed, "
                       f"{last.unchanged} unchanged, {last.failed} failed")
         table.add_row(source.id, literal(source.path + (f" ({source.glob})" if source.glob else "")),
-                      str(len(source.files)), literal(when), literal(result))
+                      f"{source.every_s} s" if source.every_s else "–", str(len(source.files)), literal(when),
+                      literal(result))
     out.print(table)
 
 
