@@ -28,6 +28,7 @@ from api.routes.chat import ChatController
 from api.routes.documents import DocumentsController
 from api.routes.health import HealthController
 from api.routes.indexes import IndexesController
+from api.routes.jobs import JobsController
 from api.routes.openai import OpenAIController
 from api.routes.sources import SourcesController
 from api.state import AppState
@@ -188,7 +189,7 @@ def create_app(settings: Settings | None = None, telemetry: bool = False) -> Lit
                        request_max_body_size=settings.max_upload_mb * 1024 * 1024 * 4)
     app = Litestar(
         route_handlers=[HealthController, AccessController, AnswersController, ChatController, OpenAIController,
-                        IndexesController, SourcesController,
+                        IndexesController, SourcesController, JobsController,
                         documents, *web_handlers()],
         lifespan=[lifespan],
         state=State({"app": app_state}),

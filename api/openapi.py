@@ -14,7 +14,7 @@ from litestar.openapi.plugins import JsonRenderPlugin, RedocRenderPlugin, Swagge
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Reference, RequestBody, Schema
 
 from api import protocol
-from api.protocol import (AskRequest, ChatCompletionRequest, ChatRequest, ErrorResponse, HealthResponse,
+from api.protocol import (AskRequest, ChatCompletionRequest, ChatRequest, ErrorResponse, HealthResponse, JobStatus,
                           KeyCreateRequest, RetrieveRequest, UploadResponse)
 from api.web import STATIC_PATH
 
@@ -29,9 +29,11 @@ ERRORS = {
     403: "The key's role does not allow this on the index (`forbidden`; the same whether the index exists or "
          "not), a Host the server does not answer to (`forbidden_host`), or a cross-origin request that would "
          "change something (`cross_origin`)",
-    404: "No such index (`index_not_found`) or document (`document_not_found`)",
+    404: "No such index (`index_not_found`), document (`document_not_found`), source (`source_not_found`) or "
+         "job (`job_not_found`)",
     409: "The index is being written by another process (`index_locked`) or was built with another "
-         "embedder (`embedder_mismatch`); a key of that name is active (`conflict`)",
+         "embedder (`embedder_mismatch`); a key of that name is active (`conflict`); a job that cannot do that "
+         "in its state (`job_state`)",
     413: "The request body is larger than the server accepts (`payload_too_large`)",
     500: "A bug in the server (`internal_error`); the server log has the traceback",
     503: "The models are still loading or failed to load (`model_unavailable`), or the generation queue is "
@@ -66,6 +68,9 @@ UPLOAD_RESPONSES = {
     413: ResponseSpec(ErrorResponse, generate_examples=False,
                       description="The body is over the upload limit, or every file is over RAG_MAX_UPLOAD_MB "
                                   "(then the body also has `index` and `files`, as in 200)"),
+    202: ResponseSpec(JobStatus, generate_examples=False,
+                      description="The upload goes on as a job (it took longer than job_wait_s, or `async=true`): "
+                                  "follow it at Location (GET /v1/jobs/{id}, or its /events stream)"),
     422: ResponseSpec(UploadResponse, generate_examples=False,
                       description="No file was accepted (unsupported type, unreadable, encrypted, no text): "
                                   "`files` says why for each, `error` for the first"),

@@ -16,21 +16,25 @@ from api.observability import ServiceMetrics
 from api.requests import cancel_on_disconnect
 from api.auth import Authenticator, authorize
 from ingest.formats.options import LoadOptions
+from ingest.jobs import INTERRUPTED, Job, JobRunner, JobStore, Outcome, Running, Tracker, Work
 from ingest.records import DocumentRecord
-from ingest.sources import due_sources, index_sources, sync_source
+from ingest.sources import due_sources, index_sources
 from ingest.store import Store, StoredIndex
 from ingest.store.keys import KeyStore
-from ingest.uploads import Uploads
+from ingest.uploads import IncomingFile, Uploads
+from ingest.work import IngestParameters, sync_work, upload_work
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, AnswerService, final_result
 from rag.core.access import RequestContext
 from rag.core.audit import AuditTrail, question_fields
-from rag.core.errors import DocumentNotFoundError, ForbiddenError, ModelError, RagError
+from rag.core.errors import (DocumentNotFoundError, ForbiddenError, JobNotFoundError, JobStateError, ModelError,
+                             RagError)
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
 from rag.generation.base import GenerationStats
 from rag.generation.scheduler import GenerationScheduler
-from rag.runtime import Models, answer_service, generation_backend, open_audit, open_keys, open_store, open_uploads
+from rag.runtime import (Models, answer_service, generation_backend, open_audit, open_jobs, open_keys, open_store,
+                         open_uploads)
 
 log = logging.getLogger("rag.api")
 SOURCE_POLL_S = 2.0  # how often the server looks for a source whose scheduled sync is due (a few SQLite reads)
@@ -50,12 +54,23 @@ class AppState:
     keys: KeyStore | None = None
     auth: Authenticator | None = None
     audit: AuditTrail | None = None
+    jobs: JobStore | None = None
+    runner: JobRunner | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.store = open_store(self.settings)
         self.uploads = open_uploads(self.settings)
         self.uploads.remove_stale_staged()
+        self.jobs = open_jobs(self.settings)
+        self.jobs.prune()
+        interrupted = [j for j in self.jobs.list(limit=1000) if j.state == INTERRUPTED and j.finished_at
+                       and time.time() - j.finished_at < 24 * 3600]
+        if interrupted:
+            log.warning("%d job(s) were interrupted by a stop of the server: %s; see them with GET /v1/jobs and "
+                        "run them again with POST /v1/jobs/{id}/retry (or the documents page)", len(interrupted),
+                        ", ".join(f"{j.kind} {j.id} on {j.index}" for j in interrupted))
+        self.runner = JobRunner(self.jobs)
         self.keys = open_keys(self.settings)
         self.auth = Authenticator.from_settings(self.settings, self.keys)
         self.audit = open_audit(self.settings)
@@ -90,13 +105,16 @@ class AppState:
                 log.exception("scheduled source sync failed")
 
     def _scheduled_sync(self, target: StoredIndex, source) -> None:
-        assert self.models is not None
-        try:
-            summary = sync_source(target, source, self.models.embedder, self.settings.chunk_tokens,
-                                  self.settings.chunk_overlap, load_options=LoadOptions.from_settings(self.settings))
-        except RagError as exc:
-            log.warning("scheduled sync of %s: %s", source.path, exc.message,
-                        extra={"fields": {"source": source.id, "index": target.name, "error": exc.error_type}})
+        running = self.start_sync(target, source.id, RequestContext(), principal="schedule")
+        while not running.done.wait(1.0):
+            if self.stopping.is_set():
+                return
+        summary, exc = running.result, running.error
+        if exc is not None or summary is None:
+            message, error = (exc.message, exc.error_type) if exc else (running.job.error, running.job.error_type)
+            log.warning("scheduled sync of %s: %s", source.path, message,
+                        extra={"fields": {"source": source.id, "index": target.name, "error": error,
+                                          "job": running.job.id}})
             return
         last = summary.source.last
         log.info("scheduled sync of %s", source.path, extra={"fields": {
@@ -104,8 +122,84 @@ class AppState:
             "added": summary.ingest.count("added"), "updated": summary.ingest.count("updated"),
             "renamed": len(summary.renamed), "removed": len(summary.removed), "seconds": round(summary.seconds, 3)}})
 
+    # ------------------------------------------------------------------ jobs: uploads and syncs
+    def ingest_parameters(self) -> IngestParameters:
+        models = self.require_ready()
+        settings = self.settings
+        return IngestParameters(models.embedder, settings.chunk_tokens, settings.chunk_overlap,
+                                settings.max_upload_mb * 1024 * 1024, LoadOptions.from_settings(settings))
+
+    def start_upload(self, target: StoredIndex, context: RequestContext, files: list[IncomingFile],
+                     groups: list[str] | None) -> Running:
+        """Queue an upload as a job (its names checked first: a bad upload is refused before any work)."""
+        assert self.jobs is not None and self.runner is not None and self.uploads is not None
+        parameters = self.ingest_parameters()
+        self.uploads.check(target.name, files)
+        job = self.jobs.create("upload", target.name, context.principal.name, [(f.name, f.content) for f in files],
+                               groups)
+        return self._start(job, upload_work(self.jobs, self.uploads, target, parameters, groups), context)
+
+    def start_sync(self, target: StoredIndex, source_id: str, context: RequestContext,
+                   principal: str | None = None) -> Running:
+        assert self.jobs is not None
+        parameters = self.ingest_parameters()
+        job = self.jobs.create("sync", target.name, principal or context.principal.name, source=source_id)
+        return self._start(job, sync_work(target, source_id, parameters), context)
+
+    def retry(self, job: Job, context: RequestContext) -> Running:
+        """Run an interrupted, failed or cancelled job again, as a new job (an upload takes over its files)."""
+        assert self.jobs is not None
+        if not self.jobs.can_retry(job):
+            raise JobStateError(f"job {job.id} is {job.state}" + (
+                "" if job.state not in ("failed", "cancelled", "interrupted") else
+                " and no longer has its uploaded files; upload them again"))
+        target = self.index(job.index)
+        parameters = self.ingest_parameters()
+        if job.kind == "sync":
+            new = self.jobs.create("sync", job.index, context.principal.name, source=job.source, retry_of=job.id)
+            return self._start(new, sync_work(target, job.source or "", parameters), context)
+        new = self.jobs.create("upload", job.index, context.principal.name, groups=job.groups, retry_of=job.id)
+        new.names = job.names
+        self.jobs.take_inputs(job, new)
+        self.jobs.save(new)
+        return self._start(new, upload_work(self.jobs, self.uploads, target, parameters, job.groups), context)
+
+    def visible_job(self, context: RequestContext, job_id: str, route: str) -> Job:
+        """A job the principal may follow (editors of its index); any other is "not found", like a missing one."""
+        assert self.jobs is not None
+        job = self.jobs.get(job_id)
+        try:
+            authorize(context, job.index, "editor", self.settings.index)
+        except ForbiddenError:
+            self.record(context, "refused", route=route, index=job.index, outcome="refused", role_needed="editor")
+            raise JobNotFoundError(f"no job {job_id!r}") from None
+        return job
+
+    def _start(self, job: Job, work: Work, context: RequestContext) -> Running:
+        """Start ``job`` with one audit record when it ends (what an upload or a sync did, or why not)."""
+        assert self.runner is not None
+        event, route = ("upload", "/v1/documents") if job.kind == "upload" else ("sync", "/v1/sources/{id}/sync")
+
+        def audited(tracker: Tracker, running: Running) -> Outcome:
+            fields: dict[str, Any] = {"route": route, "index": job.index, "job": job.id}
+            if job.source:
+                fields["source"] = job.source
+            try:
+                outcome = work(tracker, running)
+            except RagError as exc:
+                self.record(context, event, **fields, outcome="error", error=exc.error_type)
+                raise
+            self.record(context, event, **fields, outcome="refused" if outcome.error_type else "accepted",
+                        **outcome.summary, files=[{"path": f.path, "status": f.status, "document_id": f.document_id,
+                                                   "chunks": f.chunks} for f in outcome.files[:100]])
+            return outcome
+
+        return self.runner.start(job, audited)
+
     def close(self) -> None:
         self.stopping.set()
+        if self.runner is not None:
+            self.runner.close()
         if self.scheduler is not None:
             self.scheduler.close()
         if self.answers is not None:

@@ -21,7 +21,7 @@ from typing import Sequence
 
 from ingest.embedder import Embedder
 from ingest.formats.options import LoadOptions
-from ingest.pipeline import FileOutcome, delete_document, ingest_paths
+from ingest.pipeline import FileOutcome, Progress, delete_document, ingest_paths
 from ingest.records import DocumentRecord, normalise_path
 from ingest.store import StoredIndex
 from rag.core.errors import BadRequestError
@@ -139,22 +139,31 @@ class Uploads:
                         "them): %s", len(removed), ", ".join(str(p) for p in removed))
         return removed
 
-    def add(self, index: StoredIndex, files: Sequence[IncomingFile], embedder: Embedder, chunk_tokens: int,
-            chunk_overlap: int, max_file_bytes: int, load_options: LoadOptions | None = None,
-            groups: Sequence[str] | None = None) -> UploadReport:
-        """Store and ingest ``files``; per-file outcomes, in the order given. Raises BadRequestError for an
-        upload that cannot be taken at all (no files, unusable or repeated names)."""
+    def check(self, index: str, files: Sequence[IncomingFile]) -> list[str]:
+        """The names ``files`` will be stored under; raises BadRequestError for an upload that cannot be
+        taken at all (no files, unusable or repeated names) — before any work is queued for it."""
         if not files:
             raise BadRequestError("no files in the upload (send them in the multipart field 'data')")
-        folder = self.folder(index.name)
-        folder.mkdir(parents=True, exist_ok=True)
-        self.remove_stale_staged()
-        names = _spelled_as_stored(folder, [safe_filename(f.name) for f in files])
+        folder = self.folder(index)
+        stored = [safe_filename(f.name) for f in files]
+        names = _spelled_as_stored(folder, stored) if folder.is_dir() else stored
         folded = [n.casefold() for n in names]  # one file on Windows and macOS: "Report.pdf", "report.pdf"
         repeated = sorted({n for n, f in zip(names, folded) if folded.count(f) > 1})
         if repeated:
             raise BadRequestError(f"one upload holds several files named {', '.join(repeated)} (letter case "
                                   "aside); stored names must differ")
+        return names
+
+    def add(self, index: StoredIndex, files: Sequence[IncomingFile], embedder: Embedder, chunk_tokens: int,
+            chunk_overlap: int, max_file_bytes: int, load_options: LoadOptions | None = None,
+            groups: Sequence[str] | None = None, progress: Progress | None = None) -> UploadReport:
+        """Store and ingest ``files``; per-file outcomes, in the order given. Raises BadRequestError for an
+        upload that cannot be taken at all (no files, unusable or repeated names). ``progress``: as for
+        ``ingest_paths`` (it may raise to stop the upload: nothing of it is kept then)."""
+        folder = self.folder(index.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        names = self.check(index.name, files)
+        self.remove_stale_staged()
         report = UploadReport(index.name, renamed={stored: name_as_sent(f.name) for f, stored in zip(files, names)
                                                    if stored != name_as_sent(f.name)})
         accepted: list[_Staged] = []
@@ -175,7 +184,7 @@ class Uploads:
         if accepted:
             with self._lock(index.name):
                 report.outcomes += _ingest_staged(accepted, index, embedder, chunk_tokens, chunk_overlap,
-                                                  load_options, groups)
+                                                  load_options, groups, progress)
         given = {name: position for position, name in enumerate(names)}
         report.outcomes.sort(key=lambda o: given.get(o.path, len(given)))
         return report
@@ -203,7 +212,7 @@ def _spelled_as_stored(folder: Path, names: list[str]) -> list[str]:
 
 def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedder, chunk_tokens: int,
                    chunk_overlap: int, load_options: LoadOptions | None,
-                   groups: Sequence[str] | None = None) -> list[FileOutcome]:
+                   groups: Sequence[str] | None = None, progress: Progress | None = None) -> list[FileOutcome]:
     previous: dict[Path, Path] = {}
     moved: list[Path] = []
 
@@ -222,7 +231,7 @@ def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedde
             replace_file(upload.staged, upload.final)
             moved.append(upload.final)
         summary = ingest_paths(moved, index, embedder, chunk_tokens, chunk_overlap, load_options=load_options,
-                               groups=groups)
+                               groups=groups, progress=progress)
     except BaseException:
         for final in moved + list(previous.keys() - set(moved)):  # the rest: moved aside, upload not in place
             restore(final)

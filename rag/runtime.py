@@ -16,6 +16,7 @@ from ingest.embedder import Embedder
 from ingest.store import Store, StoredIndex
 from ingest.store.embedded import EmbeddedStore
 from ingest.store.keys import KeyStore, PostgresKeyStore, SqliteKeyStore
+from ingest.jobs import JobStore
 from ingest.uploads import Uploads
 from rag.answering.prompt import build_messages
 from rag.answering.service import AnswerService
@@ -88,6 +89,10 @@ def open_index(settings: Settings, name: str | None = None) -> StoredIndex:
 
 def open_uploads(settings: Settings) -> Uploads:
     return Uploads(settings.uploads_path)
+
+
+def open_jobs(settings: Settings) -> JobStore:
+    return JobStore(settings.jobs_path)
 
 
 def load_embedder(settings: Settings) -> Embedder:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import INLINE_JOB_WAIT_S
 from rag.core.settings import PROJECT_ROOT, Settings, load_settings
 
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
@@ -29,8 +30,11 @@ def settings(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Sett
     """Settings with the project's models but a scratch home for indexes."""
     home = tmp_path_factory.mktemp("home")
     defaults = load_settings(environ={})
+    # Uploads answer inline however loaded the test machine is (tests/test_jobs.py covers the 202 path with
+    # the default job_wait_s).
     return load_settings(environ={}, overrides={
-        "home": home, "generator_dir": defaults.generator_path, "embedder_dir": defaults.embedder_path})
+        "home": home, "generator_dir": defaults.generator_path, "embedder_dir": defaults.embedder_path,
+        "job_wait_s": INLINE_JOB_WAIT_S})
 
 
 @pytest.fixture(scope="session")

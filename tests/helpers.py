@@ -36,11 +36,17 @@ def looping_prompt(generator: LocalGenerator) -> np.ndarray:
     return generator.encode(generator.chat_prompt(build_messages(LOOPING_QUESTION, LOOPING_PASSAGES)))
 
 
+# Uploads and "sync now" answer inline in tests however loaded the machine is; tests/test_jobs.py runs
+# with the product's default (202 and a job after job_wait_s).
+INLINE_JOB_WAIT_S = 30
+
+
 def cli_env(settings: Settings, **extra: str) -> dict[str, str]:
     """The environment of a child `rag` process: no inherited RAG_*, the test run's model dirs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")}
     env.update(RAG_GENERATOR_DIR=str(settings.generator_path), RAG_EMBEDDER_DIR=str(settings.embedder_path),
-               PYTHONUNBUFFERED="1", **extra)
+               PYTHONUNBUFFERED="1", RAG_JOB_WAIT_S=str(INLINE_JOB_WAIT_S))
+    env.update(extra)
     return env
 
 
@@ -62,6 +68,14 @@ def server_process(settings: Settings, home: Path, log_path: Path, wait_ready: b
                    **env: str) -> Iterator[str]:
     """Like ``running_server``, with extra ``RAG_*`` environment for the server; with ``wait_ready=False`` it
     yields as soon as the port answers (while /healthz may still be 503 "loading")."""
+    with server_and_process(settings, home, log_path, wait_ready, timeout_s, **env) as (base, _):
+        yield base
+
+
+@contextmanager
+def server_and_process(settings: Settings, home: Path, log_path: Path, wait_ready: bool = True,
+                       timeout_s: float = 90, **env: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``server_process`` that also yields the server's process (to kill it)."""
     port = free_port()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "rag.cli", "--home", str(home), "serve", "--port", str(port)],
@@ -81,7 +95,7 @@ def server_process(settings: Settings, home: Path, log_path: Path, wait_ready: b
             if time.monotonic() > deadline:
                 pytest.fail(f"server not up after {timeout_s:.0f} s:\n{log_path.read_text(errors='replace')}")
             time.sleep(0.05 if not wait_ready else 0.25)
-        yield base
+        yield base, proc
     finally:
         proc.terminate()
         try:

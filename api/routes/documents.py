@@ -13,8 +13,8 @@ from api.auth import Context
 from api.openapi import UPLOAD_RESPONSES, errors, operation
 from api.protocol import DeleteResponse, DocumentList, ErrorBody, FileFormat, FileResult, FormatList, UploadResponse
 from api.requests import uploaded_files
+from api.jobs import accepted, finished
 from api.state import AppState
-from ingest.formats.options import LoadOptions
 from ingest.formats.registry import FORMATS
 from ingest.uploads import IncomingFile
 from rag.core.errors import RagError
@@ -24,6 +24,9 @@ from rag.core.names import INDEX_NAME_PATTERN
 # allowed names the index lookup refuses).
 IndexQuery = Annotated[str | None, QueryParameter(name="index", pattern=INDEX_NAME_PATTERN,
                                                   description="the index (default: the server's RAG_INDEX)")]
+AsyncQuery = Annotated[bool, QueryParameter(
+    name="async", description="answer 202 with a job at once, however small the work (default: wait up to "
+                              "job_wait_s for it to finish)")]
 GroupsQuery = Annotated[str | None, QueryParameter(
     name="groups", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}(,[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}){0,31}$",
     description="comma-separated access groups for the uploaded documents: only readers in one of them (or "
@@ -36,27 +39,26 @@ class DocumentsController(Controller):
 
     # The body is read by the handler (api.requests.uploaded_files: a part that is no file gets a message
     # of its own) and documented by ``operation``.
-    @post("", status_code=200, summary="Upload and ingest one or more files (multipart field `data`)",
-          responses=UPLOAD_RESPONSES, operation_class=operation(upload=True))
-    async def upload(self, state: State, request: Request, context: Context,
-                     index: IndexQuery = None, groups: GroupsQuery = None) -> Response[UploadResponse]:
+    @post("", status_code=200, summary="Upload and ingest one or more files (multipart field `data`): the "
+          "results when done within job_wait_s, else 202 and a job to follow", responses=UPLOAD_RESPONSES,
+          operation_class=operation(upload=True))
+    async def upload(self, state: State, request: Request, context: Context, index: IndexQuery = None,
+                     groups: GroupsQuery = None, run_async: AsyncQuery = False) -> Response[UploadResponse]:
         app: AppState = state.app
         target = app.index(app.authorize(context, index, "editor", "/v1/documents"))
-        models = app.require_ready()
+        app.require_ready()
         files = [IncomingFile(upload.filename, await upload.read()) for upload in await uploaded_files(request)]
-        settings = app.settings
-        report = await anyio.to_thread.run_sync(
-            lambda: app.uploads.add(target, files, models.embedder, settings.chunk_tokens, settings.chunk_overlap,
-                                    settings.max_upload_mb * 1024 * 1024, LoadOptions.from_settings(settings),
-                                    groups.split(",") if groups is not None else None))
+        running = await anyio.to_thread.run_sync(
+            lambda: app.start_upload(target, context, files, groups.split(",") if groups is not None else None))
+        if run_async or not await finished(running, app.settings.job_wait_s):
+            return accepted(running.job, app)
+        if running.error is not None:
+            raise running.error
+        report = running.result
         body = UploadResponse(index=report.index, files=[
             FileResult(file=o.path, status=o.status, document_id=o.document_id, chunks=o.chunks, reason=o.reason,
                        reason_type=o.reason_type, renamed_from=report.renamed.get(o.path), warning=o.warning)
             for o in report.outcomes])
-        app.record(context, "upload", route="/v1/documents", index=target.name,
-                   outcome="accepted" if report.accepted else "refused",
-                   files=[{"path": o.path, "status": o.status, "document_id": o.document_id, "chunks": o.chunks}
-                          for o in report.outcomes])
         if report.accepted:
             return Response(body, status_code=200)
         first = report.outcomes[0]

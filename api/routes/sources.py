@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import anyio.to_thread
 import msgspec
-from litestar import Controller, get, post
+from litestar import Controller, Response, get, post
 from litestar.datastructures import State
+from litestar.openapi import ResponseSpec
 from litestar.params import FromPath
 
 from api.auth import Context
+from api.jobs import accepted, finished
 from api.openapi import errors
-from api.protocol import SourceList, SourceStatus
-from api.routes.documents import IndexQuery
+from api.protocol import JobStatus, SourceList, SourceStatus
+from api.routes.documents import AsyncQuery, IndexQuery
 from api.state import AppState
-from ingest.formats.options import LoadOptions
-from ingest.sources import Source, find_source, index_sources, sync_source
-from rag.core.errors import RagError
+from ingest.sources import Source, find_source, index_sources
 
 
 def status(source: Source) -> SourceStatus:
@@ -34,28 +34,21 @@ class SourcesController(Controller):
         sources = await anyio.to_thread.run_sync(index_sources, target)
         return SourceList(index=target.name, sources=[status(s) for s in sources])
 
-    @post("/{source_id:str}/sync", status_code=200, responses=errors(400, 404, 409),
+    @post("/{source_id:str}/sync", status_code=200,
+          responses={**errors(400, 404, 409, 503), 202: ResponseSpec(
+              JobStatus, generate_examples=False, description="The sync goes on as a job (it took longer than "
+                                                              "job_wait_s, or `async=true`): follow it at Location")},
           summary="Sync a source now: new and changed files in, deleted ones out (400 when its folder cannot be "
                   "read: nothing is removed then)")
-    async def sync_now(self, state: State, context: Context, source_id: FromPath[str],
-                       index: IndexQuery = None) -> SourceStatus:
+    async def sync_now(self, state: State, context: Context, source_id: FromPath[str], index: IndexQuery = None,
+                       run_async: AsyncQuery = False) -> Response[SourceStatus]:
         app: AppState = state.app
         target = app.index(app.authorize(context, index, "editor", "/v1/sources/{source_id}/sync"))
-        models = app.require_ready()
-        settings = app.settings
-        try:
-            source = find_source(await anyio.to_thread.run_sync(index_sources, target), source_id)
-            summary = await anyio.to_thread.run_sync(
-                lambda: sync_source(target, source, models.embedder, settings.chunk_tokens, settings.chunk_overlap,
-                                    load_options=LoadOptions.from_settings(settings)))
-        except RagError as exc:
-            app.record(context, "sync", route="/v1/sources/{source_id}/sync", index=target.name, outcome="error",
-                       error=exc.error_type)
-            raise
-        last = summary.source.last
-        app.record(context, "sync", route="/v1/sources/{source_id}/sync", index=target.name, source=source.id,
-                   outcome=last.status if last else "ok", added=summary.ingest.count("added"),
-                   updated=summary.ingest.count("updated"), removed=len(summary.removed),
-                   renamed=len(summary.renamed))
-        return status(summary.source)
-
+        app.require_ready()
+        source = find_source(await anyio.to_thread.run_sync(index_sources, target), source_id)
+        running = await anyio.to_thread.run_sync(app.start_sync, target, source.id, context)
+        if run_async or not await finished(running, app.settings.job_wait_s):
+            return accepted(running.job, app)
+        if running.error is not None:
+            raise running.error
+        return Response(status(running.result.source), status_code=200)

@@ -92,7 +92,11 @@ class FileLoader:
                                      "a crash in a parser, or out of memory") from exc
             if message[0] == "progress":
                 if progress is not None:
-                    progress(message[1], message[2])
+                    try:
+                        progress(message[1], message[2])
+                    except BaseException:  # the run stops (a cancelled job): so does the file's loading
+                        self._kill()
+                        raise
                 continue
             if message[0] == "error":
                 raise message[1]

@@ -73,6 +73,23 @@ class SourceUnavailableError(BadRequestError):
     error_type = "source_unavailable"
 
 
+class JobNotFoundError(NotFoundError):
+    error_type = "job_not_found"
+
+
+class JobStateError(ConflictError):
+    """A job that cannot do what was asked in the state it is in (re-running one that is still running)."""
+
+    error_type = "job_state"
+
+
+class JobCancelled(RagError):
+    """Raised inside a job's work when someone cancelled it; what it had written is rolled back."""
+
+    status_code = 409
+    error_type = "cancelled"
+
+
 class EmbedderMismatchError(ConflictError):
     error_type = "embedder_mismatch"
 

@@ -85,6 +85,9 @@ class Settings:
     port: int = field(default=8000, metadata={"doc": "API port"})
     api_key: str | None = field(default=None, metadata={"doc": "bearer token required when set"})
     max_upload_mb: int = field(default=50, metadata={"doc": "per-file upload limit"})
+    job_wait_s: float = field(
+        default=0.8, metadata={"doc": "how long an upload or a \"sync now\" request waits for its work before "
+                                      "answering 202 with a job to follow (GET /v1/jobs/{id}); 0: always a job"})
     max_queue: int = field(default=32, metadata={"doc": "waiting generations before 503"})
     log_file: Path | None = field(default=None, metadata={"doc": "rotating JSON log file"})
     # Scaling out (README "Scaling out"): each part can move onto an existing engine.
@@ -168,6 +171,11 @@ class Settings:
     @property
     def uploads_path(self) -> Path:
         return self.uploads_dir or self.home / "uploads"
+
+    @property
+    def jobs_path(self) -> Path:
+        """Upload and sync jobs (their progress, and an upload's files until it ends)."""
+        return self.home / "jobs"
 
     @property
     def generator_path(self) -> Path:
@@ -310,6 +318,8 @@ def load_settings(
         raise ConfigError("telemetry_max_mb and telemetry_files must be at least 1")
     if not settings.otlp_endpoint.startswith(("http://", "https://")):
         raise ConfigError(f"otlp_endpoint must be an http(s):// URL, not {settings.otlp_endpoint!r}")
+    if not 0 <= settings.job_wait_s <= 60:
+        raise ConfigError(f"job_wait_s must be between 0 and 60 seconds, not {settings.job_wait_s}")
     if settings.audit_max_mb < 1:
         raise ConfigError(f"audit_max_mb must be at least 1, not {settings.audit_max_mb}")
     try:

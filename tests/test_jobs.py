@@ -1,0 +1,200 @@
+"""Long uploads and syncs as jobs, against a real `rag serve` with the product's default job_wait_s: a
+200-page scanned PDF answers 202 at once and its job reports monotone progress to completion (Server-Sent
+Events); a cancelled one leaves no document and no stored file; a server killed mid-job shows the job as
+interrupted after the restart, and it runs again to completion; a sync runs as a job too."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from format_fixtures import FONT
+from helpers import cli_env, server_and_process
+from rag.core.settings import PROJECT_ROOT, Settings
+
+DEFAULT_JOB_WAIT_S = str(Settings.__dataclass_fields__["job_wait_s"].default)
+SMALL_NOTE = b"# Owl notes\n\nThe Kestrel Club meets on Tuesdays in the old mill.\n"
+
+
+def make_long_scan(path: Path, pages: int, dpi: int = 150) -> Path:
+    """A scanned report of ``pages`` small pages (4 x 1.2 inch), one printed line each, no text layer
+    (200 pages OCR in about 11 s on 2 cores)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.truetype(FONT, int(11 / 72 * dpi)) if Path(FONT).is_file() else ImageFont.load_default(23)
+    images = []
+    for n in range(1, pages + 1):
+        page = Image.new("L", (int(4 * dpi), int(1.2 * dpi)), 255)
+        ImageDraw.Draw(page).text((int(0.3 * dpi), int(0.4 * dpi)),
+                                  f"Page {n}: the Kestrel survey counted {n * 7} owls.", font=font, fill=20)
+        images.append(page)
+    images[0].save(path, "PDF", resolution=dpi, save_all=True, append_images=images[1:])
+    return path
+
+
+@pytest.fixture(scope="module")
+def scan200(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    return make_long_scan(tmp_path_factory.mktemp("scans") / "survey.pdf", 200).read_bytes()
+
+
+def upload(base: str, name: str, content: bytes, **params: str) -> tuple[httpx.Response, float]:
+    started = time.perf_counter()
+    response = httpx.post(f"{base}/v1/documents", params=params, files=[("data", (name, content))], timeout=60)
+    return response, time.perf_counter() - started
+
+
+def job_events(base: str, job_id: str) -> list[dict]:
+    """Every event of the job's Server-Sent Events stream, until it ends."""
+    events = []
+    with httpx.stream("GET", f"{base}/v1/jobs/{job_id}/events", timeout=120) as stream:
+        assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
+        for line in stream.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[len("data: "):]))
+    return events
+
+
+def wait_for(base: str, job_id: str, condition, timeout_s: float = 120) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job = httpx.get(f"{base}/v1/jobs/{job_id}", timeout=10).json()
+        if condition(job):
+            return job
+        time.sleep(0.1)
+    pytest.fail(f"job {job_id} never got there: {job}")
+
+
+def documents(base: str) -> dict[str, dict]:
+    return {Path(d["path"]).name: d for d in httpx.get(f"{base}/v1/documents", timeout=10).json()["documents"]}
+
+
+def assert_monotone(events: list[dict], *fields: str) -> None:
+    for field in fields:
+        values = [e[field] for e in events]
+        assert values == sorted(values), (field, values)
+
+
+def test_a_long_scan_is_a_job_with_progress_and_a_cancelled_one_leaves_nothing(settings: Settings, tmp_path: Path,
+                                                                                scan200: bytes):
+    home = tmp_path / "home"
+    with server_and_process(settings, home, tmp_path / "server.log", RAG_JOB_WAIT_S=DEFAULT_JOB_WAIT_S) as (base, _):
+        small, small_s = upload(base, "owls.md", SMALL_NOTE)
+        assert small.status_code == 200, small.text  # small uploads finish inline, as before
+        assert small.json()["files"][0]["status"] == "added" and small_s < 1.5
+
+        response, seconds = upload(base, "survey.pdf", scan200)
+        assert response.status_code == 202, response.text
+        assert seconds < 1.0, f"the 202 took {seconds:.2f} s"
+        job = response.json()
+        assert response.headers["location"] == f"/v1/jobs/{job['id']}"
+        assert job["kind"] == "upload" and job["state"] in ("queued", "running") and job["index"] == "default"
+
+        events = job_events(base, job["id"])
+        final = events[-1]
+        assert final["state"] == "done", final
+        assert final["progress"] == 1.0 and final["files_done"] == final["files_total"] == 1
+        assert final["ocr_pages_done"] == 200 and final["eta_s"] is None and final["elapsed_s"] > 0
+        [outcome] = final["files"]
+        assert outcome["file"] == "survey.pdf" and outcome["status"] == "added" and outcome["chunks"] > 0
+        assert final["summary"]["added"] == 1 and final["summary"]["chunks"] == outcome["chunks"]
+        reading = [e for e in events if e["state"] == "running" and e["current_file_pages"] == 200]
+        assert len(reading) >= 5, f"only {len(reading)} progress events while the scan was read"
+        assert all(e["current_file"] == "survey.pdf" for e in reading)
+        assert_monotone(events, "progress", "files_done", "ocr_pages_done")
+        assert any(0 < e["progress"] < 1 and e["eta_s"] is not None for e in reading)
+        assert documents(base)["survey.pdf"]["chunks"] == outcome["chunks"]
+        hits = httpx.post(f"{base}/v1/retrieve", json={"query": "Which survey counted 1400 owls?", "top_k": 5},
+                          timeout=30).json()["chunks"]  # the last page's line, read by OCR
+        assert any("Page 200: the Kestrel survey counted 1400 owls" in h["text"] for h in hits), \
+            [h["text"][:80] for h in hits]
+
+        # Cancel the same scan under another name mid-way: no document, no stored file, nothing staged.
+        before = documents(base)
+        started = upload(base, "survey-copy.pdf", scan200, **{"async": "true"})[0]
+        assert started.status_code == 202
+        copy_id = started.json()["id"]
+        wait_for(base, copy_id, lambda j: j["ocr_pages_done"] >= 20)
+        cancelled = httpx.delete(f"{base}/v1/jobs/{copy_id}", timeout=60)
+        assert cancelled.status_code == 202, cancelled.text
+        body = cancelled.json()
+        assert body["state"] == "cancelled" and body["error"]["type"] == "cancelled" and not body["can_retry"]
+        assert 20 <= body["ocr_pages_done"] < 200
+        assert documents(base).keys() == before.keys()
+        stored = sorted(p.name for p in (home / "uploads" / "default").iterdir())
+        assert stored == ["owls.md", "survey.pdf"], stored  # no copy, no .incoming-/.previous- leftovers
+
+        # Both jobs listed, newest first; an ended job cannot be cancelled; unknown ids are 404.
+        listed = httpx.get(f"{base}/v1/jobs", timeout=10).json()
+        ids = [j["id"] for j in listed["jobs"]]
+        assert ids.index(copy_id) < ids.index(job["id"])
+        again = httpx.delete(f"{base}/v1/jobs/{copy_id}", timeout=10)
+        assert again.status_code == 409 and again.json()["error"]["type"] == "job_state"
+        for unknown in ("0" * 32, "not-a-job", "..%5C..%5Cjobs"):
+            missing = httpx.get(f"{base}/v1/jobs/{unknown}", timeout=10)
+            assert missing.status_code == 404 and missing.json()["error"]["type"] == "job_not_found", unknown
+
+
+def test_a_job_cut_by_a_killed_server_is_interrupted_and_runs_again(settings: Settings, tmp_path: Path):
+    home = tmp_path / "home"
+    scan = make_long_scan(tmp_path / "census.pdf", 80).read_bytes()
+    with server_and_process(settings, home, tmp_path / "first.log", RAG_JOB_WAIT_S=DEFAULT_JOB_WAIT_S) \
+            as (base, proc):
+        response, _ = upload(base, "census.pdf", scan)
+        assert response.status_code == 202
+        job_id = response.json()["id"]
+        wait_for(base, job_id, lambda j: j["ocr_pages_done"] >= 5)
+        os.kill(proc.pid, signal.SIGKILL)  # no shutdown, no rollback: the process is gone
+        proc.wait()
+
+    with server_and_process(settings, home, tmp_path / "second.log", RAG_JOB_WAIT_S=DEFAULT_JOB_WAIT_S) \
+            as (base, _):
+        job = httpx.get(f"{base}/v1/jobs/{job_id}", timeout=10).json()
+        assert job["state"] == "interrupted" and job["can_retry"], job
+        assert job["error"]["type"] == "interrupted" and "census.pdf" not in documents(base)
+        assert "were interrupted" in (tmp_path / "second.log").read_text()
+        retried = httpx.post(f"{base}/v1/jobs/{job_id}/retry", timeout=30)
+        assert retried.status_code == 202, retried.text
+        new = retried.json()
+        assert new["retry_of"] == job_id and new["id"] != job_id
+        final = job_events(base, new["id"])[-1]
+        assert final["state"] == "done" and final["files"][0]["status"] == "added", final
+        assert final["ocr_pages_done"] == 80 and "census.pdf" in documents(base)
+        assert not httpx.get(f"{base}/v1/jobs/{job_id}", timeout=10).json()["can_retry"]  # its files moved on
+        twice = httpx.post(f"{base}/v1/jobs/{new['id']}/retry", timeout=10)
+        assert twice.status_code == 409 and twice.json()["error"]["type"] == "job_state"
+
+
+def test_a_sync_is_a_job(settings: Settings, tmp_path: Path):
+    home, folder = tmp_path / "home", tmp_path / "share"
+    folder.mkdir()
+    (folder / "owls.md").write_bytes(SMALL_NOTE)
+    make_long_scan(folder / "census.pdf", 30)
+    added = subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), "sources", "add", str(folder),
+                            "--json"], cwd=PROJECT_ROOT, env=cli_env(settings), capture_output=True, text=True,
+                           timeout=120)
+    assert added.returncode == 0, added.stderr
+    source_id = json.loads(added.stdout)["id"]
+    with server_and_process(settings, home, tmp_path / "server.log", RAG_JOB_WAIT_S=DEFAULT_JOB_WAIT_S) as (base, _):
+        response = httpx.post(f"{base}/v1/sources/{source_id}/sync", params={"async": "true"}, timeout=30)
+        assert response.status_code == 202, response.text
+        job = response.json()
+        assert job["kind"] == "sync" and job["source"] == source_id
+        events = job_events(base, job["id"])
+        assert_monotone(events, "progress", "files_done", "ocr_pages_done")
+        final = events[-1]
+        assert final["state"] == "done", final
+        assert final["summary"]["added"] == 2 and final["ocr_pages_done"] == 30
+        assert sorted(f["file"].rsplit("/", 1)[-1] for f in final["files"]) == ["census.pdf", "owls.md"]
+        assert documents(base).keys() == {"census.pdf", "owls.md"}
+        # Nothing changed: the sync is quick, answered inline with the source's state, as before.
+        inline = httpx.post(f"{base}/v1/sources/{source_id}/sync", timeout=30)
+        assert inline.status_code == 200, inline.text
+        assert inline.json()["last"]["unchanged"] == 2 and inline.json()["last"]["added"] == 0
