@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,43 @@ def test_a_sync_brings_the_index_to_the_folder_state(settings: Settings, tmp_pat
     removed = rag(settings, home, store_env, "sources", "remove", str(folder), "--index", index)
     assert removed.returncode == 0 and "stay in the index" in removed.stdout
     assert json.loads(rag(settings, home, store_env, "sources", "list", "--index", index, "--json").stdout) == []
+
+
+def test_one_process_syncs_a_source_at_a_time_on_postgres(settings: Settings, tmp_path: Path, postgres_url: str):
+    """Replicas on one PostgreSQL: a sync holds an advisory lock on (index, source); another is refused at once,
+    changing nothing. Here the test's own session stands for the replica that is syncing."""
+    import psycopg
+
+    from ingest.store.postgres import source_lock_key
+
+    env = {"RAG_STORE_URL": postgres_url}
+    home, folder = tmp_path / "home", tmp_path / "share"
+    index = f"busy{uuid.uuid4().hex[:8]}"
+    write(folder, "a.md", TEXTS["a.md"])
+    write(folder, "b.md", TEXTS["b.md"])
+    added = rag(settings, home, env, "sources", "add", str(folder), "--index", index, "--json")
+    assert added.returncode == 0, added.stderr
+    source_id = json.loads(added.stdout)["id"]
+    key = source_lock_key(index, source_id)
+    with psycopg.connect(postgres_url, autocommit=True) as replica:
+        assert replica.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
+        refused = rag(settings, home, env, "sync", "--index", index, "--json")
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        report = json.loads(refused.stdout)
+        assert report["synced"] == []
+        assert [(e["source"], e["type"]) for e in report["errors"]] == [(source_id, "source_busy")]
+        plain = rag(settings, home, env, "sync", source_id, "--index", index)
+        assert plain.returncode == 2
+        assert (f"error: source {source_id} of index '{index}' is being synced by another process right now"
+                in " ".join((plain.stdout + plain.stderr).split()))
+        assert index_contents(home, env, index) == {}  # nothing ingested ...
+        listed = json.loads(rag(settings, home, env, "sources", "list", "--index", index, "--json").stdout)
+        assert (listed[0]["last"], listed[0]["files"]) == (None, 0)  # ... and nothing recorded
+    # That session ended, and its lock with it: the sync runs, and gives the lock back when done.
+    assert sync(settings, home, env, index)["added"] == 2
+    assert set(map(Path, index_contents(home, env, index))) == {folder / "a.md", folder / "b.md"}
+    with psycopg.connect(postgres_url, autocommit=True) as replica:
+        assert replica.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
 
 
 def test_sources_are_checked_when_added(settings: Settings, tmp_path: Path):

@@ -73,6 +73,12 @@ class SourceUnavailableError(BadRequestError):
     error_type = "source_unavailable"
 
 
+class SourceBusyError(ConflictError):
+    """Another process (a replica on the same PostgreSQL) is syncing this source right now: nothing changed."""
+
+    error_type = "source_busy"
+
+
 class EmbedderMismatchError(ConflictError):
     error_type = "embedder_mismatch"
 
