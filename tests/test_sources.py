@@ -155,6 +155,121 @@ def test_one_process_syncs_a_source_at_a_time_on_postgres(settings: Settings, tm
         assert replica.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
 
 
+def test_a_sync_killed_mid_run_leaves_committed_state_and_the_next_one_converges(settings: Settings, tmp_path: Path,
+                                                                                 store_env):
+    """`rag sync` killed with SIGKILL while it OCRs a scanned PDF, after it has removed, edited and added files in
+    its run: on the embedded store the index is exactly as the last sync left it (one commit per sync); on
+    PostgreSQL, where each document commits on its own, every document is whole, either as before or as the
+    folder has it now, and the source still records the previous sync. The next sync converges to a clean ingest."""
+    import sqlite3
+    import time
+
+    import psutil
+
+    from tests.format_fixtures import scanned_page
+
+    home, folder = tmp_path / "home", tmp_path / "share"
+    index = f"killed{uuid.uuid4().hex[:8]}"
+    for name, text in TEXTS.items():
+        write(folder, name, text)
+    added = rag(settings, home, store_env, "sources", "add", str(folder), "--index", index, "--json")
+    assert added.returncode == 0, added.stderr
+    source_id = json.loads(added.stdout)["id"]
+    assert sync(settings, home, store_env, index)["added"] == 5
+    before = index_contents(home, store_env, index)
+    listed_before = rag(settings, home, store_env, "sources", "list", "--index", index, "--json").stdout
+
+    write(folder, "a.md", TEXTS["a.md"] + "\n\nA second alder grove was planted in 1990.")
+    (folder / "b.md").unlink()
+    write(folder, "e.md", "# Elm\n\nThe elm avenue leads to the station and was replanted after the storm.")
+    write(folder, "f.md", "# Fir\n\nThe fir plantation on the ridge is thinned every seven years.")
+    pages = [scanned_page(f"Survey sheet {n} of the harbour.\nThe tide gauge at berth {n} was read at dawn.",
+                          seed=n) for n in range(1, 4)]  # loaded last ("zz"), in the loader process, OCR'd
+    pages[0].save(folder / "zz-scan.pdf", "PDF", resolution=200, save_all=True, append_images=pages[1:])
+
+    log = (tmp_path / "killed.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "rag.cli", "--home", str(home), "sync", "--index", index],
+                            cwd=PROJECT_ROOT, env=cli_env(settings, RAG_TELEMETRY="off", **store_env),
+                            stdout=log, stderr=subprocess.STDOUT)
+    children: list[psutil.Process] = []
+    try:
+        # Mid-run, provably: tesseract is reading a page of the scanned PDF, the last file of the run.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            children = psutil.Process(proc.pid).children(recursive=True)
+            try:
+                if any(c.name() == "tesseract" and not {"--version", "--list-langs"} & set(c.cmdline())
+                       for c in children):
+                    break
+            except psutil.Error:  # one ended while we looked
+                pass
+            time.sleep(0.02)
+        else:
+            pytest.fail(f"the sync never reached OCR: {(tmp_path / 'killed.log').read_text()}")
+        if store_env:  # the sync holds its source's lock (what keeps other replicas out)
+            import psycopg
+
+            from ingest.store.postgres import source_lock_key
+
+            with psycopg.connect(store_env["RAG_STORE_URL"], autocommit=True) as other:
+                assert not other.execute("SELECT pg_try_advisory_lock(%s)",
+                                         (source_lock_key(index, source_id),)).fetchone()[0]
+        else:  # its transaction is open: SQLite's write lock is held
+            probe = sqlite3.connect(home / "indexes" / index / "store.sqlite", timeout=0, isolation_level=None)
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                probe.execute("BEGIN IMMEDIATE")
+            probe.close()
+        children = psutil.Process(proc.pid).children(recursive=True)
+        proc.kill()
+        assert proc.wait(timeout=30) == -9
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        orphans = list(children)  # the loader process and its tesseracts outlive the sync: end them
+        for child in children:
+            try:
+                orphans += child.children(recursive=True)
+            except psutil.Error:
+                pass
+        for orphan in orphans:
+            try:
+                orphan.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(orphans, timeout=30)
+        log.close()
+
+    killed = index_contents(home, store_env, index)
+    assert rag(settings, home, store_env, "sources", "list", "--index", index, "--json").stdout == listed_before
+    if not store_env:
+        assert killed == before
+    else:  # the run's removal of b.md had committed on its own (removals go first); no document is partial
+        names = {Path(p).name for p in killed}
+        assert "b.md" not in names and {"a.md", "c.md", "d.md", "keep.md"} <= names
+        from rag.runtime import open_store
+
+        store = open_store(load_settings(environ={}, overrides={"home": home, "store_url": store_env["RAG_STORE_URL"]}))
+        reader = store.index(index).reader()
+        try:
+            assert all(d.chunks == len(reader.document_chunks(d.id)[0]) > 0 for d in reader.documents())
+        finally:
+            reader.close()
+            store.close()
+
+    again = sync(settings, home, store_env, index)
+    assert again["failed"] == 0
+    assert {Path(o["path"]).name: o["status"] for o in again["files"]}["zz-scan.pdf"] == "added"
+    clean = rag(settings, home, store_env, "ingest", str(folder), "--index", f"{index}clean")
+    assert clean.returncode == 0, clean.stderr
+    converged = index_contents(home, store_env, index)
+    assert converged == index_contents(home, store_env, f"{index}clean")
+    scanned = next(chunks for path, chunks in converged.items() if Path(path).name == "zz-scan.pdf")
+    assert "tide gauge at berth 3" in " ".join(" ".join(scanned).split())  # OCR'd, page 3 included
+    # Whatever the killed run left, each document was as before or as now: never a mix.
+    assert all(chunks in (before.get(path), converged.get(path)) for path, chunks in killed.items())
+
+
 def test_sources_are_checked_when_added(settings: Settings, tmp_path: Path):
     home, folder = tmp_path / "home", tmp_path / "share"
     write(folder, "inner/x.md", "# X\n\nSome text about the x.")
