@@ -8,7 +8,9 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -162,7 +164,6 @@ def test_a_sync_killed_mid_run_leaves_committed_state_and_the_next_one_converges
     PostgreSQL, where each document commits on its own, every document is whole, either as before or as the
     folder has it now, and the source still records the previous sync. The next sync converges to a clean ingest."""
     import sqlite3
-    import time
 
     import psutil
 
@@ -282,6 +283,18 @@ def test_sources_are_checked_when_added(settings: Settings, tmp_path: Path):
     assert unknown.returncode == 2 and "no source 'nope'" in unknown.stderr
 
 
+def source_series(base: str) -> dict[tuple[str, ...], float]:
+    """The rag_source_* samples of the server's /metrics: (name, index, source[, outcome]) -> value."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    response = httpx.get(f"{base}/metrics")
+    assert response.status_code == 200, response.text
+    return {(s.name, s.labels["index"], s.labels["source"], *([s.labels["outcome"]] if "outcome" in s.labels else [])):
+            s.value for family in text_string_to_metric_families(response.text) for s in family.samples
+            if s.name.startswith("rag_source_")}
+
+
 def test_the_server_lists_sources_and_syncs_one_now(settings: Settings, tmp_path: Path):
     import httpx
 
@@ -301,6 +314,17 @@ def test_the_server_lists_sources_and_syncs_one_now(settings: Settings, tmp_path
         last = synced.json()["last"]
         assert (last["status"], last["added"], last["unchanged"]) == ("ok", 2, 0)
         assert synced.json()["files"] == 2
+        # /metrics: the last sync of each source, labelled by its id (not its folder); no schedule, no next sync.
+        index, started = listed["index"], datetime.fromisoformat(last["started_at"]).timestamp()
+        files = {outcome: 0.0 for outcome in ("added", "updated", "unchanged", "renamed", "removed", "failed")}
+        assert source_series(base) == {
+            ("rag_source_last_sync_timestamp_seconds", index, source_id): started,
+            ("rag_source_last_sync_duration_seconds", index, source_id): last["seconds"],
+            ("rag_source_last_sync_ok", index, source_id): 1.0,
+            **{("rag_source_last_sync_files", index, source_id, outcome): count
+               for outcome, count in {**files, "added": 2.0}.items()}}
+        assert abs(started - time.time()) < 120 and last["seconds"] > 0
+        assert str(folder) not in httpx.get(f"{base}/metrics").text
         titles = {d["title"] for d in httpx.get(f"{base}/v1/documents").json()["documents"]}
         assert titles == {"Kestrel", "Alder"}
         missing = httpx.post(f"{base}/v1/sources/{'0' * 12}/sync")
@@ -310,11 +334,12 @@ def test_the_server_lists_sources_and_syncs_one_now(settings: Settings, tmp_path
         assert gone.status_code == 400 and gone.json()["error"]["type"] == "source_unavailable"
         assert len(httpx.get(f"{base}/v1/documents").json()["documents"]) == 2  # nothing removed
         assert httpx.get(f"{base}/v1/sources").json()["sources"][0]["last"]["status"] == "error"
+        failed = source_series(base)
+        assert failed[("rag_source_last_sync_ok", index, source_id)] == 0.0  # the folder could not be read
+        assert failed[("rag_source_last_sync_timestamp_seconds", index, source_id)] >= started
 
 
 def test_the_server_syncs_a_source_on_its_schedule(settings: Settings, tmp_path: Path):
-    import time
-
     import httpx
 
     from tests.helpers import server_process
@@ -342,4 +367,9 @@ def test_the_server_syncs_a_source_on_its_schedule(settings: Settings, tmp_path:
         assert titles() == {"Alder"}
         listed = httpx.get(f"{base}/v1/sources").json()["sources"][0]
         assert listed["every_s"] == 1 and listed["last"]["status"] == "ok"
+        series = source_series(base)  # a scheduled source also says when its next sync is due
+        nexts = [(key, value) for key, value in series.items() if key[0] == "rag_source_next_sync_timestamp_seconds"]
+        assert len(nexts) == 1 and nexts[0][0][2] == listed["id"]
+        started = series[("rag_source_last_sync_timestamp_seconds", *nexts[0][0][1:])]
+        assert started + 1.0 <= nexts[0][1] <= started + 1.1  # every 1 s, stretched by up to 10%
     assert '"message": "scheduled sync of' in (tmp_path / "server.log").read_text(encoding="utf-8")
