@@ -6,15 +6,19 @@ import json
 import logging
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
+from typing import Iterable
 
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from ingest.sources import Source, next_sync
 from rag.core import observe
 from rag.core.logfiles import SharedRotatingFileHandler
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+SYNC_OUTCOMES = ("added", "updated", "unchanged", "renamed", "removed", "failed")
 
 
 class ServiceMetrics:
@@ -33,6 +37,19 @@ class ServiceMetrics:
         self.tokens = Counter("rag_generated_tokens_total", "Tokens generated", registry=self.registry)
         self.documents = Gauge("rag_index_documents", "Documents in the index", ["index"], registry=self.registry)
         self.chunks = Gauge("rag_index_chunks", "Chunks in the index", ["index"], registry=self.registry)
+        # Watched folders (ingest.sources), read from each index at scrape time; labelled by source id, not path.
+        source = ["index", "source"]
+        self.source_last_sync = Gauge("rag_source_last_sync_timestamp_seconds",
+                                      "When the source's last sync started (Unix time)", source, registry=self.registry)
+        self.source_duration = Gauge("rag_source_last_sync_duration_seconds", "How long the source's last sync took",
+                                     source, registry=self.registry)
+        self.source_files = Gauge("rag_source_last_sync_files", "Files of the source's last sync, by outcome",
+                                  source + ["outcome"], registry=self.registry)
+        self.source_ok = Gauge("rag_source_last_sync_ok", "1 if the source's last sync read its folder and every "
+                               "file, 0 if a file failed or the folder could not be read", source,
+                               registry=self.registry)
+        self.source_next = Gauge("rag_source_next_sync_timestamp_seconds", "When the server syncs the scheduled "
+                                 "source next (Unix time; 0: never synced, due now)", source, registry=self.registry)
         self.otel = observe.instruments()  # the OpenTelemetry side (no-ops unless telemetry is on)
 
     def queue(self, depth: int) -> None:
@@ -49,6 +66,25 @@ class ServiceMetrics:
             self.ttft.observe(ttft_ms / 1000)
         self.total.observe(total_ms / 1000)
         self.tokens.inc(output_tokens)
+
+    def sources(self, sources: Iterable[tuple[str, Source]]) -> None:
+        """The series of each (index name, source) now; those of sources gone since the last scrape go too."""
+        gauges = (self.source_last_sync, self.source_duration, self.source_files, self.source_ok, self.source_next)
+        for gauge in gauges:
+            gauge.clear()
+        for index, source in sources:
+            labels = (index, source.id)
+            when = next_sync(source)
+            if when is not None:
+                self.source_next.labels(*labels).set(when)
+            last = source.last
+            if last is None:
+                continue
+            self.source_last_sync.labels(*labels).set(datetime.fromisoformat(last.started_at).timestamp())
+            self.source_duration.labels(*labels).set(last.seconds)
+            self.source_ok.labels(*labels).set(1 if last.status == "ok" else 0)
+            for outcome in SYNC_OUTCOMES:
+                self.source_files.labels(*labels, outcome).set(getattr(last, outcome))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

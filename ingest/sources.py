@@ -5,7 +5,8 @@ the content hash decides for the rest), files gone from the folder are removed f
 moved or renamed with the same content keeps its chunks and vectors (nothing is embedded again). A folder that
 is missing or cannot be listed is an error and removes nothing; neither does a subfolder that cannot be read.
 Sources live with their index (a table in either store); on the embedded store a sync is one commit, so a
-sync killed half-way leaves the previous state and the next one converges.
+sync killed half-way leaves the previous state and the next one converges. A sync holds its store's lock on
+the source throughout (``StoredIndex.source_lock``): with replicas on one PostgreSQL, one syncs it at a time.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ingest.pipeline import (ATTACHMENT_SEP, UNREADABLE_FOLDER, FileOutcome, Ing
 from ingest.records import Chunk, DocumentRecord, access_groups, document_id, normalise_path
 from ingest.store import IndexWriter, StoredIndex
 from rag.core import observe
-from rag.core.errors import BadRequestError, SourceNotFoundError, SourceUnavailableError
+from rag.core.errors import BadRequestError, SourceBusyError, SourceNotFoundError, SourceUnavailableError
 
 
 class FileState(msgspec.Struct, array_like=True):
@@ -213,13 +214,16 @@ def sync_source(index: StoredIndex, source: Source, embedder: Embedder, chunk_to
                 overlap: int = 30, progress: Progress | None = None, lock_timeout_s: float = 5.0,
                 load_options: LoadOptions | None = None) -> SyncSummary:
     """One sync of ``source`` (see the module notes). Raises SourceUnavailableError, changing nothing, when
-    the folder is missing or cannot be listed; the error is recorded on the source."""
+    the folder is missing or cannot be listed; the error is recorded on the source. Raises SourceBusyError,
+    changing and recording nothing, when another process is syncing the same source (the store's
+    ``source_lock``: on PostgreSQL, one replica at a time)."""
     started = time.perf_counter()
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     folder = Path(source.path)
     notify = progress or (lambda event, files_done, chunks_done: None)
     with observe.start_span(f"sync {index.name}", {observe.DATA_SOURCE: index.name, "rag.source.id": source.id,
-                                                  "file.path": source.path}) as span:
+                                                  "file.path": source.path}) as span, \
+            index.source_lock(source.id):
         try:
             check_folder(folder)
         except SourceUnavailableError as exc:
@@ -362,5 +366,5 @@ def _record_error(index: StoredIndex, embedder: Embedder, source: Source, starte
         writer.commit()
 
 
-__all__ = ["Source", "SourceNotFoundError", "SourceUnavailableError", "SyncSummary", "add_source", "find_source",
-           "index_sources", "load_sources", "remove_source", "sync_source"]
+__all__ = ["Source", "SourceBusyError", "SourceNotFoundError", "SourceUnavailableError", "SyncSummary", "add_source",
+           "find_source", "index_sources", "load_sources", "remove_source", "sync_source"]

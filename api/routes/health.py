@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import anyio.to_thread
 from litestar import Controller, Response, get
 from litestar.datastructures import State
 
@@ -9,13 +10,32 @@ from api.auth import Context
 from api.openapi import HEALTH_RESPONSES, errors
 from api.protocol import HealthResponse, IndexSummary
 from api.state import AppState
+from ingest.sources import Source, index_sources
+from ingest.store import Store
 from rag.core.access import RequestContext
+from rag.core.errors import RagError
 from rag.generation.ort import provider_facts
 
 
 def index_summary(app: AppState, context: RequestContext) -> IndexSummary:
     name, documents, chunks = app.summary(None, context)
     return IndexSummary(name=name, documents=documents, chunks=chunks)
+
+
+def every_source(store: Store) -> list[tuple[str, Source]]:
+    """(index name, source) for every source of every index of ``store`` (blocking reads: run off the loop).
+    An index (or a store) that cannot be read right now is left out of this scrape."""
+    found: list[tuple[str, Source]] = []
+    try:
+        names = store.names()
+    except RagError:
+        return found
+    for name in names:
+        try:
+            found += [(name, source) for source in index_sources(store.index(name))]
+        except RagError:
+            continue
+    return found
 
 
 class HealthController(Controller):
@@ -46,4 +66,6 @@ class HealthController(Controller):
         app.metrics.chunks.labels(summary.name).set(summary.chunks)
         if app.scheduler is not None:
             app.metrics.queue_depth.set(app.scheduler.depth)
-        return app.metrics.render()
+        if app.store is not None:
+            app.metrics.sources(await anyio.to_thread.run_sync(every_source, app.store))
+        return app.metrics.render()  # no await since the sources were set: a concurrent scrape cannot interleave

@@ -8,7 +8,7 @@ all). The embedded FAISS + SQLite store (``embedded.py``) and the PostgreSQL + p
 
 from __future__ import annotations
 
-from typing import Iterable, Protocol, Sequence
+from typing import ContextManager, Iterable, Protocol, Sequence
 
 import numpy as np
 
@@ -56,6 +56,11 @@ class StoredIndex(Protocol):
     def reader(self) -> IndexReader: ...
     def writer(self, embedder_identity: str, dimension: int, lock_timeout_s: float = 5.0) -> IndexWriter: ...
     def existing_writer(self, lock_timeout_s: float = 5.0) -> IndexWriter: ...
+    def source_lock(self, source_id: str) -> ContextManager[None]:
+        """Held for a whole sync of one source: raises SourceBusyError at once when another process holds it
+        (PostgreSQL, where several replicas share an index); the embedded store's writer lock already lets one
+        writer at a time into an index, so there it holds nothing."""
+        ...
 
 
 class Store(Protocol):

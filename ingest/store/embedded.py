@@ -20,8 +20,9 @@ import re
 import sqlite3
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -622,6 +623,11 @@ class EmbeddedIndex:
 
     def existing_writer(self, lock_timeout_s: float = 5.0) -> EmbeddedWriter:
         return EmbeddedWriter.existing(self.root, lock_timeout_s)
+
+    @contextmanager
+    def source_lock(self, source_id: str) -> Iterator[None]:
+        """Nothing to hold: a sync's writer (SQLite's write lock) already keeps a second one out of the index."""
+        yield
 
 
 class EmbeddedStore:

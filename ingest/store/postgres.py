@@ -18,16 +18,23 @@ The generation is a per-index sequence that every document write advances; ``com
 Reads. Plain READ COMMITTED queries through a connection pool: every search sees the latest committed
 documents, so a server follows other processes' writes with no reload.
 
+Syncs. A sync of a watched folder (``ingest.sources``) holds a session-level advisory lock on (index, source)
+for its whole run, on a connection of its own (``PostgresIndex.source_lock``): with several replicas on one
+database only one syncs a source at a time; another is refused at once (SourceBusyError), and the lock goes
+with the session if the process dies.
+
 Schema creation and migration happen on first use, under an advisory lock, recorded in
 ``rag.schema_version``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -39,6 +46,7 @@ from rag.core.errors import (
     EmbedderMismatchError,
     IndexLockedError,
     IndexNotFoundError,
+    SourceBusyError,
     StoreUnavailableError,
 )
 from rag.core.names import index_not_found, validate_index_name
@@ -99,6 +107,13 @@ MIGRATIONS: tuple[Migration, ...] = (
     )),
 )
 assert MIGRATIONS[-1].version == SCHEMA_VERSION
+
+
+def source_lock_key(index: str, source_id: str) -> int:
+    """The advisory lock a sync of ``source_id`` in ``index`` holds: one bigint, a key space apart from the
+    per-document locks' (int, int) keys (PostgreSQL tells them apart), and from MIGRATION_LOCK but by a 2^-64 chance."""
+    digest = hashlib.sha256(f"rag-source\0{index}\0{source_id}".encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 def redact(url: str) -> str:
@@ -292,6 +307,29 @@ class PostgresIndex:
         if found is None:
             raise IndexNotFoundError(f"index {self.name!r} does not exist")
         return PostgresWriter(self.store, self.name, found[1], found[2], lock_timeout_s)
+
+    @contextmanager
+    def source_lock(self, source_id: str) -> Iterator[None]:
+        """Held for a whole sync of ``source_id``: a session-level advisory lock on a connection of its own, taken
+        without waiting (SourceBusyError when another session holds it), released at the end, and by PostgreSQL
+        itself when the process dies (its session ends)."""
+        import psycopg
+
+        conn = self.store._raw_connect()
+        key = source_lock_key(self.name, source_id)
+        try:
+            if not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
+                raise SourceBusyError(f"source {source_id} of index {self.name!r} is being synced by another process "
+                                      "right now; try again when it finishes")
+            try:
+                yield
+            finally:
+                try:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                except psycopg.Error:
+                    pass  # the session is gone, and its lock with it
+        finally:
+            conn.close()
 
 
 class PostgresReader:

@@ -107,10 +107,11 @@ def remove_cmd(ctx: click.Context, source: str, index: str | None) -> None:
 def sync_cmd(ctx: click.Context, source: str | None, index: str | None, as_json: bool) -> None:
     """Bring the index to the state of its folders (or of SOURCE, an id or folder): new and changed files
     ingested, deleted ones removed, renamed ones moved without embedding again. Exit 2 if a folder could not
-    be read (nothing is removed then) or a file failed."""
+    be read (nothing is removed then), another process is syncing a source (nothing changes then; PostgreSQL)
+    or a file failed."""
     from ingest.formats.options import LoadOptions
     from ingest.sources import find_source, sync_source
-    from rag.core.errors import SourceUnavailableError
+    from rag.core.errors import SourceBusyError, SourceUnavailableError
     from rag.runtime import load_embedder, open_index
 
     settings = settings_from(ctx, index=index)
@@ -128,8 +129,8 @@ def sync_cmd(ctx: click.Context, source: str | None, index: str | None, as_json:
             with ingest_progress(as_json) as progress, traced(settings, "sync"):
                 summary = sync_source(stored, item, embedder, settings.chunk_tokens, settings.chunk_overlap,
                                       progress, load_options=LoadOptions.from_settings(settings))
-        except SourceUnavailableError as exc:
-            errors.append({"source": item.id, "folder": item.path, "error": exc.message})
+        except (SourceUnavailableError, SourceBusyError) as exc:
+            errors.append({"source": item.id, "folder": item.path, "error": exc.message, "type": exc.error_type})
             if not as_json:
                 console.print(literal(f"error: {exc.message}"), soft_wrap=True)
             continue

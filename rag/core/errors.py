@@ -90,6 +90,12 @@ class JobCancelled(RagError):
     error_type = "cancelled"
 
 
+class SourceBusyError(ConflictError):
+    """Another process (a replica on the same PostgreSQL) is syncing this source right now: nothing changed."""
+
+    error_type = "source_busy"
+
+
 class EmbedderMismatchError(ConflictError):
     error_type = "embedder_mismatch"
 
