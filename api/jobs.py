@@ -30,7 +30,7 @@ def job_status(job: Job, app: AppState) -> JobStatus:
         files=[JobFileResult(f.path, f.status, f.document_id, f.chunks, f.reason, f.reason_type, f.warning,
                              f.renamed_from) for f in job.files],
         summary=job.summary, error=ErrorBody(type=job.error_type, message=job.error or "") if job.error_type else None,
-        source=job.source, retry_of=job.retry_of, can_retry=app.jobs.can_retry(job))
+        names=job.names, source=job.source, retry_of=job.retry_of, can_retry=app.jobs.can_retry(job))
 
 
 async def finished(running: Running, wait_s: float) -> bool:

@@ -442,6 +442,7 @@ class JobStatus(msgspec.Struct):
     files: list[JobFileResult]
     summary: dict[str, int]
     error: ErrorBody | None
+    names: list[str]  # an upload's files, as sent
     source: str | None  # a sync's source id
     retry_of: str | None
     can_retry: bool  # interrupted, failed or cancelled, and (an upload) its files are still kept

@@ -28,7 +28,7 @@ from rag.answering.service import AnswerRequest, AnswerService, final_result
 from rag.core.access import RequestContext
 from rag.core.audit import AuditTrail, question_fields
 from rag.core.errors import (DocumentNotFoundError, ForbiddenError, JobNotFoundError, JobStateError, ModelError,
-                             RagError)
+                             RagError, SourceBusyError)
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
 from rag.generation.base import GenerationStats
@@ -37,6 +37,7 @@ from rag.runtime import (Models, answer_service, generation_backend, open_audit,
                          open_uploads)
 
 log = logging.getLogger("rag.api")
+BUSY_BACKOFF_S = 30.0  # a source another replica is syncing is looked at again after this
 SOURCE_POLL_S = 2.0  # how often the server looks for a source whose scheduled sync is due (a few SQLite reads)
 
 
@@ -57,6 +58,7 @@ class AppState:
     jobs: JobStore | None = None
     runner: JobRunner | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
+    busy_until: dict[str, float] = field(default_factory=dict)  # source id -> when to try a busy source again
 
     def __post_init__(self) -> None:
         self.store = open_store(self.settings)
@@ -100,7 +102,8 @@ class AppState:
                     for source in due_sources(index_sources(target), time.time()):
                         if self.stopping.is_set():
                             return
-                        self._scheduled_sync(target, source)
+                        if self.busy_until.get(source.id, 0.0) <= time.time():
+                            self._scheduled_sync(target, source)
             except Exception:  # noqa: BLE001 - a background loop: log, and try again next round
                 log.exception("scheduled source sync failed")
 
@@ -110,6 +113,12 @@ class AppState:
             if self.stopping.is_set():
                 return
         summary, exc = running.result, running.error
+        if isinstance(exc, SourceBusyError):  # another replica syncs it: no job to show, look again later
+            assert self.jobs is not None
+            self.jobs.discard(running.job)
+            self.busy_until[source.id] = time.time() + BUSY_BACKOFF_S
+            log.debug("scheduled sync of %s: %s", source.path, exc.message)
+            return
         if exc is not None or summary is None:
             message, error = (exc.message, exc.error_type) if exc else (running.job.error, running.job.error_type)
             log.warning("scheduled sync of %s: %s", source.path, message,

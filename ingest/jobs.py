@@ -203,6 +203,10 @@ class JobStore:
         remove_tree(target)
         replace_file(self.folder / old.id / INPUT_DIR, target)
 
+    def discard(self, job: Job) -> None:
+        """Forget a job that did nothing worth showing (a scheduled sync another replica was running)."""
+        remove_tree(self.folder / job.id)
+
     def drop_inputs(self, job: Job) -> None:
         remove_tree(self.folder / job.id / INPUT_DIR)
 

@@ -147,6 +147,22 @@ def make_scanned_pdf(path: Path, text: str = SCANNED_TEXT) -> Path:
     return path
 
 
+def make_long_scan(path: Path, pages: int, dpi: int = 150) -> Path:
+    """A scanned report of ``pages`` small pages (4 x 1.2 inch), one printed line each, no text layer
+    (200 pages OCR in about 11 s on 2 cores)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.truetype(FONT, int(11 / 72 * dpi)) if Path(FONT).is_file() else ImageFont.load_default(23)
+    images = []
+    for n in range(1, pages + 1):
+        page = Image.new("L", (int(4 * dpi), int(1.2 * dpi)), 255)
+        ImageDraw.Draw(page).text((int(0.3 * dpi), int(0.4 * dpi)),
+                                  f"Page {n}: the Kestrel survey counted {n * 7} owls.", font=font, fill=20)
+        images.append(page)
+    images[0].save(path, "PDF", resolution=dpi, save_all=True, append_images=images[1:])
+    return path
+
+
 def make_scanned_tiff(path: Path, texts: list[str]) -> Path:
     pages = [scanned_page(t, seed=i) for i, t in enumerate(texts)]
     pages[0].save(path, "TIFF", save_all=True, append_images=pages[1:], dpi=(200, 200), compression="tiff_lzw")

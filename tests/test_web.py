@@ -14,13 +14,16 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from helpers import server_process
+from format_fixtures import make_long_scan
+from helpers import cli_env, server_process
 from ingest.pipeline import ingest_paths
 from ingest.store.embedded import EmbeddedIndex
 from rag.core.settings import PROJECT_ROOT, Settings
@@ -641,3 +644,61 @@ def test_an_upload_can_be_given_document_groups(page, server: str):
     assert stored["access_groups"] == "finance,hr"
     expect(document_row(page, "normans.md").locator(".doc-groups")).to_have_text("everyone")
     assert httpx.delete(f"{server}/v1/documents/{stored['id']}").status_code == 200
+
+
+# --------------------------------------------------------------------------- jobs and folders
+def test_long_uploads_and_syncs_are_followed_as_jobs_also_after_a_reload(page, settings: Settings, logs: Path,
+                                                                         tmp_path: Path):
+    """With the default job_wait_s: "Sync now" on a followed folder and a long scanned upload each show a job
+    with a progress bar that survives a reload; Cancel leaves no document."""
+    home, folder = tmp_path / "home", tmp_path / "share"
+    folder.mkdir()
+    (folder / "mill.md").write_text("# The old mill\n\nThe Kestrel Club meets in the old mill on Tuesdays.\n")
+    make_long_scan(folder / "census.pdf", 20)
+    added = subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), "sources", "add", str(folder),
+                            "--json"], cwd=PROJECT_ROOT, env=cli_env(settings), capture_output=True, text=True,
+                           timeout=120)
+    assert added.returncode == 0, added.stderr
+    scan = make_long_scan(tmp_path / "survey.pdf", 150).read_bytes()
+    default_wait = str(Settings.__dataclass_fields__["job_wait_s"].default)
+    with server_process(settings, home, logs / "jobs.log", RAG_MAX_TOKENS=MAX_TOKENS,
+                        RAG_JOB_WAIT_S=default_wait) as base:
+        open_ready(page, base, "/documents")
+        source = page.locator("#sources .source")
+        expect(source).to_have_count(1)
+        expect(source).to_contain_text(str(folder))
+        expect(source).to_contain_text("not synced yet")
+        source.get_by_role("button", name=re.compile("Sync .* now")).click()
+        sync = page.locator(".upload.job", has_text="Sync of share")
+        expect(sync).to_have_attribute("data-state", "done", timeout=CHAT_TIMEOUT_MS)
+        expect(sync).to_contain_text("synced: 2 added")
+        expect(page.locator("#documents-body tr")).to_have_count(2)
+        expect(source).to_contain_text("last sync")
+
+        upload_via_picker(page, "survey.pdf", scan, mime="application/pdf")
+        job = page.locator(".upload.job", has_text="survey.pdf")
+        expect(job).to_have_attribute("data-state", "running", timeout=CHAT_TIMEOUT_MS)
+        expect(job.locator(".upload-status")).to_contain_text(re.compile(r"reading page \d+ of 150"))
+        first = float(job.locator("progress").evaluate("p => p.value"))
+        page.reload()  # the job goes on, and the page picks it up again
+        expect(page.locator("#status")).to_have_attribute("data-state", "ready")
+        job = page.locator(".upload.job", has_text="survey.pdf")
+        expect(job).to_have_attribute("data-state", "running")
+        expect(job.locator(".upload-status")).to_contain_text("left")  # an ETA
+        later = float(job.locator("progress").evaluate("p => p.value"))
+        assert later >= first, (first, later)
+        expect(job).to_have_attribute("data-state", "done", timeout=CHAT_TIMEOUT_MS)
+        expect(job).to_contain_text("added")
+        expect(document_row(page, "survey.pdf")).to_have_count(1)
+        screenshot(page, "documents-jobs.png")
+
+        upload_via_picker(page, "survey-copy.pdf", scan, mime="application/pdf")
+        copy = page.locator(".upload.job", has_text="survey-copy.pdf")
+        expect(copy.locator(".upload-status")).to_contain_text(re.compile(r"reading page \d+ of 150"),
+                                                               timeout=CHAT_TIMEOUT_MS)
+        copy.get_by_role("button", name="Cancel").click()
+        expect(copy).to_have_attribute("data-state", "cancelled", timeout=CHAT_TIMEOUT_MS)
+        expect(copy).to_contain_text("nothing of it was kept")
+        expect(page.locator("#documents-body tr")).to_have_count(3)
+        assert "survey-copy.pdf" not in {Path(d["path"]).name
+                                         for d in httpx.get(f"{base}/v1/documents").json()["documents"]}

@@ -2,7 +2,7 @@
 
 import { getJSON, setKeyPrompt } from "./api.js";
 import { initChat, refreshChatEmpty } from "./chat.js";
-import { clearUploads, initDocuments, refreshDocuments } from "./documents.js";
+import { clearUploads, initDocuments, refreshDocuments, refreshJobsAndSources } from "./documents.js";
 import { initKeys, refreshKeys } from "./keys.js";
 
 const INDEX_STORAGE = "rag.index";
@@ -33,7 +33,7 @@ function showView(name) {
   document.body.dataset.view = name;
   document.title = { documents: "Documents · Offline RAG", keys: "API keys · Offline RAG" }[name] || "Offline RAG";
   if (name === "keys") refreshKeys();
-  else if (name === "documents" && indexesLoaded) refreshDocuments();
+  else if (name === "documents" && indexesLoaded) openDocuments();
   else document.getElementById("question").focus({ preventScroll: true });
 }
 
@@ -134,8 +134,14 @@ function initIndexPicker() {
     showHealth();
     refreshChatEmpty();
     showPrincipal();
-    if (document.body.dataset.view === "documents") refreshDocuments();
+    if (document.body.dataset.view === "documents") openDocuments();
   });
+}
+
+// The documents page: its list, the folders the index follows and the jobs still going (after a reload too).
+function openDocuments() {
+  refreshDocuments();
+  refreshJobsAndSources();
 }
 
 // ---------------------------------------------------------------- who is signed in (/v1/me)
@@ -212,5 +218,5 @@ window.addEventListener("rag:key", () => setTimeout(refreshIndexes, 500)); // wh
 route();
 pollHealth();
 refreshIndexes().then(() => {
-  if (document.body.dataset.view === "documents") refreshDocuments();
+  if (document.body.dataset.view === "documents") openDocuments();
 });

@@ -1,4 +1,6 @@
-// The documents view: upload (drag and drop or file picker, per-file progress and outcome), list, filter, delete.
+// The documents view: upload (drag and drop or file picker, per-file progress and outcome), long uploads and
+// syncs followed as jobs (progress bar, cancel, run again; picked up again after a reload), the folders the
+// index follows with "Sync now", list, filter, delete.
 
 import { ApiError, apiFetch, getJSON, uploadFile } from "./api.js";
 import { formatDate, h } from "./dom.js";
@@ -129,6 +131,12 @@ function addUpload(file) {
       }, groups);
       progress.value = 1;
       const outcome = body && Array.isArray(body.files) ? body.files[0] : null;
+      if (code === 202 && body && body.id) {
+        // Longer than the server waits inline (a long scan): the row follows the job from here.
+        item.remove();
+        followJob(body);
+        return;
+      }
       if (outcome) {
         set(outcome.status === "failed" ? "failed" : outcome.status, outcomeText(outcome));
       } else {
@@ -143,6 +151,176 @@ function addUpload(file) {
   });
 }
 
+// ---------------------------------------------------------------- jobs: long uploads and syncs
+const JOB_POLL_MS = 700;
+const ACTIVE = ["queued", "running"];
+const followed = new Set(); // job ids with a row on the page
+
+function seconds(value) {
+  if (value < 60) return `${Math.max(1, Math.round(value))} s`;
+  const minutes = Math.round(value / 60);
+  return minutes < 60 ? `${minutes} min` : `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
+}
+
+function jobName(job) {
+  if (job.kind === "sync") {
+    const source = sources.find((s) => s.id === job.source);
+    return `Sync of ${source ? fileName(source.path) || source.path : "a folder"}`;
+  }
+  const names = job.names || [];
+  return names.length > 1 ? `${names[0]} and ${names.length - 1} more` : names[0] || "upload";
+}
+
+function syncCounts(summary) {
+  const parts = ["added", "updated", "renamed", "removed", "failed"].filter((k) => summary[k]).map((k) => `${summary[k]} ${k}`);
+  return parts.length ? parts.join(", ") : "nothing changed";
+}
+
+function jobText(job) {
+  switch (job.state) {
+    case "queued": return "waiting for the index…";
+    case "running": {
+      const parts = [job.current_file_pages
+        ? `reading page ${job.current_file_page} of ${job.current_file_pages}${job.current_file ? ` (${job.current_file})` : ""}`
+        : "indexing…"];
+      if (job.files_total > 1) parts.push(`${job.files_done} of ${job.files_total} files`);
+      if (job.eta_s !== null && job.eta_s !== undefined) parts.push(`about ${seconds(job.eta_s)} left`);
+      return parts.join(" · ");
+    }
+    case "done":
+      if (job.kind === "sync") return `synced: ${syncCounts(job.summary || {})} · ${seconds(job.elapsed_s)}`;
+      return job.files.length === 1 ? `${outcomeText(job.files[0])} · ${seconds(job.elapsed_s)}`
+        : `${job.files.filter((f) => f.status !== "failed").length} of ${job.files.length} files added · ${seconds(job.elapsed_s)}`;
+    case "cancelled": return "cancelled: nothing of it was kept";
+    case "interrupted": return "interrupted: the server stopped while it ran";
+    default: return `failed: ${job.error ? job.error.message : "unknown reason"}`;
+  }
+}
+
+// A row that follows one job until it ends: progress bar, what it is doing, Cancel; Run again once interrupted.
+function followJob(job) {
+  if (followed.has(job.id)) return;
+  followed.add(job.id);
+  const progress = h("progress", { max: "1", value: String(job.progress || 0), "aria-label": `Progress of ${jobName(job)}` });
+  const status = h("span", { class: "upload-status" }, jobText(job));
+  const cancel = h("button", { type: "button", class: "danger-outline small-button job-cancel" }, "Cancel");
+  const retry = h("button", { type: "button", class: "secondary small-button job-retry", hidden: "" }, "Run again");
+  const dismiss = h("button", { type: "button", class: "icon upload-dismiss", "aria-label": `Dismiss ${jobName(job)}` }, "×");
+  const item = h("li", { class: "upload job", dataset: { state: job.state, job: job.id } },
+    h("span", { class: "upload-name" }, jobName(job)), progress, status, cancel, retry, dismiss);
+  els.uploads.prepend(item);
+  showUploadsHead();
+  let stopped = false;
+  dismiss.addEventListener("click", () => {
+    stopped = true;
+    item.remove();
+    showUploadsHead();
+  });
+  const show = (current) => {
+    item.dataset.state = current.state;
+    progress.value = current.progress;
+    status.textContent = jobText(current);
+    cancel.hidden = !ACTIVE.includes(current.state);
+    retry.hidden = !current.can_retry;
+  };
+  cancel.addEventListener("click", async () => {
+    cancel.disabled = true;
+    status.textContent = "cancelling…";
+    try {
+      show(await (await apiFetch(`/v1/jobs/${job.id}`, { method: "DELETE" })).json());
+    } catch (err) {
+      status.textContent = `could not cancel: ${err.message}`;
+    }
+  });
+  retry.addEventListener("click", async () => {
+    retry.disabled = true;
+    try {
+      const again = await (await apiFetch(`/v1/jobs/${job.id}/retry`, { method: "POST" })).json();
+      stopped = true;
+      item.remove();
+      followJob(again);
+    } catch (err) {
+      status.textContent = `could not run it again: ${err.message}`;
+      retry.disabled = false;
+    }
+  });
+  show(job);
+  (async () => {
+    let current = job;
+    while (!stopped && ACTIVE.includes(current.state)) {
+      await new Promise((resolve) => setTimeout(resolve, JOB_POLL_MS));
+      try {
+        current = await getJSON(`/v1/jobs/${job.id}`);
+      } catch (err) {
+        status.textContent = `cannot follow this job: ${err.message}`;
+        return;
+      }
+      show(current);
+    }
+    if (!stopped) {
+      await refreshDocuments();
+      if (current.kind === "sync") await refreshSources();
+      onChanged();
+    }
+  })();
+}
+
+// After a reload, or another index picked: the jobs still running, and those a restart interrupted today.
+async function resumeJobs() {
+  let body;
+  try {
+    body = await getJSON(`/v1/jobs${indexQuery()}`);
+  } catch (_) {
+    return; // readers may not follow jobs
+  }
+  const dayAgo = Date.now() - 24 * 3600 * 1000;
+  for (const job of [...(body.jobs || [])].reverse()) {
+    const recent = job.state === "interrupted" && job.can_retry && Date.parse(job.created_at) > dayAgo;
+    if (ACTIVE.includes(job.state) || recent) followJob(job);
+  }
+}
+
+// ---------------------------------------------------------------- folders the index follows
+let sources = [];
+
+function lastSyncText(source) {
+  const last = source.last;
+  if (!last) return "not synced yet";
+  const when = formatDate(last.started_at);
+  if (last.status === "error") return `last sync ${when}: ${last.error || "the folder could not be read"}`;
+  const failed = last.failed ? ` · ${last.failed} failed` : "";
+  return `last sync ${when}: ${syncCounts(last)}${failed} · ${seconds(last.seconds)}`;
+}
+
+export async function refreshSources() {
+  try {
+    sources = (await getJSON(`/v1/sources${indexQuery()}`)).sources || [];
+  } catch (_) {
+    sources = []; // readers do not see folders; an index not created yet has none
+  }
+  els.sourcesPanel.hidden = sources.length === 0;
+  els.sources.replaceChildren(...sources.map((source) => {
+    const button = h("button", { type: "button", class: "secondary small-button", "aria-label": `Sync ${source.path} now` }, "Sync now");
+    button.addEventListener("click", async () => {
+      button.disabled = true;
+      try {
+        const index = currentIndex();
+        const query = new URLSearchParams({ async: "true", ...(index ? { index } : {}) });
+        followJob(await (await apiFetch(`/v1/sources/${source.id}/sync?${query}`, { method: "POST" })).json());
+      } catch (err) {
+        message(`Could not sync ${source.path}: ${err.message}`);
+      } finally {
+        button.disabled = false;
+      }
+    });
+    const every = source.every_s ? `every ${seconds(source.every_s)}` : "on request";
+    return h("li", { class: "source", dataset: { id: source.id, status: source.last ? source.last.status : "new" } },
+      h("span", { class: "source-path" }, source.path + (source.glob ? ` (${source.glob})` : "")),
+      h("span", { class: "muted small" }, `${source.files} files · ${every} · ${lastSyncText(source)}`),
+      button);
+  }));
+}
+
 function showUploadsHead() {
   els.uploadsHead.hidden = !els.uploads.children.length;
 }
@@ -151,7 +329,14 @@ function showUploadsHead() {
 // Uploads still running finish (their rows go; the documents list shows the outcome).
 export function clearUploads() {
   els.uploads.replaceChildren();
+  followed.clear();
   showUploadsHead();
+}
+
+// The documents page opened, or another index picked: its folders, and the jobs that are still going.
+export async function refreshJobsAndSources() {
+  await refreshSources();
+  await resumeJobs();
 }
 
 // The formats come from the server's format registry: the hint and the file picker never disagree with it.
@@ -187,6 +372,8 @@ export function initDocuments(options) {
     uploadsHead: document.getElementById("uploads-head"),
     formatsHint: document.getElementById("formats-hint"),
     groups: document.getElementById("upload-groups"),
+    sourcesPanel: document.getElementById("sources-panel"),
+    sources: document.getElementById("sources"),
   };
   document.getElementById("uploads-clear").addEventListener("click", clearUploads);
   loadFormats();
