@@ -32,8 +32,8 @@ ERRORS = {
     404: "No such index (`index_not_found`), document (`document_not_found`), source (`source_not_found`) or "
          "job (`job_not_found`)",
     409: "The index is being written by another process (`index_locked`) or was built with another "
-         "embedder (`embedder_mismatch`); a key of that name is active (`conflict`); a job that cannot do that "
-         "in its state (`job_state`)",
+         "embedder (`embedder_mismatch`); a key of that name is active (`conflict`); a source another replica "
+         "is syncing (`source_busy`); a job that cannot be run again (`job_state`)",
     413: "The request body is larger than the server accepts (`payload_too_large`)",
     500: "A bug in the server (`internal_error`); the server log has the traceback",
     503: "The models are still loading or failed to load (`model_unavailable`), or the generation queue is "
@@ -91,10 +91,14 @@ Server-Sent Events (`data: {"id", "object": "chat.completion.chunk", "created", 
 "delta", "finish_reason"}]}`); the last chunk with a finish_reason also has `sources`, `citations`,
 `abstained`; with `stream_options.include_usage` a final chunk has `usage` and empty `choices`; then
 `data: [DONE]`. An error after the stream started is sent as `{"error": {"type", "message"}}` before `[DONE]`."""
-EVENT_STREAMS = (  # path, payload component, its wire types (any one per event), description, data: [DONE] at the end
-    ("/v1/ask", "AskEvent", protocol.ASK_EVENTS, ASK_EVENTS, False),
-    ("/v1/chat/stream", "SeedEvent", protocol.SEED_EVENTS, SEED_EVENTS, False),
-    ("/v1/chat/completions", "OpenAIEvent", protocol.OPENAI_EVENTS, OPENAI_EVENTS, True),
+JOB_EVENTS = """Server-Sent Events, one JSON `JobStatus` per `data:` line (as GET /v1/jobs/{id} answers), sent
+whenever the job moves on; the stream ends after the event of its final state (done, failed, cancelled or
+interrupted). A `: keep-alive` comment comes every 15 s while nothing changes."""
+EVENT_STREAMS = (  # path, method, payload component, its wire types (any one per event), description, [DONE] at the end
+    ("/v1/ask", "post", "AskEvent", protocol.ASK_EVENTS, ASK_EVENTS, False),
+    ("/v1/chat/stream", "post", "SeedEvent", protocol.SEED_EVENTS, SEED_EVENTS, False),
+    ("/v1/chat/completions", "post", "OpenAIEvent", protocol.OPENAI_EVENTS, OPENAI_EVENTS, True),
+    ("/v1/jobs/{job_id}/events", "get", "JobEvent", protocol.JOB_EVENTS, JOB_EVENTS, False),
 )
 
 
@@ -144,13 +148,13 @@ def complete_schema(app: Litestar) -> None:
       for ``forbid_unknown_fields``) and the rules documented with ``extra_json_schema``;
     * the Server-Sent Events of the streaming answers, each event's JSON described by a wire type.
     """
-    events = {kind for _, _, kinds, _, _ in EVENT_STREAMS for kind in kinds}
+    events = {kind for _, _, _, kinds, _, _ in EVENT_STREAMS for kind in kinds}
     _, components = msgspec.json.schema_components((*REQUEST_BODIES, *events), ref_template=REF)
-    for _, name, kinds, _, _ in EVENT_STREAMS:
+    for _, _, name, kinds, _, _ in EVENT_STREAMS:
         components[name] = {"anyOf": [{"$ref": REF.format(name=kind.__name__)} for kind in kinds]}
     served = app.plugins.get("OpenAPIPlugin").provide_openapi_schema()  # built once, then served as it is
     served["components"]["schemas"].update(components)
-    for path, name, _, description, done in EVENT_STREAMS:
-        ok = served["paths"][path]["post"]["responses"]["200"]
+    for path, method, name, _, description, done in EVENT_STREAMS:
+        ok = served["paths"][path][method]["responses"]["200"]
         ok["content"][EVENT_STREAM] = {"schema": event_schema(name, done)}
         ok["description"] = description

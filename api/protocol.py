@@ -303,6 +303,52 @@ class SourceList(msgspec.Struct):
     sources: list[SourceStatus]
 
 
+# --------------------------------------------------------------------------- jobs
+class JobFileResult(msgspec.Struct, omit_defaults=True):
+    file: str
+    status: str  # added | updated | unchanged | renamed | removed | skipped | failed
+    document_id: str | None = None
+    chunks: int = 0
+    reason: str | None = None
+    reason_type: str | None = None
+    warning: str | None = None
+    renamed_from: str | None = None
+
+
+class JobStatus(msgspec.Struct):
+    """An upload or a sync that runs in the background (GET /v1/jobs/{id}; its events: /v1/jobs/{id}/events)."""
+
+    id: str
+    kind: str  # upload | sync
+    index: str
+    state: str  # queued | running | done | failed | cancelled | interrupted
+    progress: float  # 0..1, never decreasing
+    files_total: int
+    files_done: int
+    chunks: int
+    ocr_pages_done: int
+    current_file: str | None
+    current_file_page: int  # OCR: the page being read of the current file, and its pages
+    current_file_pages: int
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    elapsed_s: float
+    eta_s: float | None
+    files: list[JobFileResult]
+    summary: dict[str, int]
+    error: ErrorBody | None
+    names: list[str]  # an upload's files, as sent
+    source: str | None  # a sync's source id
+    retry_of: str | None
+    can_retry: bool  # interrupted, failed or cancelled, and (an upload) its files are still kept
+
+
+class JobList(msgspec.Struct):
+    index: str
+    jobs: list[JobStatus]
+
+
 # --------------------------------------------------------------------------- Server-Sent Events
 # One JSON object per ``data:`` line (api/sse.py); the OpenAPI schema describes each event with these.
 class TokenEvent(msgspec.Struct):
@@ -362,6 +408,7 @@ class ChatCompletionChunk(msgspec.Struct, omit_defaults=True):
 ASK_EVENTS = (TokenEvent, AskDoneEvent, ErrorResponse)
 SEED_EVENTS = (TokenEvent, SeedDoneEvent, ErrorResponse)
 OPENAI_EVENTS = (ChatCompletionChunk, ErrorResponse)  # then the literal "[DONE]"
+JOB_EVENTS = (JobStatus,)
 
 
 # --------------------------------------------------------------------------- access control (README "Access control")
@@ -405,49 +452,3 @@ class KeyCreated(KeyInfo):
 
 class KeyList(msgspec.Struct):
     keys: list[KeyInfo]
-
-
-# --------------------------------------------------------------------------- jobs
-class JobFileResult(msgspec.Struct, omit_defaults=True):
-    file: str
-    status: str  # added | updated | unchanged | renamed | removed | skipped | failed
-    document_id: str | None = None
-    chunks: int = 0
-    reason: str | None = None
-    reason_type: str | None = None
-    warning: str | None = None
-    renamed_from: str | None = None
-
-
-class JobStatus(msgspec.Struct):
-    """An upload or a sync that runs in the background (GET /v1/jobs/{id}; its events: /v1/jobs/{id}/events)."""
-
-    id: str
-    kind: str  # upload | sync
-    index: str
-    state: str  # queued | running | done | failed | cancelled | interrupted
-    progress: float  # 0..1, never decreasing
-    files_total: int
-    files_done: int
-    chunks: int
-    ocr_pages_done: int
-    current_file: str | None
-    current_file_page: int  # OCR: the page being read of the current file, and its pages
-    current_file_pages: int
-    created_at: str
-    started_at: str | None
-    finished_at: str | None
-    elapsed_s: float
-    eta_s: float | None
-    files: list[JobFileResult]
-    summary: dict[str, int]
-    error: ErrorBody | None
-    names: list[str]  # an upload's files, as sent
-    source: str | None  # a sync's source id
-    retry_of: str | None
-    can_retry: bool  # interrupted, failed or cancelled, and (an upload) its files are still kept
-
-
-class JobList(msgspec.Struct):
-    index: str
-    jobs: list[JobStatus]

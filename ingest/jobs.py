@@ -7,7 +7,8 @@ machine (the process id and its start time), and on another (a replica sharing t
 touched every ``HEARTBEAT_S`` while it runs, is older than ``STALE_S``. An upload keeps its files under
 ``home/jobs/<id>/input`` until it ends, so an interrupted one can be run again; a finished job's files go.
 Jobs of one index run one at a time in a process (the index has one writer); cancelling raises
-``JobCancelled`` from the work's next progress report, and the writer rolls back what was not committed.
+``JobCancelled`` from the work's next progress report, the writer rolls back what was not committed, and the
+job's record goes (``DELETE /v1/jobs/{id}``; deleting an ended job forgets it).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ ACTIVE = (QUEUED, RUNNING)
 RERUNNABLE = (FAILED, CANCELLED, INTERRUPTED)
 JOB_FILE, INPUT_DIR, CANCEL_FILE = "job.json", "input", "cancel"
 STOPPED = "the server stopped while this job ran; what it had committed stays, and it can be run again"
+CANCELLED_MESSAGE = "cancelled: nothing it had not committed was kept"
 
 
 class JobFile(msgspec.Struct, omit_defaults=True):
@@ -204,7 +206,8 @@ class JobStore:
         replace_file(self.folder / old.id / INPUT_DIR, target)
 
     def discard(self, job: Job) -> None:
-        """Forget a job that did nothing worth showing (a scheduled sync another replica was running)."""
+        """Forget a job and its kept files (a cancelled or an ended one, or a scheduled sync another replica
+        was running)."""
         remove_tree(self.folder / job.id)
 
     def drop_inputs(self, job: Job) -> None:
@@ -352,7 +355,7 @@ class JobRunner:
             if self._stopping.is_set():  # a server shutting down: the job can be run again after the restart
                 state, error_type, error = INTERRUPTED, "interrupted", STOPPED
             else:
-                state, error_type, error = CANCELLED, "cancelled", "cancelled: nothing it had not committed was kept"
+                state, error_type, error = CANCELLED, "cancelled", CANCELLED_MESSAGE
         except RagError as exc:
             running.error = exc
             files, summary, state, error_type, error = [], {}, FAILED, exc.error_type, exc.message
@@ -366,9 +369,12 @@ class JobRunner:
             if state == DONE:
                 job.progress = 1.0
         try:
-            if state in (DONE, CANCELLED) or (state == FAILED and files):
-                self.store.drop_inputs(job)  # kept where running it again could go otherwise
-            tracker.save(force=True)
+            if state == CANCELLED:  # DELETE /v1/jobs/{id}: the job goes, with its files
+                self.store.discard(job)
+            else:
+                if state == DONE or (state == FAILED and files):
+                    self.store.drop_inputs(job)  # kept where running it again could go otherwise
+                tracker.save(force=True)
         finally:
             with self._guard:
                 self._running.pop(job.id, None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import AsyncIterator
 
 import anyio
@@ -14,19 +15,17 @@ from litestar.params import FromPath
 
 from api.auth import Context
 from api.jobs import accepted, job_status
-from api.openapi import errors, event_stream_only
+from api.openapi import JOB_EVENTS, errors, event_stream_only
 from api.protocol import JobList, JobStatus
 from api.routes.documents import IndexQuery
 from api.sse import sse, sse_response
 from api.state import AppState
-from ingest.jobs import ACTIVE
-from rag.core.errors import JobStateError
+from ingest.jobs import ACTIVE, CANCELLED, CANCELLED_MESSAGE, Job, JobStore
+from rag.core.errors import JobNotFoundError
 
 EVENTS_POLL_S = 0.25
 KEEPALIVE_S = 15.0
-JOB_EVENTS = """Server-Sent Events, one JSON `JobStatus` per `data:` line (as GET /v1/jobs/{id} answers), sent
-whenever the job moves on; the stream ends after the event of its final state (done, failed, cancelled or
-interrupted). A `: keep-alive` comment comes every 15 s while nothing changes."""
+CANCEL_WAIT_S = 30.0  # a file stops at its next page; a batch being embedded finishes first
 
 
 class JobsController(Controller):
@@ -70,24 +69,52 @@ class JobsController(Controller):
                     yield b": keep-alive\n\n"
                 await anyio.sleep(EVENTS_POLL_S)
                 quiet += EVENTS_POLL_S
-                current = await anyio.to_thread.run_sync(jobs.get, job_id)
+                try:
+                    current = await anyio.to_thread.run_sync(jobs.get, job_id)
+                except JobNotFoundError:  # deleted meanwhile: it was cancelled
+                    yield sse(job_status(msgspec.structs.replace(
+                        current, state=CANCELLED, error_type="cancelled", error=CANCELLED_MESSAGE), app))
+                    return
 
         return sse_response(frames())
 
-    @delete("/{job_id:str}", status_code=202, summary="Cancel a queued or running job: what it committed stays, "
-            "nothing half-written (409 when it has already ended)", responses=errors(404, 409))
-    async def cancel_job(self, state: State, context: Context, job_id: FromPath[str]) -> JobStatus:
+    @delete("/{job_id:str}", status_code=200, summary="Cancel a queued or running job and forget it: what it "
+            "committed stays, nothing half-written; an ended job (an interrupted one with its kept files) is "
+            "forgotten", responses=errors(404))
+    async def delete_job(self, state: State, context: Context, job_id: FromPath[str]) -> JobStatus:
         app: AppState = state.app
         job = await anyio.to_thread.run_sync(app.visible_job, context, job_id, "/v1/jobs/{job_id}")
-        if job.state not in ACTIVE:
-            raise JobStateError(f"job {job.id} has already ended ({job.state})")
-        assert app.runner is not None
-        app.runner.cancel(job)
-        app.record(context, "cancel", route="/v1/jobs/{job_id}", index=job.index, job=job.id, outcome="requested")
-        running = app.runner.running(job.id)
-        if running is not None:  # this process runs it: answer once it has stopped (a second, at most a page)
-            await anyio.to_thread.run_sync(running.done.wait, 30)
-        return job_status(await anyio.to_thread.run_sync(app.jobs.get, job.id), app)
+        assert app.runner is not None and app.jobs is not None
+        jobs, runner = app.jobs, app.runner
+        if job.state in ACTIVE:
+            running = runner.running(job.id)
+            runner.cancel(job)
+            if running is not None:  # this process runs it: it stops at its next page or file
+                await anyio.to_thread.run_sync(running.done.wait, CANCEL_WAIT_S)
+                job = running.job
+            else:  # another worker or replica runs it: it sees the request within a heartbeat
+                job = await anyio.to_thread.run_sync(self._stopped_elsewhere, jobs, job)
+        else:
+            await anyio.to_thread.run_sync(jobs.discard, job)
+        app.record(context, "cancel" if job.state == CANCELLED else "forget", route="/v1/jobs/{job_id}",
+                   index=job.index, job=job.id, outcome=job.state)
+        return job_status(job, app)
+
+    @staticmethod
+    def _stopped_elsewhere(jobs: JobStore, job: Job) -> Job:
+        """``job`` as its process left it once it stopped (its record gone: cancelled), or as it is after
+        CANCEL_WAIT_S (still stopping, or ended meanwhile)."""
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                job = jobs.get(job.id)
+            except JobNotFoundError:
+                return msgspec.structs.replace(job, state=CANCELLED, error_type="cancelled", error=CANCELLED_MESSAGE)
+            if job.state not in ACTIVE:
+                jobs.discard(job)
+                return job
+            time.sleep(0.2)
+        return job
 
     @post("/{job_id:str}/retry", status_code=202, summary="Run an interrupted, failed or cancelled job again (a new "
           "job; an upload re-uses the files it kept)",

@@ -211,17 +211,19 @@ function followJob(job) {
   els.uploads.prepend(item);
   showUploadsHead();
   let stopped = false;
+  let current = job;
   dismiss.addEventListener("click", () => {
     stopped = true;
     item.remove();
     showUploadsHead();
   });
-  const show = (current) => {
-    item.dataset.state = current.state;
-    progress.value = current.progress;
-    status.textContent = jobText(current);
-    cancel.hidden = !ACTIVE.includes(current.state);
-    retry.hidden = !current.can_retry;
+  const show = (latest) => {
+    current = latest;
+    item.dataset.state = latest.state;
+    progress.value = latest.progress;
+    status.textContent = jobText(latest);
+    cancel.hidden = !ACTIVE.includes(latest.state);
+    retry.hidden = !latest.can_retry;
   };
   cancel.addEventListener("click", async () => {
     cancel.disabled = true;
@@ -246,16 +248,17 @@ function followJob(job) {
   });
   show(job);
   (async () => {
-    let current = job;
     while (!stopped && ACTIVE.includes(current.state)) {
       await new Promise((resolve) => setTimeout(resolve, JOB_POLL_MS));
+      if (!ACTIVE.includes(current.state)) break; // cancelled meanwhile (the job is gone then)
       try {
-        current = await getJSON(`/v1/jobs/${job.id}`);
+        const latest = await getJSON(`/v1/jobs/${job.id}`);
+        if (ACTIVE.includes(current.state)) show(latest);
       } catch (err) {
-        status.textContent = `cannot follow this job: ${err.message}`;
+        if (ACTIVE.includes(current.state)) status.textContent = `cannot follow this job: ${err.message}`;
+        if (!ACTIVE.includes(current.state)) break;
         return;
       }
-      show(current);
     }
     if (!stopped) {
       await refreshDocuments();
