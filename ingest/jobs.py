@@ -27,6 +27,7 @@ import msgspec
 import psutil
 
 from ingest.pipeline import FileOutcome
+from rag.core import observe
 from rag.core.errors import JobCancelled, JobNotFoundError, JobStateError, RagError
 from rag.core.files import remove_tree, replace_file, retry_locked
 
@@ -284,6 +285,7 @@ class Running:
     error: RagError | None = None  # why it failed, for an in-process waiter
     tracker: Tracker | None = None
     thread: threading.Thread | None = None
+    trace_context: Any = None  # the trace of the request that started it
 
 
 @dataclass
@@ -315,7 +317,7 @@ class JobRunner:
         self._heart.start()
 
     def start(self, job: Job, work: Work) -> Running:
-        running = Running(job)
+        running = Running(job, trace_context=observe.carried())
         running.tracker = Tracker(self.store, job, running.cancelled)
         running.thread = threading.Thread(target=self._run, args=(running, work), name=f"job-{job.id[:8]}",
                                           daemon=True)
@@ -341,7 +343,7 @@ class JobRunner:
         job, tracker = running.job, running.tracker
         assert tracker is not None
         try:
-            with self._lock(job.index):
+            with observe.continued(running.trace_context), self._lock(job.index):
                 if running.cancelled.is_set():
                     raise JobCancelled("cancelled before it started")
                 with tracker.lock:

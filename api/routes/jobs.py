@@ -41,14 +41,14 @@ class JobsController(Controller):
         return JobList(index=target.name, jobs=[job_status(j, app) for j in jobs])
 
     @get("/{job_id:str}", summary="A job's state and progress: files done of total, OCR pages, chunks, elapsed "
-                                  "and ETA, each file's outcome", responses=errors(404))
+                                  "and ETA, each file's outcome", responses=errors(400, 404))
     async def get_job(self, state: State, context: Context, job_id: FromPath[str]) -> JobStatus:
         app: AppState = state.app
         job = await anyio.to_thread.run_sync(app.visible_job, context, job_id, "/v1/jobs/{job_id}")
         return job_status(job, app)
 
     @get("/{job_id:str}/events", summary="A job's progress as Server-Sent Events, until it ends",
-         responses={**errors(404), **event_stream_only(JOB_EVENTS)})
+         responses={**errors(400, 404), **event_stream_only(JOB_EVENTS)})
     async def job_events(self, state: State, context: Context, job_id: FromPath[str]) -> Response:
         app: AppState = state.app
         job = await anyio.to_thread.run_sync(app.visible_job, context, job_id, "/v1/jobs/{job_id}/events")
@@ -80,7 +80,7 @@ class JobsController(Controller):
 
     @delete("/{job_id:str}", status_code=200, summary="Cancel a queued or running job and forget it: what it "
             "committed stays, nothing half-written; an ended job (an interrupted one with its kept files) is "
-            "forgotten", responses=errors(404))
+            "forgotten", responses=errors(400, 404))
     async def delete_job(self, state: State, context: Context, job_id: FromPath[str]) -> JobStatus:
         app: AppState = state.app
         job = await anyio.to_thread.run_sync(app.visible_job, context, job_id, "/v1/jobs/{job_id}")
@@ -118,7 +118,7 @@ class JobsController(Controller):
 
     @post("/{job_id:str}/retry", status_code=202, summary="Run an interrupted, failed or cancelled job again (a new "
           "job; an upload re-uses the files it kept)",
-          responses={**errors(404, 409, 503), 202: ResponseSpec(JobStatus, description="the new job",
+          responses={**errors(400, 404, 409, 503), 202: ResponseSpec(JobStatus, description="the new job",
                                                                  generate_examples=False)})
     async def retry_job(self, state: State, context: Context, job_id: FromPath[str]) -> Response[JobStatus]:
         app: AppState = state.app

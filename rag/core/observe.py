@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping
 from urllib.parse import urlsplit
 
+from opentelemetry import context as otel_context
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
@@ -81,6 +82,21 @@ def embeddings_span(model: str, inputs: int, **attributes: Any) -> Any:
 def current(span: Span) -> Any:
     """``with current(span)``: make an open span the parent of what runs inside, without ending it after."""
     return trace.use_span(span, end_on_exit=False)
+
+
+def carried() -> Any:
+    """The current trace context, to continue in another thread (``continued``): a job started by a request
+    stays in that request's trace."""
+    return otel_context.get_current()
+
+
+@contextmanager
+def continued(context: Any) -> Iterator[None]:
+    token = otel_context.attach(context)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def trace_headers() -> dict[str, str]:
