@@ -118,6 +118,36 @@ def test_a_backup_of_another_embedder_is_refused(backed_up, embedder):
     assert "copy" not in store.names()
 
 
+def test_a_backup_of_another_embedder_is_restored_with_re_embed(backed_up, embedder):
+    """--re-embed: the documents, chunks and sources as backed up, each chunk embedded again with the
+    configured embedder (a manifest naming another embedder stands for a backup made elsewhere)."""
+    import numpy as np
+
+    from ingest.store.copy import ReEmbedder
+
+    store, backup = backed_up
+    other = rewrite_member(backup, "manifest.json", lambda data: json.dumps(
+        {**json.loads(data), "embedder": "another/embedder@768"}).encode())
+    with pytest.raises(EmbedderMismatchError, match="--re-embed"):
+        restore_index(other, store, "copy", embedder.config.identity)
+    reembed = ReEmbedder(embedder.config.identity, embedder.dimension, embedder.embed)
+    manifest = restore_index(other, store, "copy", embedder.config.identity, reembed)
+    assert manifest.embedder == "another/embedder@768"
+    original, restored = store.index("source").reader(), store.index("copy").reader()
+    try:
+        assert restored.info().embedder == embedder.config.identity and restored.info().documents == 1
+        [record] = restored.documents()
+        chunks, vectors = restored.document_chunks(record.id)
+        old_chunks, _ = original.document_chunks(record.id)
+        assert [c.text for c in chunks] == [c.text for c in old_chunks]
+        assert np.allclose(vectors, embedder.embed([c.text for c in chunks]), atol=1e-5)
+    finally:
+        original.close()
+        restored.close()
+    assert verify_index(store.index("copy")).ok
+    assert not [p for p in store.indexes_dir.iterdir() if p.name.startswith(".")]
+
+
 def test_verify_finds_damaged_and_missing_vectors(backed_up, embedder):
     store, _ = backed_up
     index = store.index("source")

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ingest.store.copy import ReEmbedder, copy_index
 from ingest.store.embedded import DB_NAME, EmbeddedIndex, EmbeddedStore, read_faiss, vectors_file
 from rag.core.errors import BadRequestError, EmbedderMismatchError, InvalidBackupError
 from rag.core.names import index_not_found
@@ -151,28 +152,41 @@ def read_backup(path: Path, into: Path) -> BackupManifest:
     return manifest
 
 
-def restore_index(path: Path, store: EmbeddedStore, name: str | None, embedder_identity: str) -> BackupManifest:
+def restore_index(path: Path, store: EmbeddedStore, name: str | None, embedder_identity: str,
+                  reembed: ReEmbedder | None = None) -> BackupManifest:
     """Restore the backup ``path`` as index ``name`` (default: its own name), which must not exist yet.
-    A backup made with another embedder is refused: its vectors would not match this server's questions."""
+    A backup made with another embedder is refused (its vectors would not match this server's questions),
+    unless ``reembed`` (the configured embedder) is given: then every chunk is embedded again."""
     with tempfile.TemporaryDirectory(prefix="rag-restore-") as scratch:
         manifest = read_backup(path, Path(scratch))
-        if manifest.embedder != embedder_identity:
+        other_embedder = manifest.embedder != embedder_identity
+        if other_embedder and reembed is None:
             raise EmbedderMismatchError(
                 f"{path} was made with embedder {manifest.embedder}, not the configured {embedder_identity}; "
-                "restore it where that embedder is configured, or ingest the original files again")
+                "restore it with --re-embed (every chunk is embedded again with the configured one), restore it "
+                "where that embedder is configured, or ingest the original files again")
         target = store.index(name or manifest.index)
         if target.exists():
             raise BadRequestError(f"index {target.name!r} exists already: restore with --as NEW_NAME, or delete it "
                                   f"first (rag index delete {target.name} --yes)")
-        staging = target.root.with_name(f".restore-{uuid.uuid4().hex[:8]}")
+        as_backed_up = Path(scratch) / "restored" / target.name if other_embedder else target.root
+        staging = as_backed_up.with_name(f".restore-{uuid.uuid4().hex[:8]}")
         staging.mkdir(parents=True)
         try:
             shutil.copyfile(Path(scratch) / DATABASE, staging / DB_NAME)
             shutil.copyfile(Path(scratch) / VECTORS, vectors_file(staging, manifest.generation))
-            staging.replace(target.root)
+            staging.replace(as_backed_up)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+        if other_embedder:  # documents, chunks and sources as backed up; vectors from the configured embedder
+            assert reembed is not None
+            try:
+                copy_index(EmbeddedStore(as_backed_up.parent).index(target.name), target, reembed=reembed)
+            except BaseException:
+                if target.exists():
+                    delete_index(target)  # never half an index under its name
+                raise
     return manifest
 
 

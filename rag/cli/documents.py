@@ -307,18 +307,26 @@ def index_backup(ctx: click.Context, name: str | None, target: Path) -> None:
 @index_group.command("restore")
 @click.argument("backup", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--as", "name", help="The index name to restore as (default: the name it was backed up from).")
+@click.option("--re-embed", "re_embed", is_flag=True,
+              help="A backup made with another embedder: embed every chunk again with the configured one.")
 @click.pass_context
 @handle_errors
-def index_restore(ctx: click.Context, backup: Path, name: str | None) -> None:
+def index_restore(ctx: click.Context, backup: Path, name: str | None, re_embed: bool) -> None:
     """Restore a backup as a new index, after checking every checksum and the embedder."""
     import time
 
     from ingest.embedder import validate_embedder_dir
     from ingest.store.backup import restore_index
+    from ingest.store.copy import ReEmbedder
+    from rag.runtime import load_embedder
 
     settings, store = embedded_store(ctx, "restore")
     started = time.perf_counter()
-    manifest = restore_index(backup, store, name, validate_embedder_dir(settings.embedder_path).identity)
+    reembed = None
+    if re_embed:
+        embedder = load_embedder(settings)
+        reembed = ReEmbedder(embedder.config.identity, embedder.dimension, embedder.embed)
+    manifest = restore_index(backup, store, name, validate_embedder_dir(settings.embedder_path).identity, reembed)
     console.print(Text.assemble(("restored", "green"), literal(
         f" index {name or manifest.index!r} from {backup} (generation {manifest.generation}: "
         f"{plural(manifest.documents, 'document')}, {plural(manifest.chunks, 'chunk')}, backed up "
