@@ -262,6 +262,12 @@ class HealthResponse(msgspec.Struct, omit_defaults=True):
     providers: list[str] | None = None  # execution providers usable here, best first (as `rag info`)
 
 
+class IndexDeleted(msgspec.Struct):
+    deleted: str
+    documents: int
+    chunks: int
+
+
 class IndexList(msgspec.Struct):
     default: str
     indexes: list[IndexSummary]

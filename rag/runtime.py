@@ -22,6 +22,7 @@ from rag.answering.prompt import build_messages
 from rag.answering.service import AnswerService
 from rag.core.audit import AuditTrail
 from rag.core.errors import ConfigError
+from rag.core.files import remove_tree
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
 from rag.generation.base import Generator, SamplingOptions
@@ -89,6 +90,13 @@ def open_index(settings: Settings, name: str | None = None) -> StoredIndex:
 
 def open_uploads(settings: Settings) -> Uploads:
     return Uploads(settings.uploads_path)
+
+
+def delete_index(settings: Settings, store: Store, name: str) -> None:
+    """Delete an index and the uploaded originals kept for it (``uploads/<index>/``)."""
+    index = store.index(name)
+    store.delete(index.name)
+    remove_tree(open_uploads(settings).folder(index.name))
 
 
 def open_jobs(settings: Settings) -> JobStore:

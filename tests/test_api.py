@@ -470,6 +470,22 @@ def test_upload_refused_by_a_locked_index_keeps_the_stored_file(client: TestClie
     assert client.delete(f"/v1/documents/{first.json()['files'][0]['document_id']}").status_code == 200
 
 
+def test_deleting_an_index_needs_its_name_repeated_and_takes_its_uploads(client: TestClient, api_home: Path):
+    response = client.post("/v1/documents", params={"index": "doomed"},
+                           files=[("data", ("note.txt", b"The doomed index holds one note about herons.\n"))])
+    assert response.status_code == 200, response.text
+    assert (api_home / "uploads" / "doomed" / "note.txt").exists()
+    unconfirmed = assert_error(client.delete("/v1/indexes/doomed"), 400)
+    assert "1 documents" in unconfirmed["message"] and "confirm=doomed" in unconfirmed["message"]
+    assert_error(client.delete("/v1/indexes/doomed", params={"confirm": "other"}), 400)
+    assert assert_error(client.delete("/v1/indexes/nowhere", params={"confirm": "nowhere"}), 404)["type"] == \
+        "index_not_found"
+    deleted = client.delete("/v1/indexes/doomed", params={"confirm": "doomed"})
+    assert deleted.status_code == 200 and deleted.json() == {"deleted": "doomed", "documents": 1, "chunks": 1}
+    assert "doomed" not in [i["name"] for i in client.get("/v1/indexes").json()["indexes"]]
+    assert not (api_home / "uploads" / "doomed").exists()
+
+
 def test_upload_path_traversal_is_stored_inside_uploads(client: TestClient, api_home: Path):
     uploads = (api_home / "uploads").resolve()
     target = (uploads / "default" / "../../evil.txt").resolve()  # == <home>/evil.txt

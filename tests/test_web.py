@@ -601,7 +601,27 @@ def test_roles_in_the_page_readers_see_no_upload_or_delete_admins_manage_keys(pa
         row.locator("button", has_text="Revoke").click()
         expect(row.locator(".key-state")).to_have_text("revoked")
         assert httpx.get(f"{base}/v1/documents", headers={"Authorization": f"Bearer {made}"}).status_code == 401
+
+        # Indexes on the admin page: deleting one needs its name typed; readers cannot delete over the API.
+        admin_headers = {"Authorization": f"Bearer {admin_key}"}
+        scratch = httpx.post(f"{base}/v1/documents", params={"index": "scratchpad"}, headers=admin_headers,
+                             files=[("data", ("pad.txt", b"The scratchpad index holds one note.\n"))], timeout=60)
+        assert scratch.status_code == 200, scratch.text
+        refused = httpx.delete(f"{base}/v1/indexes/scratchpad", params={"confirm": "scratchpad"},
+                               headers={"Authorization": f"Bearer {reader_key}"})
+        assert refused.status_code == 403
+        page.reload()
+        page.click("#tab-keys")
+        expect(page.locator("#indexes-body tr")).to_have_count(2)
         screenshot(page, "access-admin-keys.png")
+        page.locator('#indexes-body tr[data-index="scratchpad"] button').click()
+        expect(page.locator("#index-delete-message")).to_contain_text("1 documents")
+        page.fill("#index-delete-name", "scratchpad")
+        page.click("#index-delete-ok")
+        expect(page.locator("#indexes-message")).to_have_text("Index “scratchpad” deleted.")
+        expect(page.locator("#indexes-body tr")).to_have_count(1)
+        names = [i["name"] for i in httpx.get(f"{base}/v1/indexes", headers=admin_headers).json()["indexes"]]
+        assert names == ["default"] and not (home / "uploads" / "scratchpad").exists()
 
 
 def test_api_docs_render_with_the_network_blocked(page, server: str):

@@ -1,14 +1,20 @@
-"""/v1/indexes: the indexes in the store (for the web app's index picker)."""
+"""/v1/indexes: the indexes in the store (for the web app's index picker), and deleting one (admins)."""
 
 from __future__ import annotations
 
-from litestar import Controller, get
+from typing import Annotated
+
+import anyio.to_thread
+from litestar import Controller, delete, get
 from litestar.datastructures import State
+from litestar.params import FromPath, QueryParameter
 
 from api.auth import Context
 from api.openapi import errors
-from api.protocol import IndexList, IndexSummary
+from api.protocol import IndexDeleted, IndexList, IndexSummary
 from api.state import AppState
+from rag.core.errors import BadRequestError
+from rag.runtime import delete_index
 
 
 class IndexesController(Controller):
@@ -25,3 +31,23 @@ class IndexesController(Controller):
             name, documents, chunks = app.summary(name, context)
             indexes.append(IndexSummary(name=name, documents=documents, chunks=chunks))
         return IndexList(default=app.settings.index, indexes=indexes)
+
+    @delete("/{name:str}", status_code=200, summary="Delete an index and everything in it, its uploaded originals "
+            "too (admins; `confirm` must repeat the index name)", responses=errors(400, 404))
+    async def delete_index(self, state: State, context: Context, name: FromPath[str],
+                           confirm: Annotated[str | None, QueryParameter(
+                               description="the index name again: there is no undo")] = None) -> IndexDeleted:
+        app: AppState = state.app
+        target = app.index(app.authorize(context, name, "admin", "/v1/indexes/{name}"))
+        _, documents, chunks = await anyio.to_thread.run_sync(app.summary, target.name, context)
+        if not target.exists():
+            target.reader().close()  # the store's own "no index" error, with the names it has
+        if confirm != target.name:
+            raise BadRequestError(f"this deletes index {target.name!r} ({documents} documents, {chunks} chunks) for "
+                                  f"good: repeat its name as confirm={target.name} (back it up first: "
+                                  f"rag index backup {target.name} --to {target.name}.zip)")
+        assert app.store is not None
+        await anyio.to_thread.run_sync(delete_index, app.settings, app.store, target.name)
+        app.record(context, "index_delete", route="/v1/indexes/{name}", index=target.name, outcome="deleted",
+                   documents=documents, chunks=chunks)
+        return IndexDeleted(deleted=target.name, documents=documents, chunks=chunks)

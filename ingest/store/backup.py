@@ -243,9 +243,5 @@ def verify_index(index: EmbeddedIndex) -> IndexCheck:
 
 
 def delete_index(index: EmbeddedIndex) -> None:
-    """Remove an index folder (renamed aside first, so a failure midway leaves no half index under its name)."""
-    if not index.exists():
-        raise index_not_found(index.name, EmbeddedStore(index.root.parent).names())
-    aside = index.root.with_name(f".deleted-{uuid.uuid4().hex[:8]}")
-    index.root.replace(aside)
-    shutil.rmtree(aside, ignore_errors=True)
+    """Remove an index folder (see ``EmbeddedStore.delete``)."""
+    EmbeddedStore(index.root.parent).delete(index.name)

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sqlite3
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -33,7 +35,7 @@ from rag.core.errors import (
     EmbedderMismatchError,
     IndexLockedError,
 )
-from rag.core.files import replace_file
+from rag.core.files import replace_file, retry_locked
 from rag.core.names import index_not_found, validate_index_name
 from rag.core.text import content_terms
 
@@ -652,3 +654,12 @@ class EmbeddedStore:
         if not self.indexes_dir.is_dir():
             return []
         return sorted(p.name for p in self.indexes_dir.iterdir() if (p / DB_NAME).is_file())
+
+    def delete(self, name: str) -> None:
+        """Remove an index folder (renamed aside first, so a failure midway leaves no half index under its name)."""
+        index = self.index(name)
+        if not index.exists():
+            raise index_not_found(index.name, self.names())
+        aside = index.root.with_name(f".deleted-{uuid.uuid4().hex[:8]}")
+        retry_locked(lambda: index.root.replace(aside))
+        shutil.rmtree(aside, ignore_errors=True)

@@ -261,6 +261,10 @@ class PostgresStore:
     def names(self) -> list[str]:
         return [r[0] for r in self.query("SELECT name FROM rag.indexes ORDER BY name")]
 
+    def delete(self, name: str) -> None:
+        if not self.drop(validate_index_name(name)):
+            raise index_not_found(name, self.names())
+
     def drop(self, name: str) -> bool:
         """Remove an index and everything in it; False if there was none."""
         with self.connect() as conn:

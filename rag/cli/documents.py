@@ -364,22 +364,23 @@ def index_verify(ctx: click.Context, name: str | None, as_json: bool) -> None:
 @click.pass_context
 @handle_errors
 def index_delete(ctx: click.Context, name: str, yes: bool) -> None:
-    """Delete an index and everything in it."""
-    from ingest.store.backup import delete_index
+    """Delete an index and everything in it (its uploaded originals too)."""
     from rag.core.errors import BadRequestError
+    from rag.runtime import delete_index, open_store
 
-    settings, store = embedded_store(ctx, "delete")
-    index = store.index(name)
-    if not yes:
-        if not index.exists():
-            delete_index(index)  # the "no such index" error, with the names there are
-        reader = index.reader()
-        try:
-            info = reader.info()
-        finally:
-            reader.close()
-        raise BadRequestError(f"this deletes index {name!r} ({plural(info.documents, 'document')}, "
-                              f"{plural(info.chunks, 'chunk')}) for good: add --yes (back it up first: "
-                              f"rag index backup {name} --to {name}.zip)")
-    delete_index(index)
+    settings = settings_from(ctx)
+    store = open_store(settings)
+    try:
+        if not yes:
+            reader = store.index(name).reader()  # the "no such index" error, with the names there are
+            try:
+                info = reader.info()
+            finally:
+                reader.close()
+            raise BadRequestError(f"this deletes index {name!r} ({plural(info.documents, 'document')}, "
+                                  f"{plural(info.chunks, 'chunk')}) for good: add --yes (back it up first: "
+                                  f"rag index backup {name} --to {name}.zip)")
+        delete_index(settings, store, name)
+    finally:
+        store.close()
     console.print(Text.assemble(("deleted", "green"), literal(f" index {name!r}")), soft_wrap=True)

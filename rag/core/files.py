@@ -117,9 +117,12 @@ def make_writable(tree: Path) -> None:
 
 
 def remove_tree(tree: Path) -> None:
-    """Delete ``tree``: read-only files too, each deletion retried while a lock refuses it."""
+    """Delete ``tree`` (if it is there): read-only files too, each deletion retried while a lock refuses it."""
     import shutil
     import sys
+
+    if not os.path.lexists(tree):
+        return
 
     def again(function, path, *_) -> None:
         os.chmod(path, stat.S_IWRITE | stat.S_IREAD | stat.S_IEXEC)

@@ -215,6 +215,7 @@ initChat({ currentIndex: selectedIndex, onAnswered: () => {} });
 initDocuments({ currentIndex: selectedIndex, onChanged: () => { refreshIndexes(); pollHealth(); } });
 initKeys();
 window.addEventListener("rag:key", () => setTimeout(refreshIndexes, 500)); // what a refused request could not list
+window.addEventListener("rag:indexes", () => refreshIndexes()); // an index was deleted on the admin page
 route();
 pollHealth();
 refreshIndexes().then(() => {

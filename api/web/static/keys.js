@@ -1,6 +1,6 @@
-// The admin's keys page: create a key (shown once), list keys, revoke one.
+// The admin's page: create a key (shown once), list keys, revoke one; list indexes, delete one (typing its name).
 
-import { getJSON, sendJSON } from "./api.js";
+import { apiFetch, getJSON, sendJSON } from "./api.js";
 import { h } from "./dom.js";
 
 const list = (text) => (text || "").split(",").map((s) => s.trim()).filter(Boolean);
@@ -16,6 +16,7 @@ function message(text) {
 }
 
 export async function refreshKeys() {
+  refreshIndexList();
   let body;
   try {
     body = await getJSON("/v1/keys");
@@ -44,6 +45,55 @@ export async function refreshKeys() {
       h("td", { class: "key-state" }, key.state),
       h("td", {}, revoke));
   }));
+}
+
+function indexesMessage(text) {
+  const el = document.getElementById("indexes-message");
+  el.hidden = !text;
+  el.textContent = text || "";
+}
+
+export async function refreshIndexList() {
+  let body;
+  try {
+    body = await getJSON("/v1/indexes");
+  } catch (err) {
+    indexesMessage(err.message);
+    return;
+  }
+  if (!body.indexes.length) indexesMessage("No indexes yet.");
+  document.getElementById("indexes-body").replaceChildren(...body.indexes.map((index) => {
+    const remove = h("button", { type: "button", class: "danger-outline small-button", "aria-label": `Delete index ${index.name}` }, "Delete");
+    remove.addEventListener("click", () => confirmIndexDelete(index));
+    return h("tr", { dataset: { index: index.name } },
+      h("td", {}, index.name), h("td", {}, index.documents), h("td", {}, index.chunks), h("td", {}, remove));
+  }));
+}
+
+function confirmIndexDelete(index) {
+  const dialog = document.getElementById("index-delete-dialog");
+  const typed = document.getElementById("index-delete-name");
+  document.getElementById("index-delete-message").textContent =
+    `Index “${index.name}” with ${index.documents} documents and ${index.chunks} chunks, and its uploaded files, ` +
+    "will be deleted for good. Back it up first (rag index backup).";
+  typed.value = "";
+  dialog.returnValue = "";
+  dialog.addEventListener("close", async () => {
+    if (dialog.returnValue !== "ok") return;
+    let outcome;
+    try {
+      const query = new URLSearchParams({ confirm: typed.value.trim() });
+      await apiFetch(`/v1/indexes/${encodeURIComponent(index.name)}?${query}`, { method: "DELETE" });
+      outcome = `Index “${index.name}” deleted.`;
+      window.dispatchEvent(new Event("rag:indexes"));
+    } catch (err) {
+      outcome = `Could not delete “${index.name}”: ${err.message}`;
+    }
+    await refreshIndexList();
+    indexesMessage(outcome);
+  }, { once: true });
+  dialog.showModal();
+  typed.focus();
 }
 
 export function initKeys() {
