@@ -38,6 +38,7 @@ from rag.runtime import (Models, answer_service, generation_backend, open_audit,
 
 log = logging.getLogger("rag.api")
 BUSY_BACKOFF_S = 30.0  # a source another replica is syncing is looked at again after this
+PRUNE_EVERY_S = 3600.0  # finished jobs older than a week are removed at start and then hourly
 SOURCE_POLL_S = 2.0  # how often the server looks for a source whose scheduled sync is due (a few SQLite reads)
 
 
@@ -95,7 +96,12 @@ class AppState:
     def sync_on_schedule(self) -> None:
         """Sync each source with an interval (`rag sources add --every`) when it is due, one at a time. A sync
         another process is running holds the index's writer: this one waits for the next round."""
+        pruned_at = time.monotonic()
         while not self.stopping.wait(SOURCE_POLL_S):
+            if time.monotonic() - pruned_at > PRUNE_EVERY_S:
+                assert self.jobs is not None
+                self.jobs.prune()
+                pruned_at = time.monotonic()
             try:
                 for name in self.store.names():
                     target = self.index(name)
@@ -126,6 +132,10 @@ class AppState:
                                           "job": running.job.id}})
             return
         last = summary.source.last
+        if last is not None and last.status == "ok" and not (last.added or last.updated or last.renamed
+                                                               or last.removed):
+            assert self.jobs is not None  # nothing happened: the source's record says so, no job to keep
+            self.jobs.discard(running.job)
         log.info("scheduled sync of %s", source.path, extra={"fields": {
             "source": source.id, "index": target.name, "status": last.status if last else "ok",
             "added": summary.ingest.count("added"), "updated": summary.ingest.count("updated"),
