@@ -20,7 +20,7 @@ from ingest.jobs import JobStore
 from ingest.uploads import Uploads
 from rag.answering.prompt import build_messages
 from rag.answering.service import AnswerService
-from rag.core.audit import AuditTrail
+from rag.core.audit import AuditLog, AuditTrail
 from rag.core.errors import ConfigError
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
@@ -49,10 +49,24 @@ def _postgres_store(settings: Settings) -> Store:
     return PostgresStore(settings.store_url or "", settings.store_pool_size)
 
 
-def open_audit(settings: Settings) -> AuditTrail | None:
+def open_audit(settings: Settings) -> AuditLog | None:
     """The audit trail's writer for this process (None with ``audit = false``)."""
     if not settings.audit:
         return None
+    return open_audit_trail(settings)
+
+
+def open_audit_trail(settings: Settings) -> AuditLog:
+    """The audit trail: one table in the PostgreSQL store with ``store_url`` (replicas share one chain), else
+    files under ``audit_dir``, a chain per process."""
+    if settings.store_url:
+        try:
+            from ingest.store.audit import PostgresAuditTrail
+
+            return PostgresAuditTrail(settings.store_url)
+        except ImportError as exc:
+            raise ConfigError(f"store_url needs the PostgreSQL packages ({exc.name} is missing): "
+                              "pip install 'offline-rag[postgres]'") from exc
     return AuditTrail(settings.audit_path, settings.audit_max_mb * 1024 * 1024, settings.audit_questions)
 
 

@@ -133,7 +133,8 @@ class Settings:
                                        "groups = [document groups]: what a token's group grants"})
     audit: bool = field(default=True, metadata={"doc": "append one hash-chained record per answer, retrieval, "
                                                       "upload, delete and key change"})
-    audit_dir: Path | None = field(default=None, metadata={"doc": "where the audit trail is kept (default: home/audit)"})
+    audit_dir: Path | None = field(default=None, metadata={"doc": "where the audit trail's files are kept (default: "
+                                                                  "home/audit); with store_url, the table rag.audit"})
     audit_questions: str = field(default="sha256", metadata={"doc": "full | sha256 | none: how questions are recorded"})
     audit_max_mb: int = field(default=64, metadata={"doc": "an audit file this large is closed and a new one started"})
     # OpenTelemetry (README "Telemetry"): traces, metrics and logs with the GenAI conventions.
