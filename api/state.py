@@ -26,7 +26,7 @@ from ingest.work import IngestParameters, sync_work, upload_work
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, AnswerService, final_result
 from rag.core.access import RequestContext
-from rag.core.audit import AuditTrail, question_fields
+from rag.core.audit import AuditLog, question_fields
 from rag.core.errors import (DocumentNotFoundError, ForbiddenError, JobNotFoundError, JobStateError, ModelError,
                              RagError, SourceBusyError)
 from rag.core.names import validate_index_name
@@ -55,7 +55,7 @@ class AppState:
     uploads: Uploads | None = None
     keys: KeyStore | None = None
     auth: Authenticator | None = None
-    audit: AuditTrail | None = None
+    audit: AuditLog | None = None
     jobs: JobStore | None = None
     runner: JobRunner | None = None
     stopping: threading.Event = field(default_factory=threading.Event)

@@ -16,11 +16,12 @@ from ingest.embedder import Embedder
 from ingest.formats.options import LoadOptions
 from ingest.formats.worker import FileLoader
 from ingest.loaders import SUPPORTED_SUFFIXES, LoadedDocument, UnsupportedFileType
-from ingest.records import Chunk, DocumentRecord, access_groups, document_id, normalise_path
+from ingest.records import Chunk, DocumentRecord, FolderGroups, document_id, normalise_path
 from ingest.store import IndexWriter, StoredIndex
 from rag.core import observe
 from rag.core.errors import BadRequestError, UnprocessableDocumentError
 from rag.core.files import is_link_like, noise_reason
+from rag.core.names import access_groups
 
 # Embedding many chunks at once lets length-sorting cut padding across files;
 # the bound keeps memory flat however large the corpus is.
@@ -173,9 +174,11 @@ def ingest_paths(
     lock_timeout_s: float = 5.0,
     load_options: LoadOptions | None = None,
     groups: Sequence[str] | None = None,
+    folder_groups: FolderGroups | None = None,
 ) -> IngestSummary:
     """Ingest files and folders into ``index``. ``groups``: the access groups every document ingested gets
-    (``[]``: public); None keeps each existing document's groups (a new one is public)."""
+    (``[]``: public); None gives a file under a folder of ``folder_groups`` that folder's groups and keeps each
+    other existing document's groups (a new one is public)."""
     start = time.perf_counter()
     stored_groups = None if groups is None else access_groups(groups)
     summary = IngestSummary(index=index.name)
@@ -189,7 +192,7 @@ def ingest_paths(
     with observe.start_span(f"ingest {index.name}", {"rag.ingest.files": len(files),
                                                      observe.DATA_SOURCE: index.name}) as run_span:
         _ingest_files(files, summary, index, embedder, chunk_tokens, overlap, notify, lock_timeout_s,
-                      load_options, stored_groups)
+                      load_options, stored_groups, folder_groups)
         run_span.set_attributes({
             "rag.ingest.chunks": summary.chunks_written, "rag.ingest.pages": summary.pages,
             "rag.ingest.ocr_pages": summary.ocr_pages, "rag.ingest.ocr_seconds": round(summary.ocr_seconds, 3),
@@ -203,19 +206,22 @@ def ingest_paths(
 
 def _ingest_files(files: list[Path], summary: IngestSummary, index: StoredIndex, embedder: Embedder,
                   chunk_tokens: int, overlap: int, notify: Progress, lock_timeout_s: float,
-                  load_options: LoadOptions | None, stored_groups: str | None) -> None:
+                  load_options: LoadOptions | None, stored_groups: str | None,
+                  folder_groups: FolderGroups | None) -> None:
     with index.writer(embedder.config.identity, embedder.dimension, lock_timeout_s) as writer, \
             FileLoader(load_options) as loader:
-        ingest_into(writer, loader, files, summary, embedder, chunk_tokens, overlap, notify, stored_groups)
+        ingest_into(writer, loader, files, summary, embedder, chunk_tokens, overlap, notify, stored_groups,
+                    folder_groups=folder_groups)
         summary.generation = writer.commit()
 
 
 def ingest_into(writer: IndexWriter, loader: FileLoader, files: Sequence[Path], summary: IngestSummary,
                 embedder: Embedder, chunk_tokens: int, overlap: int, notify: Progress,
-                stored_groups: str | None, first: int = 0) -> None:
+                stored_groups: str | None, first: int = 0, folder_groups: FolderGroups | None = None) -> None:
     """Load, chunk and embed ``files`` into an open writer, outcomes into ``summary``; the caller commits
     (a sync adds its renames and removals to the same commit). ``first``: files already done before these
-    (progress counts on from there)."""
+    (progress counts on from there). Without ``stored_groups``, a file under a folder of ``folder_groups``
+    gets that folder's groups."""
     instruments = observe.instruments()
     index_name = summary.index
     pending: list[_Pending] = []
@@ -238,8 +244,10 @@ def ingest_into(writer: IndexWriter, loader: FileLoader, files: Sequence[Path], 
         loader.progress = lambda ocr_done, ocr_total, path=path, files_done=done - 1, chunks=chunks_so_far: \
             notify(f"ocr:{ocr_done}/{ocr_total}:{path}", files_done, chunks)
         with observe.start_span("ingest file", {"file.path": str(path)}) as file_span:
-            outcome, item = _prepare_file(path, writer, embedder, chunk_tokens, overlap, loader,
-                                          groups=stored_groups)
+            groups = stored_groups
+            if groups is None and folder_groups is not None:
+                groups = folder_groups.groups_for(path)
+            outcome, item = _prepare_file(path, writer, embedder, chunk_tokens, overlap, loader, groups=groups)
             results = [(outcome, item)]
             if item is not None and item.loaded is not None and item.loaded.kind == "eml":
                 results += prepare_attachments(path, item.loaded, writer, embedder, chunk_tokens, overlap,

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from rag.core.errors import BadRequestError
+from rag.core.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -40,19 +39,6 @@ class DocumentRecord:
     @property
     def groups(self) -> frozenset[str]:
         return frozenset(g for g in self.access_groups.split(",") if g)
-
-
-GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
-
-
-def access_groups(groups: Iterable[str] | None) -> str:
-    """The stored form of a document's groups: sorted, comma-separated, "" for a public document."""
-    names = {g.strip() for g in groups or () if g.strip()}
-    bad = sorted(g for g in names if not GROUP_NAME.fullmatch(g))
-    if bad:
-        raise BadRequestError(f"invalid document group {bad[0]!r}: use letters, digits and _ . @ - (at most 64, "
-                              "starting with a letter or digit)")
-    return ",".join(sorted(names))
 
 
 @dataclass(frozen=True)
@@ -87,6 +73,37 @@ class IndexInfo:
 def normalise_path(path: Path | str) -> str:
     """A file's identity: its absolute, resolved path (case-folded where the file system ignores case)."""
     return os.path.normcase(str(Path(path).resolve()))
+
+
+@dataclass(frozen=True)
+class FolderGroups:
+    """Access groups by folder (the ``folder_groups`` setting): a file gets the groups of the deepest mapped
+    folder it lies in. Folders and files are compared as ``normalise_path`` spells them."""
+
+    folders: tuple[tuple[str, str], ...] = ()  # (normalised folder, stored groups), deepest first
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[Path, str]]) -> "FolderGroups":
+        """From (folder, stored groups) pairs (``rag.core.settings.parse_folder_groups``)."""
+        folders: dict[str, tuple[Path, str]] = {}
+        for folder, groups in pairs:
+            norm = normalise_path(folder)
+            if norm in folders:
+                raise ConfigError(f"folder_groups names one folder twice: {str(folders[norm][0])!r} and "
+                                  f"{str(folder)!r}")
+            folders[norm] = folder, groups
+        return cls(tuple(sorted(((norm, groups) for norm, (_, groups) in folders.items()),
+                                key=lambda item: len(item[0]), reverse=True)))
+
+    def groups_for(self, path: Path | str) -> str | None:
+        """The stored groups of ``path``'s deepest mapped folder; None outside them all."""
+        if not self.folders:
+            return None
+        norm = normalise_path(path)
+        for folder, groups in self.folders:
+            if norm == folder or norm.startswith(folder.rstrip(os.sep) + os.sep):
+                return groups
+        return None
 
 
 def document_id(path: Path | str) -> str:

@@ -27,10 +27,11 @@ from ingest.formats.options import LoadOptions
 from ingest.formats.worker import FileLoader
 from ingest.pipeline import (ATTACHMENT_SEP, UNREADABLE_FOLDER, FileOutcome, IngestSummary, Progress, discover,
                              ingest_into)
-from ingest.records import Chunk, DocumentRecord, access_groups, document_id, normalise_path
+from ingest.records import Chunk, DocumentRecord, FolderGroups, document_id, normalise_path
 from ingest.store import IndexWriter, StoredIndex
 from rag.core import observe
 from rag.core.errors import BadRequestError, SourceBusyError, SourceNotFoundError, SourceUnavailableError
+from rag.core.names import access_groups
 
 
 class FileState(msgspec.Struct, array_like=True):
@@ -212,8 +213,9 @@ class SyncSummary:
 
 def sync_source(index: StoredIndex, source: Source, embedder: Embedder, chunk_tokens: int = 200,
                 overlap: int = 30, progress: Progress | None = None, lock_timeout_s: float = 5.0,
-                load_options: LoadOptions | None = None) -> SyncSummary:
-    """One sync of ``source`` (see the module notes). Raises SourceUnavailableError, changing nothing, when
+                load_options: LoadOptions | None = None, folder_groups: FolderGroups | None = None) -> SyncSummary:
+    """One sync of ``source`` (see the module notes); a source without groups of its own gives a file under a
+    folder of ``folder_groups`` that folder's groups. Raises SourceUnavailableError, changing nothing, when
     the folder is missing or cannot be listed; the error is recorded on the source. Raises SourceBusyError,
     changing and recording nothing, when another process is syncing the same source (the store's
     ``source_lock``: on PostgreSQL, one replica at a time)."""
@@ -244,7 +246,7 @@ def sync_source(index: StoredIndex, source: Source, embedder: Embedder, chunk_to
                 if stored is None:
                     raise SourceNotFoundError(f"source {source.id} ({source.path}) was removed meanwhile")
                 states = _sync_into(writer, loader, reader, stored, files, unreadable, result, embedder,
-                                    chunk_tokens, overlap, notify)
+                                    chunk_tokens, overlap, notify, folder_groups or FolderGroups())
                 result.seconds = time.perf_counter() - started
                 failures = [{"path": o.path, "reason": o.reason or "", "reason_type": o.reason_type or ""}
                             for o in summary.outcomes if o.status == "failed"]
@@ -268,9 +270,13 @@ def sync_source(index: StoredIndex, source: Source, embedder: Embedder, chunk_to
 
 def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Source, files: list[Path],
                unreadable: list[str], result: SyncSummary, embedder: Embedder, chunk_tokens: int, overlap: int,
-               notify: Progress) -> dict[str, FileState]:
+               notify: Progress, folder_groups: FolderGroups) -> dict[str, FileState]:
     """The sync's changes inside the open writer; returns the per-file state to remember."""
     summary = result.ingest
+
+    def wanted(path: Path) -> str | None:  # the groups the file's document must have; None: whatever it has
+        return source.groups if source.groups is not None else folder_groups.groups_for(path)
+
     prefix = source.path.rstrip(os.sep) + os.sep
     indexed = {d.path: d for d in writer.documents_under(prefix) if ATTACHMENT_SEP not in d.path[len(prefix):]}
     states: dict[str, FileState] = {}
@@ -287,7 +293,7 @@ def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Sou
         known, record = source.files.get(norm), indexed.get(norm)
         if (known is not None and record is not None and known.size == stat.st_size
                 and known.mtime_ns == stat.st_mtime_ns and known.sha256 == record.sha256
-                and (source.groups is None or source.groups == record.access_groups)):
+                and wanted(path) in (None, record.access_groups)):
             states[norm] = known
             result.unchanged += 1
             summary.outcomes.append(FileOutcome(str(path), "unchanged", record.id, record.chunks))
@@ -318,8 +324,9 @@ def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Sou
             to_ingest.append(path)
             continue
         chunks, vectors = reader.document_chunks(old.id)
-        groups = old.access_groups if source.groups is None else source.groups
-        moved = dataclasses.replace(old, id=document_id(path), path=norm, access_groups=groups,
+        groups = wanted(path)
+        moved = dataclasses.replace(old, id=document_id(path), path=norm,
+                                    access_groups=old.access_groups if groups is None else groups,
                                     ingested_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         writer.put_document(moved, [Chunk(c.text, c.page, c.section, c.start, c.end, c.ordinal) for c in chunks],
                             vectors)
@@ -338,7 +345,7 @@ def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Sou
     done_before = len(files) - len(to_ingest)
     notify("sync:unchanged", done_before, 0)
     ingest_into(writer, loader, to_ingest, summary, embedder, chunk_tokens, overlap, notify, source.groups,
-                first=done_before)
+                first=done_before, folder_groups=folder_groups)
     for path in to_ingest:
         norm = normalise_path(path)
         outcome = next((o for o in summary.outcomes if o.path == str(path)), None)

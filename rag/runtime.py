@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ingest.embedder import Embedder
+from ingest.records import FolderGroups
 from ingest.store import Store, StoredIndex
 from ingest.store.embedded import EmbeddedStore
 from ingest.store.keys import KeyStore, PostgresKeyStore, SqliteKeyStore
@@ -20,11 +21,11 @@ from ingest.jobs import JobStore
 from ingest.uploads import Uploads
 from rag.answering.prompt import build_messages
 from rag.answering.service import AnswerService
-from rag.core.audit import AuditTrail
+from rag.core.audit import AuditLog, AuditTrail
 from rag.core.errors import ConfigError
 from rag.core.files import remove_tree
 from rag.core.names import validate_index_name
-from rag.core.settings import Settings
+from rag.core.settings import Settings, parse_folder_groups
 from rag.generation.base import Generator, SamplingOptions
 from rag.generation.ort import LocalGenerator
 from rag.generation.scheduler import GenerationScheduler
@@ -50,10 +51,24 @@ def _postgres_store(settings: Settings) -> Store:
     return PostgresStore(settings.store_url or "", settings.store_pool_size)
 
 
-def open_audit(settings: Settings) -> AuditTrail | None:
+def open_audit(settings: Settings) -> AuditLog | None:
     """The audit trail's writer for this process (None with ``audit = false``)."""
     if not settings.audit:
         return None
+    return open_audit_trail(settings)
+
+
+def open_audit_trail(settings: Settings) -> AuditLog:
+    """The audit trail: one table in the PostgreSQL store with ``store_url`` (replicas share one chain), else
+    files under ``audit_dir``, a chain per process."""
+    if settings.store_url:
+        try:
+            from ingest.store.audit import PostgresAuditTrail
+
+            return PostgresAuditTrail(settings.store_url)
+        except ImportError as exc:
+            raise ConfigError(f"store_url needs the PostgreSQL packages ({exc.name} is missing): "
+                              "pip install 'offline-rag[postgres]'") from exc
     return AuditTrail(settings.audit_path, settings.audit_max_mb * 1024 * 1024, settings.audit_questions)
 
 
@@ -86,6 +101,11 @@ def scratch_store(settings: Settings, folder: Path) -> Iterator[tuple[Store, str
 
 def open_index(settings: Settings, name: str | None = None) -> StoredIndex:
     return open_store(settings).index(validate_index_name(name or settings.index))
+
+
+def folder_groups(settings: Settings) -> FolderGroups:
+    """The ``folder_groups`` mapping that ``rag ingest`` and ``rag sync`` apply."""
+    return FolderGroups.of(parse_folder_groups(settings.folder_groups))
 
 
 def open_uploads(settings: Settings) -> Uploads:

@@ -10,10 +10,10 @@ from rich.table import Table
 
 from rag.cli.common import console, fail, handle_errors, json_option, literal, out, print_json
 from rag.core.access import RequestContext
-from rag.core.audit import read_records, timestamp, verify
+from rag.core.audit import timestamp
 from rag.core.keys import new_key, parse_duration, parse_grants, parse_groups
 from rag.core.settings import Settings
-from rag.runtime import open_audit, open_keys
+from rag.runtime import open_audit, open_audit_trail, open_keys
 
 
 def _when(seconds: float | None) -> str:
@@ -106,20 +106,24 @@ def keys_revoke(settings: Settings, name: str) -> None:
 
 @click.group("audit")
 def audit() -> None:
-    """The audit trail (hash-chained JSON Lines under the audit_dir setting)."""
+    """The audit trail (hash-chained JSON Lines under the audit_dir setting, or a table of the store_url one)."""
 
 
 @audit.command("verify")
 @click.pass_obj
 @handle_errors
 def audit_verify(settings: Settings) -> None:
-    """Check every record's hash and the chain: exit 1 naming the first edited, deleted or moved line."""
-    checked, problems = verify(settings.audit_path)
+    """Check every record's hash and the chain: exit 1 naming the first edited, deleted or moved record."""
+    trail = open_audit_trail(settings)
+    try:
+        checked, problems = trail.verify()
+    finally:
+        trail.close()
     for problem in problems:
         console.print(literal(str(problem)), soft_wrap=True)
     if problems:
         fail(f"the audit trail was changed ({len(problems)} chain(s) broken); {checked} records check out", 1)
-    console.print(literal(f"audit trail intact: {checked} records in {settings.audit_path}"))
+    console.print(literal(f"audit trail intact: {checked} records in {trail.location}"))
 
 
 @audit.command("show")
@@ -133,7 +137,11 @@ def audit_show(settings: Settings, since: str | None, principal: str | None, ind
                as_json: bool) -> None:
     """Records, oldest first."""
     since_ts = timestamp(time.time() - parse_duration(since)) if since else None
-    records = read_records(settings.audit_path, since_ts, principal, index)
+    trail = open_audit_trail(settings)
+    try:
+        records = trail.records(since_ts, principal, index)
+    finally:
+        trail.close()
     if as_json:
         for record in records:
             click.echo(json.dumps(record, ensure_ascii=False))

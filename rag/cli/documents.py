@@ -23,8 +23,9 @@ from rag.core.settings import Settings
 @click.option("--chunk-tokens", type=int, help="Chunk size in embedder tokens.")
 @click.option("--overlap", type=int, help="Overlap between chunks in tokens.")
 @click.option("--groups", help="Comma-separated access groups for these documents: only keys and tokens in one of "
-                               "them (or unrestricted) see them. --groups '' makes them public; left out, new "
-                               "documents are public and existing ones keep theirs.")
+                               "them (or unrestricted) see them. --groups '' makes them public; left out, files "
+                               "under a folder of the folder_groups setting get its groups, other new documents "
+                               "are public and existing ones keep theirs.")
 @json_option("Print the summary as JSON.")
 @click.pass_context
 @handle_errors
@@ -33,7 +34,7 @@ def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, p
     """Add or update files and folders (recursively) in an index. Exit 2 if any readable file failed."""
     from ingest.formats.options import LoadOptions
     from ingest.pipeline import ingest_paths
-    from rag.runtime import load_embedder, open_index
+    from rag.runtime import folder_groups, load_embedder, open_index
 
     settings = settings_from(ctx, index=index, chunk_tokens=chunk_tokens, chunk_overlap=overlap)
     index_handle = open_index(settings)
@@ -42,7 +43,8 @@ def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, p
         summary = ingest_paths(list(paths), index_handle, embedder, settings.chunk_tokens,
                                settings.chunk_overlap, pattern, progress,
                                load_options=LoadOptions.from_settings(settings),
-                               groups=None if groups is None else groups.split(","))
+                               groups=None if groups is None else groups.split(","),
+                               folder_groups=folder_groups(settings))
     if as_json:
         print_json(summary.as_dict())
     else:

@@ -30,8 +30,9 @@ def sources_group() -> None:
 @click.argument("folder", type=click.Path(path_type=Path))
 @index_option()
 @click.option("--glob", "pattern", help="Only files matching this pattern, e.g. '*.pdf'.")
-@click.option("--groups", help="Comma-separated access groups for every document of this folder "
-                               "(default: existing documents keep theirs, new ones are public).")
+@click.option("--groups", help="Comma-separated access groups for every document of this folder (default: those "
+                               "of the folder_groups setting; outside it, existing documents keep theirs, new "
+                               "ones are public).")
 @click.option("--every", help="`rag serve` syncs it this often, e.g. 15m, 2h, 1d (default: only `rag sync`).")
 @json_option()
 @click.pass_context
@@ -112,7 +113,7 @@ def sync_cmd(ctx: click.Context, source: str | None, index: str | None, as_json:
     from ingest.formats.options import LoadOptions
     from ingest.sources import find_source, sync_source
     from rag.core.errors import SourceBusyError, SourceUnavailableError
-    from rag.runtime import load_embedder, open_index
+    from rag.runtime import folder_groups, load_embedder, open_index
 
     settings = settings_from(ctx, index=index)
     sources = read_sources(settings)
@@ -123,12 +124,14 @@ def sync_cmd(ctx: click.Context, source: str | None, index: str | None, as_json:
         return
     embedder = load_embedder(settings)
     stored = open_index(settings)
+    mapping = folder_groups(settings)
     results, errors = [], []
     for item in sources:
         try:
             with ingest_progress(as_json) as progress, traced(settings, "sync"):
                 summary = sync_source(stored, item, embedder, settings.chunk_tokens, settings.chunk_overlap,
-                                      progress, load_options=LoadOptions.from_settings(settings))
+                                      progress, load_options=LoadOptions.from_settings(settings),
+                                      folder_groups=mapping)
         except (SourceUnavailableError, SourceBusyError) as exc:
             errors.append({"source": item.id, "folder": item.path, "error": exc.message, "type": exc.error_type})
             if not as_json:

@@ -8,6 +8,9 @@ replicas and workers sharing the folder never interleave within one chain and ne
 Each record carries ``seq`` (1, 2, … along the chain), ``prev`` (the ``hash`` of the record before it; 64 zeros
 for the first) and ``hash`` (the sha256 of the record's canonical JSON without ``hash``). ``verify`` walks every
 chain and names the first line that was edited (its hash), deleted or moved (``seq``/``prev`` break).
+
+With ``store_url`` the same records go to one table of the PostgreSQL store instead, one chain for every
+replica (``ingest.store.audit``); both trails are an ``AuditLog``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol, Sequence
 
 GENESIS = "0" * 64
 FSYNC_EVERY_RECORDS = 32
@@ -55,9 +58,22 @@ def chain_name() -> str:
     return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{host}-{os.getpid()}"
 
 
+class AuditLog(Protocol):
+    """Where audit records go and are read back: files (``AuditTrail``) or a PostgreSQL table."""
+
+    @property
+    def location(self) -> str: ...
+    def append(self, event: str, **fields: Any) -> dict[str, Any]: ...
+    def verify(self) -> tuple[int, Sequence[object]]: ...
+    def records(self, since_ts: str | None = None, principal: str | None = None,
+                index: str | None = None) -> list[dict[str, Any]]: ...
+    def close(self) -> None: ...
+
+
 @dataclass
 class AuditTrail:
-    """The writer of one chain. Thread-safe; ``close()`` fsyncs what is pending."""
+    """The writer of one chain of files (and the reader of all of them). Thread-safe; ``close()`` fsyncs what
+    is pending."""
 
     folder: Path
     max_bytes: int = 64 * 1024 * 1024
@@ -112,6 +128,17 @@ class AuditTrail:
                 self._handle.close()
                 self._handle = None
 
+    @property
+    def location(self) -> str:
+        return str(self.folder)
+
+    def verify(self) -> tuple[int, list["Problem"]]:
+        return verify(self.folder)
+
+    def records(self, since_ts: str | None = None, principal: str | None = None,
+                index: str | None = None) -> list[dict[str, Any]]:
+        return read_records(self.folder, since_ts, principal, index)
+
 
 # --------------------------------------------------------------------------- reading and verifying
 def chain_files(folder: Path) -> dict[str, list[Path]]:
@@ -144,7 +171,7 @@ def verify(folder: Path) -> tuple[int, list[Problem]]:
     for chain, files in chain_files(folder).items():
         seq, prev = 0, GENESIS
         for path, number, raw in lines_of(files):
-            problem = _check(raw, seq, prev)
+            problem = check_record(raw, seq, prev)
             if problem is not None:
                 problems.append(Problem(path, number, problem))
                 break
@@ -154,7 +181,9 @@ def verify(folder: Path) -> tuple[int, list[Problem]]:
     return checked, problems
 
 
-def _check(raw: bytes, seq: int, prev: str) -> str | None:
+def check_record(raw: bytes, seq: int, prev: str, unit: str = "line") -> str | None:
+    """What is wrong with ``raw`` as the record after record ``seq`` (whose hash is ``prev``); None: nothing.
+    ``unit``: what holds one record, for the message (a line of a file, a record of a table)."""
     try:
         record = json.loads(raw)
     except ValueError:
@@ -166,7 +195,7 @@ def _check(raw: bytes, seq: int, prev: str) -> str | None:
         return "the record was edited (its hash does not match its content)"
     if record.get("seq") != seq + 1 or record.get("prev") != prev:
         return (f"the chain breaks here: expected record {seq + 1} after record {seq}, found record "
-                f"{record.get('seq')} (a line before it was deleted, or lines were reordered)")
+                f"{record.get('seq')} (a {unit} before it was deleted, or {unit}s were reordered)")
     return None
 
 

@@ -1,10 +1,10 @@
-"""Naming rules for things users name: indexes."""
+"""Naming rules for things users name: indexes and document access groups."""
 
 from __future__ import annotations
 
 import difflib
 import re
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from rag.core.errors import BadRequestError, IndexNotFoundError
 
@@ -21,6 +21,19 @@ def validate_index_name(name: str) -> str:
         raise BadRequestError(f"invalid index name {name!r}: use letters, digits, '.', '_' or '-' (max 64), "
                               "not ending in '.', not a Windows device name (CON, NUL, COM1...)")
     return name
+
+
+GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
+
+
+def access_groups(groups: Iterable[str] | None) -> str:
+    """The stored form of a document's groups: sorted, comma-separated, "" for a public document."""
+    names = {g.strip() for g in groups or () if g.strip()}
+    bad = sorted(g for g in names if not GROUP_NAME.fullmatch(g))
+    if bad:
+        raise BadRequestError(f"invalid document group {bad[0]!r}: use letters, digits and _ . @ - (at most 64, "
+                              "starting with a letter or digit)")
+    return ",".join(sorted(names))
 
 
 def index_not_found(name: str, existing: Sequence[str]) -> IndexNotFoundError:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from rag.core.errors import BadRequestError, ConfigError
-from rag.core.names import validate_index_name
+from rag.core.names import access_groups, validate_index_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -131,9 +131,14 @@ class Settings:
     jwt_groups: dict | None = field(
         default=None, metadata={"doc": "rag.toml table [jwt_groups.NAME] roles = [\"index=role\", …], "
                                        "groups = [document groups]: what a token's group grants"})
+    folder_groups: dict | None = field(
+        default=None, metadata={"doc": "rag.toml table [folder_groups] \"/abs/folder\" = \"group,group\": documents "
+                                       "ingested or synced from under a folder get its groups (the deepest folder "
+                                       "wins) unless --groups says otherwise; \"\" = public"})
     audit: bool = field(default=True, metadata={"doc": "append one hash-chained record per answer, retrieval, "
                                                       "upload, delete and key change"})
-    audit_dir: Path | None = field(default=None, metadata={"doc": "where the audit trail is kept (default: home/audit)"})
+    audit_dir: Path | None = field(default=None, metadata={"doc": "where the audit trail's files are kept (default: "
+                                                                  "home/audit); with store_url, the table rag.audit"})
     audit_questions: str = field(default="sha256", metadata={"doc": "full | sha256 | none: how questions are recorded"})
     audit_max_mb: int = field(default=64, metadata={"doc": "an audit file this large is closed and a new one started"})
     # OpenTelemetry (README "Telemetry"): traces, metrics and logs with the GenAI conventions.
@@ -322,6 +327,7 @@ def load_settings(
         raise ConfigError(f"job_wait_s must be between 0 and 60 seconds, not {settings.job_wait_s}")
     if settings.audit_max_mb < 1:
         raise ConfigError(f"audit_max_mb must be at least 1, not {settings.audit_max_mb}")
+    parse_folder_groups(settings.folder_groups)
     try:
         extra = json.loads(settings.generator_extra_body)
     except ValueError:
@@ -329,3 +335,26 @@ def load_settings(
     if not isinstance(extra, dict):
         raise ConfigError(f"generator_extra_body must be a JSON object, not {settings.generator_extra_body!r}")
     return settings
+
+
+def parse_folder_groups(table: Mapping[str, Any] | None) -> tuple[tuple[Path, str], ...]:
+    """The ``folder_groups`` table as (absolute folder, stored groups) pairs. A folder's groups are a string
+    (``"hr,managers"``; ``""``: public) or a list of strings."""
+    pairs = []
+    for folder, value in (table or {}).items():
+        path = Path(folder).expanduser()
+        if not path.is_absolute():
+            raise ConfigError(f"folder_groups: {folder!r} is not an absolute path; name folders in full, "
+                              "e.g. \"/srv/share/finance\" = \"finance\"")
+        if isinstance(value, str):
+            names = value.split(",")
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            names = value
+        else:
+            raise ConfigError(f"folder_groups: the groups of {folder!r} must be a string such as \"hr,managers\" "
+                              f"or a list of strings, not {value!r}")
+        try:
+            pairs.append((path, access_groups(names)))
+        except BadRequestError as exc:
+            raise ConfigError(f"folder_groups: {folder!r}: {exc.message}") from exc
+    return tuple(pairs)

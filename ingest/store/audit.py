@@ -1,0 +1,182 @@
+"""The audit trail in the PostgreSQL store (``store_url``): every replica appends to one hash-chained trail.
+
+``rag.audit`` holds one row per record: its sequence number, the columns ``rag audit show`` filters on, and the
+record itself as the canonical JSON that ``rag.core.audit`` writes to files (``seq``, ``prev``, ``hash``
+included). ``rag.audit_head`` is one row, the last record's ``seq`` and ``hash``. An append locks that row
+(``SELECT … FOR UPDATE``), so appenders in any number of processes take turns: each reads the head, inserts the
+next record and moves the head in one transaction, and the chain never forks. The head also shows records cut
+from the end of the trail, which a chain alone cannot.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ingest.store.postgres import MIGRATION_LOCK, redact
+from rag.core.audit import GENESIS, canonical, chain_name, check_record, record_hash, timestamp
+from rag.core.errors import StoreUnavailableError
+
+TABLE = "rag.audit"
+HEAD = "rag.audit_head"
+SCHEMA = (
+    "CREATE SCHEMA IF NOT EXISTS rag",
+    f"""CREATE TABLE IF NOT EXISTS {TABLE} (
+        seq bigint PRIMARY KEY, ts text NOT NULL, principal text, index_name text, record text NOT NULL)""",
+    f"CREATE INDEX IF NOT EXISTS audit_ts ON {TABLE} (ts)",
+    f"""CREATE TABLE IF NOT EXISTS {HEAD} (
+        one boolean PRIMARY KEY DEFAULT true CHECK (one), seq bigint NOT NULL, hash text NOT NULL)""",
+    f"INSERT INTO {HEAD} (seq, hash) VALUES (0, '{GENESIS}') ON CONFLICT DO NOTHING",
+)
+
+
+@dataclass(frozen=True)
+class RecordProblem:
+    seq: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{TABLE} record {self.seq}: {self.reason}"
+
+
+class PostgresAuditTrail:
+    """Appends and reads ``rag.audit`` over one connection of its own (appends are one short transaction each,
+    committed before ``append`` returns). Thread-safe."""
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self._psycopg = psycopg
+        self.url = url
+        self.writer = chain_name()  # which process wrote a record: start time, host, pid
+        self._conn: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def location(self) -> str:
+        return f"{TABLE} of {redact(self.url)}"
+
+    def _connection(self) -> Any:
+        if self._conn is None or self._conn.closed:
+            conn = self._psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+            try:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+                    for statement in SCHEMA:
+                        conn.execute(statement)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def _unavailable(self, exc: Exception) -> StoreUnavailableError:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        return StoreUnavailableError(f"the audit trail ({self.location}) cannot be written or read: {exc}")
+
+    def append(self, event: str, **fields: Any) -> dict[str, Any]:
+        """Append one record (``event`` plus ``fields``; None values are left out) after the trail's last one,
+        whichever process wrote that; returns it."""
+        with self._lock:
+            try:
+                conn = self._connection()
+                with conn.transaction():
+                    head = conn.execute(f"SELECT seq, hash FROM {HEAD} FOR UPDATE").fetchone()
+                    if head is None:
+                        raise StoreUnavailableError(f"the audit trail's head row ({HEAD}) is gone: the trail was "
+                                                    "tampered with; `rag audit verify` shows where")
+                    body = {k: v for k, v in fields.items() if v is not None}
+                    body.update(event=event, ts=timestamp(time.time()), seq=int(head[0]) + 1, prev=head[1],
+                                writer=self.writer)
+                    body["hash"] = record_hash(body)
+                    conn.execute(f"INSERT INTO {TABLE} (seq, ts, principal, index_name, record) "
+                                 "VALUES (%s, %s, %s, %s, %s)",
+                                 (body["seq"], body["ts"], _text(body.get("principal")), _text(body.get("index")),
+                                  canonical(body).decode()))
+                    conn.execute(f"UPDATE {HEAD} SET seq = %s, hash = %s", (body["seq"], body["hash"]))
+            except self._psycopg.OperationalError as exc:
+                raise self._unavailable(exc) from exc
+            return body
+
+    def verify(self) -> tuple[int, list[RecordProblem]]:
+        """``(records checked, problems)``: the first record that was edited, deleted or moved (named by its
+        sequence number), or records cut from the end; at most one problem, the trail being one chain."""
+        with self._lock:
+            try:
+                conn = self._connection()
+                with conn.transaction():
+                    # One snapshot for the head and the records: appends meanwhile are simply not seen.
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    head = conn.execute(f"SELECT seq, hash FROM {HEAD}").fetchone()
+                    cursor = conn.cursor("audit_verify")
+                    cursor.itersize = 2000
+                    cursor.execute(f"SELECT seq, ts, principal, index_name, record FROM {TABLE} ORDER BY seq")
+                    checked, problem = _walk(cursor, head)
+                    cursor.close()
+            except self._psycopg.OperationalError as exc:
+                raise self._unavailable(exc) from exc
+        return checked, [problem] if problem else []
+
+    def records(self, since_ts: str | None = None, principal: str | None = None,
+                index: str | None = None) -> list[dict[str, Any]]:
+        """Every readable record, oldest first, filtered."""
+        where, args = [], []
+        for column, value in (("ts >=", since_ts), ("principal =", principal), ("index_name =", index)):
+            if value:
+                where.append(f"{column} %s")
+                args.append(value)
+        sql = f"SELECT record FROM {TABLE}{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY seq"
+        with self._lock:
+            try:
+                rows = self._connection().execute(sql, args).fetchall()
+            except self._psycopg.OperationalError as exc:
+                raise self._unavailable(exc) from exc
+        records = []
+        for (text,) in rows:
+            try:
+                record = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+        return records
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _walk(rows: Any, head: tuple[int, str] | None) -> tuple[int, RecordProblem | None]:
+    checked, seq, prev = 0, 0, GENESIS
+    for row_seq, ts, principal, index, text in rows:
+        problem = check_record(text.encode(), seq, prev, "record")
+        if problem is None:
+            record = json.loads(text)
+            # The columns `rag audit show` filters on must say what the hashed record says.
+            if (row_seq, ts, principal, index) != (record["seq"], record.get("ts"), _text(record.get("principal")),
+                                                   _text(record.get("index"))):
+                problem = "its columns (seq, ts, principal, index_name) do not match its content"
+        if problem is not None:
+            return checked, RecordProblem(row_seq, problem)
+        seq, prev = record["seq"], record["hash"]
+        checked += 1
+    if head is None:
+        return checked, RecordProblem(seq + 1, f"the head row ({HEAD}) is gone")
+    if head[0] > seq:
+        return checked, RecordProblem(seq + 1, f"missing: the trail ends at record {seq}, but {head[0]} were "
+                                               "written (records were cut from the end)")
+    if (head[0], head[1]) != (seq, prev):
+        return checked, RecordProblem(seq, f"the head row ({HEAD}) does not name the last record (it says record "
+                                           f"{head[0]})")
+    return checked, None
