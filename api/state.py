@@ -33,8 +33,8 @@ from rag.core.names import validate_index_name
 from rag.core.settings import Settings
 from rag.generation.base import GenerationStats
 from rag.generation.scheduler import GenerationScheduler
-from rag.runtime import (Models, answer_service, generation_backend, open_audit, open_jobs, open_keys, open_store,
-                         open_uploads)
+from rag.runtime import (Models, answer_service, folder_groups, generation_backend, open_audit, open_jobs,
+                         open_keys, open_store, open_uploads)
 
 log = logging.getLogger("rag.api")
 BUSY_BACKOFF_S = 30.0  # a source another replica is syncing is looked at again after this
@@ -146,7 +146,8 @@ class AppState:
         models = self.require_ready()
         settings = self.settings
         return IngestParameters(models.embedder, settings.chunk_tokens, settings.chunk_overlap,
-                                settings.max_upload_mb * 1024 * 1024, LoadOptions.from_settings(settings))
+                                settings.max_upload_mb * 1024 * 1024, LoadOptions.from_settings(settings),
+                                folder_groups(settings))
 
     def start_upload(self, target: StoredIndex, context: RequestContext, files: list[IncomingFile],
                      groups: list[str] | None) -> Running:

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from ingest.embedder import Embedder
 from ingest.formats.options import LoadOptions
 from ingest.jobs import JobStore, Outcome, Running, Tracker, Work, file_results
+from ingest.records import FolderGroups
 from ingest.sources import find_source, index_sources, sync_source
 from ingest.store import StoredIndex
 from ingest.uploads import TOO_LARGE, IncomingFile, Uploads
@@ -24,6 +25,7 @@ class IngestParameters:
     chunk_overlap: int
     max_file_bytes: int
     load_options: LoadOptions
+    folder_groups: FolderGroups = field(default_factory=FolderGroups)  # `[folder_groups]` of rag.toml
 
 
 def upload_work(jobs: JobStore, uploads: Uploads, index: StoredIndex, parameters: IngestParameters,
@@ -54,7 +56,8 @@ def sync_work(index: StoredIndex, source_id: str, parameters: IngestParameters) 
     def work(tracker: Tracker, running: Running) -> Outcome:
         source = find_source(index_sources(index), source_id)
         summary = sync_source(index, source, parameters.embedder, parameters.chunk_tokens, parameters.chunk_overlap,
-                              progress=tracker, load_options=parameters.load_options)
+                              progress=tracker, load_options=parameters.load_options,
+                              folder_groups=parameters.folder_groups)
         running.result = summary
         counts = {"added": summary.ingest.count("added"), "updated": summary.ingest.count("updated"),
                   "unchanged": summary.unchanged, "renamed": len(summary.renamed), "removed": len(summary.removed),

@@ -141,3 +141,20 @@ def test_a_bad_mapping_is_a_configuration_error(settings: Settings, tmp_path: Pa
     (tmp_path / "rag.toml").write_text(f'[folder_groups]\n"{tmp_path}" = 7\n', encoding="utf-8")
     result = rag(settings, tmp_path, "ingest", str(tmp_path))
     assert result.returncode == 3 and "must be a string such as" in result.stderr, result.stderr
+
+
+def test_a_sync_run_by_the_server_applies_the_mapping(settings: Settings, share: Path, tmp_path: Path):
+    """"Sync now" (and the schedule) go through the server's jobs: the same mapping as `rag sync`."""
+    home = tmp_path / "home"
+    home.mkdir()
+    write_config(home, mapping(share))
+    added = rag(settings, home, "sources", "add", str(share), "--json")
+    assert added.returncode == 0, added.stderr
+    source_id = json.loads(added.stdout)["id"]
+    with server_process(settings, home, tmp_path / "serve.log", RAG_MAX_TOKENS="8") as base:
+        synced = httpx.post(f"{base}/v1/sources/{source_id}/sync", timeout=120)
+        assert synced.status_code == 200, synced.text
+        assert synced.json()["last"]["added"] == len(FILES)
+    assert groups_by_file(home, share, "default") == {
+        "finance/budget.md": "finance", "finance/board.md": "finance", "hr/salaries.md": "hr,managers",
+        "hr/public/holidays.md": "", "hr-archive/old.md": "", "misc/cafeteria.md": ""}
