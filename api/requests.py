@@ -19,7 +19,8 @@ T = TypeVar("T")
 log = logging.getLogger("rag.api")
 UPLOAD_FIELD = "data"
 # What Litestar's multipart parser says when a part's headers pass its limit (python-multipart's
-# max_header_size, 4 KiB at Litestar 2.25): in practice a file name thousands of characters long.
+# max_header_size, 4 KiB at Litestar 2.25: a file name thousands of characters long) or the body has more
+# parts than multipart_form_part_limit (1,000).
 PART_HEADERS_TOO_LARGE = "Request Entity Too Large"
 
 
@@ -42,8 +43,9 @@ class ApiRequest(Request[Any, Any, Any]):
             return await super().form()
         except HTTPException as exc:
             if exc.status_code == 400 and exc.detail == PART_HEADERS_TOO_LARGE:
-                raise BadRequestError("a part of the multipart body has headers over 4 KiB (a file name that "
-                                      "long?); send a shorter file name") from exc
+                raise BadRequestError("the multipart body is over the parser's limits: more than 1,000 parts "
+                                      "(send at most 1,000 files per upload) or a part with headers over 4 KiB "
+                                      "(a file name that long?)") from exc
             if exc.status_code == 400:
                 cause = f": {exc.__cause__}" if exc.__cause__ else ""
                 raise BadRequestError(f"the multipart body is malformed ({exc.detail}{cause})") from exc

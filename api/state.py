@@ -28,7 +28,7 @@ from rag.answering.service import AnswerRequest, AnswerService, final_result
 from rag.core.access import RequestContext
 from rag.core.audit import AuditLog, question_fields
 from rag.core.errors import (DocumentNotFoundError, ForbiddenError, JobNotFoundError, JobStateError, ModelError,
-                             RagError, SourceBusyError)
+                             RagError, SourceBusyError, SourceUnavailableError)
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
 from rag.generation.base import GenerationStats
@@ -37,7 +37,10 @@ from rag.runtime import (Models, answer_service, folder_groups, generation_backe
                          open_keys, open_store, open_uploads)
 
 log = logging.getLogger("rag.api")
-BUSY_BACKOFF_S = 30.0  # a source another replica is syncing is looked at again after this
+BUSY_BACKOFF_S = 30.0
+# A scheduled sync that failed without being recorded on its source (an index built with another embedder, an
+# index locked by a CLI ingest) is tried again after its interval, at least this long: not every 2 s.
+FAILED_BACKOFF_S = 60.0  # a source another replica is syncing is looked at again after this
 PRUNE_EVERY_S = 3600.0  # finished jobs older than a week are removed at start and then hourly
 SOURCE_POLL_S = 2.0  # how often the server looks for a source whose scheduled sync is due (a few SQLite reads)
 
@@ -126,6 +129,8 @@ class AppState:
             log.debug("scheduled sync of %s: %s", source.path, exc.message)
             return
         if exc is not None or summary is None:
+            if not isinstance(exc, SourceUnavailableError):  # that one is recorded on the source (not due again)
+                self.busy_until[source.id] = time.time() + max(FAILED_BACKOFF_S, source.every_s or 0)
             message, error = (exc.message, exc.error_type) if exc else (running.job.error, running.job.error_type)
             log.warning("scheduled sync of %s: %s", source.path, message,
                         extra={"fields": {"source": source.id, "index": target.name, "error": error,

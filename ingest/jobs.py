@@ -144,7 +144,7 @@ class JobStore:
                   names=[name for name, _ in inputs], groups=list(groups) if groups is not None else None,
                   source=source, retry_of=retry_of)
         folder = self.folder / job.id / INPUT_DIR
-        folder.mkdir(parents=True)
+        (folder if kind == "upload" else folder.parent).mkdir(parents=True)
         for position, (_, content) in enumerate(inputs):
             (folder / str(position)).write_bytes(content)
         self.save(job)
@@ -329,6 +329,11 @@ class JobRunner:
     def running(self, job_id: str) -> Running | None:
         with self._guard:
             return self._running.get(job_id)
+
+    def active_on(self, index: str) -> list[Job]:
+        """The jobs of ``index`` this process is running or has queued."""
+        with self._guard:
+            return [r.job for r in self._running.values() if r.job.index.casefold() == index.casefold()]
 
     def cancel(self, job: Job) -> None:
         self.store.request_cancel(job)

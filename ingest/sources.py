@@ -77,14 +77,16 @@ INTERVAL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_interval(text: str) -> int:
-    """Seconds in "90s", "15m", "2h", "1d" (a bare number is seconds)."""
+    """Seconds in "90s", "15m", "2h", "1d" (a bare number is seconds); 0 for "off" (no schedule)."""
     value = text.strip().lower()
+    if value in ("off", "never", "none"):
+        return 0
     unit = INTERVAL_UNITS.get(value[-1:], None)
     number = value[:-1] if unit else value
     try:
         seconds = int(float(number) * (unit or 1))
     except ValueError:
-        raise BadRequestError(f"cannot read {text!r} as an interval: use e.g. 90s, 15m, 2h or 1d") from None
+        raise BadRequestError(f"cannot read {text!r} as an interval: use e.g. 90s, 15m, 2h or 1d (off: none)") from None
     if seconds < 1:
         raise BadRequestError(f"the interval {text!r} must be at least one second")
     return seconds
@@ -173,9 +175,10 @@ def add_source(index: StoredIndex, embedder: Embedder, folder: Path, glob: str |
                                   "folder inside another would have two syncs removing each other's files")
         existing = next((s for s in sources if s.path == path), None)
         source = Source(id=source_id(index.name, path), index=index.name, path=path, glob=glob, groups=stored_groups,
-                        added_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), every_s=every_s)
+                        added_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), every_s=every_s or None)
         if existing is not None:
-            source = msgspec.structs.replace(existing, glob=glob, groups=stored_groups, every_s=every_s)
+            source = msgspec.structs.replace(existing, glob=glob, groups=stored_groups,
+                                             every_s=existing.every_s if every_s is None else every_s or None)
         save_source(writer, source)
         writer.commit()
     return source
@@ -213,10 +216,13 @@ class SyncSummary:
 
 def sync_source(index: StoredIndex, source: Source, embedder: Embedder, chunk_tokens: int = 200,
                 overlap: int = 30, progress: Progress | None = None, lock_timeout_s: float = 5.0,
-                load_options: LoadOptions | None = None, folder_groups: FolderGroups | None = None) -> SyncSummary:
+                load_options: LoadOptions | None = None, folder_groups: FolderGroups | None = None,
+                allow_empty: bool = False) -> SyncSummary:
     """One sync of ``source`` (see the module notes); a source without groups of its own gives a file under a
     folder of ``folder_groups`` that folder's groups. Raises SourceUnavailableError, changing nothing, when
-    the folder is missing or cannot be listed; the error is recorded on the source. Raises SourceBusyError,
+    the folder is missing or cannot be listed, or holds no file to follow while the last sync saw some (an
+    unmounted share is often an empty mount-point folder) unless ``allow_empty``; the error is recorded on the
+    source. Raises SourceBusyError,
     changing and recording nothing, when another process is syncing the same source (the store's
     ``source_lock``: on PostgreSQL, one replica at a time)."""
     started = time.perf_counter()
@@ -233,6 +239,13 @@ def sync_source(index: StoredIndex, source: Source, embedder: Embedder, chunk_to
             raise
         rejected: list[FileOutcome] = []
         files = list(discover([folder], source.glob, rejected))
+        if not files and source.files and not allow_empty:
+            exc = SourceUnavailableError(
+                f"source folder {folder} has no file to follow where the last sync saw {len(source.files)} (a share "
+                "not mounted?); nothing was removed from the index. If it was emptied on purpose: rag sync "
+                "--allow-empty, or rag sources remove")
+            _record_error(index, embedder, source, started_at, started, exc.message, lock_timeout_s)
+            raise exc
         unreadable = [normalise_path(o.path) for o in rejected if o.reason_type == UNREADABLE_FOLDER]
         summary = IngestSummary(index=index.name)
         summary.outcomes.extend(rejected)

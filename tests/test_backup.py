@@ -188,3 +188,21 @@ def test_cli_backup_restore_verify_list_and_delete(tmp_path: Path, settings: Set
     vectors.write_bytes(vectors.read_bytes()[:64])
     damaged = rag("index", "verify")
     assert damaged.returncode == 1 and "cannot be read" in damaged.stderr
+
+
+def test_a_copy_restored_under_another_name_follows_no_folders(backed_up, embedder, tmp_path: Path):
+    """The original restored under its own name (a new machine) keeps its followed folders; a copy under
+    another name does not (the server would sync the same folder into both)."""
+    from ingest.sources import add_source, index_sources
+
+    store, _ = backed_up
+    folder = tmp_path / "share"
+    folder.mkdir()
+    add_source(store.index("source"), embedder, folder, every_s=900)
+    backup = tmp_path / "with-source.zip"
+    backup_index(store.index("source"), backup, "test")
+    restore_index(backup, store, "copy", embedder.config.identity)
+    assert index_sources(store.index("copy")) == []
+    elsewhere = EmbeddedStore(tmp_path / "other-machine")
+    restore_index(backup, elsewhere, None, embedder.config.identity)
+    assert [(s.path, s.every_s) for s in index_sources(elsewhere.index("source"))] == [(str(folder.resolve()), 900)]

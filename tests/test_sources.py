@@ -115,6 +115,18 @@ def test_a_sync_brings_the_index_to_the_folder_state(settings: Settings, tmp_pat
     assert json.loads(listed.stdout)[0]["last"]["status"] == "error"
     (tmp_path / "unmounted").rename(folder)
 
+    # An unmounted share is often an empty mount-point folder: that deletes nothing either, unless told.
+    folder.rename(tmp_path / "moved-away")
+    folder.mkdir()
+    empty = rag(settings, home, store_env, "sync", "--index", index)
+    assert empty.returncode == 2 and "no file to follow" in empty.stdout + empty.stderr, empty.stdout + empty.stderr
+    assert index_contents(home, store_env, index) == after
+    emptied = rag(settings, home, store_env, "sync", "--index", index, "--allow-empty", "--json")
+    assert emptied.returncode == 0, emptied.stdout + emptied.stderr
+    assert len(json.loads(emptied.stdout)["synced"][0]["removed"]) == 4 and not index_contents(home, store_env, index)
+    folder.rmdir()
+    (tmp_path / "moved-away").rename(folder)
+
     removed = rag(settings, home, store_env, "sources", "remove", str(folder), "--index", index)
     assert removed.returncode == 0 and "stay in the index" in removed.stdout
     assert json.loads(rag(settings, home, store_env, "sources", "list", "--index", index, "--json").stdout) == []
@@ -276,7 +288,13 @@ def test_sources_are_checked_when_added(settings: Settings, tmp_path: Path):
     write(folder, "inner/x.md", "# X\n\nSome text about the x.")
     missing = rag(settings, home, {}, "sources", "add", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
-    assert rag(settings, home, {}, "sources", "add", str(folder)).returncode == 0
+    assert rag(settings, home, {}, "sources", "add", str(folder), "--every", "15m").returncode == 0
+    again = rag(settings, home, {}, "sources", "add", str(folder))  # a provisioning script run twice
+    assert again.returncode == 0
+    listed = json.loads(rag(settings, home, {}, "sources", "list", "--json").stdout)
+    assert [s["every_s"] for s in listed] == [900]  # the schedule stays unless --every is given
+    assert rag(settings, home, {}, "sources", "add", str(folder), "--every", "off").returncode == 0
+    assert json.loads(rag(settings, home, {}, "sources", "list", "--json").stdout)[0]["every_s"] is None
     inner = rag(settings, home, {}, "sources", "add", str(folder / "inner"))
     assert inner.returncode == 2 and "overlaps" in inner.stderr
     unknown = rag(settings, home, {}, "sync", "nope")

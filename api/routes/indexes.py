@@ -13,7 +13,7 @@ from api.auth import Context
 from api.openapi import errors
 from api.protocol import IndexDeleted, IndexList, IndexSummary
 from api.state import AppState
-from rag.core.errors import BadRequestError
+from rag.core.errors import BadRequestError, ConflictError
 from rag.runtime import delete_index
 
 
@@ -33,7 +33,7 @@ class IndexesController(Controller):
         return IndexList(default=app.settings.index, indexes=indexes)
 
     @delete("/{name:str}", status_code=200, summary="Delete an index and everything in it, its uploaded originals "
-            "too (admins; `confirm` must repeat the index name)", responses=errors(400, 404))
+            "too (admins; `confirm` must repeat the index name; 409 while a job of it runs)", responses=errors(400, 404, 409))
     async def delete_index(self, state: State, context: Context, name: FromPath[str],
                            confirm: Annotated[str | None, QueryParameter(
                                description="the index name again: there is no undo")] = None) -> IndexDeleted:
@@ -46,7 +46,10 @@ class IndexesController(Controller):
             raise BadRequestError(f"this deletes index {target.name!r} ({documents} documents, {chunks} chunks) for "
                                   f"good: repeat its name as confirm={target.name} (back it up first: "
                                   f"rag index backup {target.name} --to {target.name}.zip)")
-        assert app.store is not None
+        assert app.store is not None and app.runner is not None
+        if running := app.runner.active_on(target.name):
+            raise ConflictError(f"index {target.name!r} has {len(running)} upload or sync job(s) running "
+                                f"({', '.join(j.id for j in running)}): cancel them first (DELETE /v1/jobs/{{id}})")
         await anyio.to_thread.run_sync(delete_index, app.settings, app.store, target.name)
         app.record(context, "index_delete", route="/v1/indexes/{name}", index=target.name, outcome="deleted",
                    documents=documents, chunks=chunks)

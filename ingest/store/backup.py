@@ -156,7 +156,8 @@ def restore_index(path: Path, store: EmbeddedStore, name: str | None, embedder_i
                   reembed: ReEmbedder | None = None) -> BackupManifest:
     """Restore the backup ``path`` as index ``name`` (default: its own name), which must not exist yet.
     A backup made with another embedder is refused (its vectors would not match this server's questions),
-    unless ``reembed`` (the configured embedder) is given: then every chunk is embedded again."""
+    unless ``reembed`` (the configured embedder) is given: then every chunk is embedded again. Restored under
+    another name, the index follows no folders."""
     with tempfile.TemporaryDirectory(prefix="rag-restore-") as scratch:
         manifest = read_backup(path, Path(scratch))
         other_embedder = manifest.embedder != embedder_identity
@@ -187,7 +188,18 @@ def restore_index(path: Path, store: EmbeddedStore, name: str | None, embedder_i
                 if target.exists():
                     delete_index(target)  # never half an index under its name
                 raise
+    if target.name != manifest.index:
+        _forget_sources(target)
     return manifest
+
+
+def _forget_sources(index: EmbeddedIndex) -> None:
+    """A copy restored under another name does not follow the original's folders (the server would sync
+    them into both); the original, restored under its own name on a new machine, does."""
+    with index.existing_writer() as writer:
+        for data in writer.sources():
+            writer.delete_source(json.loads(data)["id"])
+        writer.commit()
 
 
 def verify_index(index: EmbeddedIndex) -> IndexCheck:

@@ -33,7 +33,8 @@ def sources_group() -> None:
 @click.option("--groups", help="Comma-separated access groups for every document of this folder (default: those "
                                "of the folder_groups setting; outside it, existing documents keep theirs, new "
                                "ones are public).")
-@click.option("--every", help="`rag serve` syncs it this often, e.g. 15m, 2h, 1d (default: only `rag sync`).")
+@click.option("--every", help="`rag serve` syncs it this often, e.g. 15m, 2h, 1d; off: only `rag sync` (default: "
+                              "off for a new folder, unchanged for one already followed).")
 @json_option()
 @click.pass_context
 @handle_errors
@@ -103,9 +104,11 @@ def remove_cmd(ctx: click.Context, source: str, index: str | None) -> None:
 @click.argument("source", required=False)
 @index_option()
 @json_option("Print each sync's summary as JSON.")
+@click.option("--allow-empty", is_flag=True, help="A folder that has no file left was emptied on purpose: remove "
+              "its documents (without this, an empty folder is taken for a share not mounted).")
 @click.pass_context
 @handle_errors
-def sync_cmd(ctx: click.Context, source: str | None, index: str | None, as_json: bool) -> None:
+def sync_cmd(ctx: click.Context, source: str | None, index: str | None, as_json: bool, allow_empty: bool) -> None:
     """Bring the index to the state of its folders (or of SOURCE, an id or folder): new and changed files
     ingested, deleted ones removed, renamed ones moved without embedding again. Exit 2 if a folder could not
     be read (nothing is removed then), another process is syncing a source (nothing changes then; PostgreSQL)
@@ -131,7 +134,7 @@ def sync_cmd(ctx: click.Context, source: str | None, index: str | None, as_json:
             with ingest_progress(as_json) as progress, traced(settings, "sync"):
                 summary = sync_source(stored, item, embedder, settings.chunk_tokens, settings.chunk_overlap,
                                       progress, load_options=LoadOptions.from_settings(settings),
-                                      folder_groups=mapping)
+                                      folder_groups=mapping, allow_empty=allow_empty)
         except (SourceUnavailableError, SourceBusyError) as exc:
             errors.append({"source": item.id, "folder": item.path, "error": exc.message, "type": exc.error_type})
             if not as_json:
