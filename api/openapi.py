@@ -33,7 +33,8 @@ ERRORS = {
          "job (`job_not_found`)",
     409: "The index is being written by another process (`index_locked`) or was built with another "
          "embedder (`embedder_mismatch`); a key of that name is active (`conflict`); a source another replica "
-         "is syncing (`source_busy`); a job that cannot be run again (`job_state`)",
+         "is syncing (`source_busy`); a job that cannot be run again (`job_state`); an index deleted without "
+         "`confirm` repeating its name (`confirmation_required`)",
     413: "The request body is larger than the server accepts (`payload_too_large`)",
     500: "A bug in the server (`internal_error`); the server log has the traceback",
     503: "The models are still loading or failed to load (`model_unavailable`), or the generation queue is "

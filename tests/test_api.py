@@ -475,9 +475,10 @@ def test_deleting_an_index_needs_its_name_repeated_and_takes_its_uploads(client:
                            files=[("data", ("note.txt", b"The doomed index holds one note about herons.\n"))])
     assert response.status_code == 200, response.text
     assert (api_home / "uploads" / "doomed" / "note.txt").exists()
-    unconfirmed = assert_error(client.delete("/v1/indexes/doomed"), 400)
+    unconfirmed = assert_error(client.delete("/v1/indexes/doomed"), 409)
+    assert unconfirmed["type"] == "confirmation_required"
     assert "1 documents" in unconfirmed["message"] and "confirm=doomed" in unconfirmed["message"]
-    assert_error(client.delete("/v1/indexes/doomed", params={"confirm": "other"}), 400)
+    assert_error(client.delete("/v1/indexes/doomed", params={"confirm": "other"}), 409)
     assert assert_error(client.delete("/v1/indexes/nowhere", params={"confirm": "nowhere"}), 404)["type"] == \
         "index_not_found"
     deleted = client.delete("/v1/indexes/doomed", params={"confirm": "doomed"})

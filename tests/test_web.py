@@ -612,16 +612,18 @@ def test_roles_in_the_page_readers_see_no_upload_or_delete_admins_manage_keys(pa
         assert refused.status_code == 403
         page.reload()
         page.click("#tab-keys")
-        expect(page.locator("#indexes-body tr")).to_have_count(2)
+        before = len(httpx.get(f"{base}/v1/indexes", headers=admin_headers).json()["indexes"])
+        expect(page.locator("#indexes-body tr")).to_have_count(before)
         screenshot(page, "access-admin-keys.png")
         page.locator('#indexes-body tr[data-index="scratchpad"] button').click()
         expect(page.locator("#index-delete-message")).to_contain_text("1 documents")
         page.fill("#index-delete-name", "scratchpad")
         page.click("#index-delete-ok")
         expect(page.locator("#indexes-message")).to_have_text("Index “scratchpad” deleted.")
-        expect(page.locator("#indexes-body tr")).to_have_count(1)
+        expect(page.locator("#indexes-body tr")).to_have_count(before - 1)
         names = [i["name"] for i in httpx.get(f"{base}/v1/indexes", headers=admin_headers).json()["indexes"]]
-        assert names == ["default"] and not (home / "uploads" / "scratchpad").exists()
+        assert "scratchpad" not in names and "default" in names
+        assert not (home / "uploads" / "scratchpad").exists()
 
 
 def test_api_docs_render_with_the_network_blocked(page, server: str):
@@ -699,14 +701,15 @@ def test_long_uploads_and_syncs_are_followed_as_jobs_also_after_a_reload(page, s
         job = page.locator(".upload.job", has_text="survey.pdf")
         expect(job).to_have_attribute("data-state", "running", timeout=CHAT_TIMEOUT_MS)
         expect(job.locator(".upload-status")).to_contain_text(re.compile(r"reading page \d+ of 150"))
-        first = float(job.locator("progress").evaluate("p => p.value"))
         page.reload()  # the job goes on, and the page picks it up again
         expect(page.locator("#status")).to_have_attribute("data-state", "ready")
         job = page.locator(".upload.job", has_text="survey.pdf")
         expect(job).to_have_attribute("data-state", "running")
         expect(job.locator(".upload-status")).to_contain_text("left")  # an ETA
+        first = float(job.locator("progress").evaluate("p => p.value"))
+        time.sleep(1.5)
         later = float(job.locator("progress").evaluate("p => p.value"))
-        assert later >= first, (first, later)
+        assert 0 < first <= later, (first, later)  # it goes on moving after the reload
         expect(job).to_have_attribute("data-state", "done", timeout=CHAT_TIMEOUT_MS)
         expect(job).to_contain_text("added")
         expect(document_row(page, "survey.pdf")).to_have_count(1)

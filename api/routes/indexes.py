@@ -13,7 +13,7 @@ from api.auth import Context
 from api.openapi import errors
 from api.protocol import IndexDeleted, IndexList, IndexSummary
 from api.state import AppState
-from rag.core.errors import BadRequestError, ConflictError
+from rag.core.errors import ConfirmationRequiredError, ConflictError, IndexNotFoundError
 from rag.runtime import delete_index
 
 
@@ -28,12 +28,15 @@ class IndexesController(Controller):
         for name in app.store.names():
             if context.principal.role_for(name) is None:  # an index the principal may not use is not listed
                 continue
-            name, documents, chunks = app.summary(name, context)
+            try:
+                name, documents, chunks = app.summary(name, context)
+            except IndexNotFoundError:  # deleted while the list was made
+                continue
             indexes.append(IndexSummary(name=name, documents=documents, chunks=chunks))
         return IndexList(default=app.settings.index, indexes=indexes)
 
     @delete("/{name:str}", status_code=200, summary="Delete an index and everything in it, its uploaded originals "
-            "too (admins; `confirm` must repeat the index name; 409 while a job of it runs)", responses=errors(400, 404, 409))
+            "too (admins; `confirm` must repeat the index name, else 409 `confirmation_required` saying how big it is; 409 while a job of it runs)", responses=errors(400, 404, 409))
     async def delete_index(self, state: State, context: Context, name: FromPath[str],
                            confirm: Annotated[str | None, QueryParameter(
                                description="the index name again: there is no undo")] = None) -> IndexDeleted:
@@ -43,7 +46,7 @@ class IndexesController(Controller):
         if not target.exists():
             target.reader().close()  # the store's own "no index" error, with the names it has
         if confirm != target.name:
-            raise BadRequestError(f"this deletes index {target.name!r} ({documents} documents, {chunks} chunks) for "
+            raise ConfirmationRequiredError(f"this deletes index {target.name!r} ({documents} documents, {chunks} chunks) for "
                                   f"good: repeat its name as confirm={target.name} (back it up first: "
                                   f"rag index backup {target.name} --to {target.name}.zip)")
         assert app.store is not None and app.runner is not None

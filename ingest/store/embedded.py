@@ -483,9 +483,12 @@ class EmbeddedReader:
                 f"index {self.name!r} was built with embedder {stored}, not the configured {identity}")
 
     def info(self) -> IndexInfo:
-        meta = self._meta()
-        docs, chunks = self._query("SELECT (SELECT COUNT(*) FROM documents), (SELECT COUNT(*) FROM chunks)")[0]
-        size = sum(p.stat().st_size for p in self.root.iterdir() if p.is_file())
+        try:
+            meta = self._meta()
+            docs, chunks = self._query("SELECT (SELECT COUNT(*) FROM documents), (SELECT COUNT(*) FROM chunks)")[0]
+            size = sum(p.stat().st_size for p in self.root.iterdir() if p.is_file())
+        except (sqlite3.OperationalError, FileNotFoundError):  # deleted while it was opened (rag index delete)
+            raise index_not_found(self.name, EmbeddedStore(self.root.parent).names()) from None
         return IndexInfo(self.name, str(self.root), meta.get("embedder", ""), int(meta.get("dimension", 0) or 0),
                          int(meta.get("generation", 0)), docs, chunks, size,
                          meta.get("vector_index", describe_vector_index(None) if not chunks else "flat: exact inner product"))

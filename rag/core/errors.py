@@ -90,6 +90,12 @@ class JobCancelled(RagError):
     error_type = "cancelled"
 
 
+class ConfirmationRequiredError(ConflictError):
+    """Something that cannot be undone, asked without its confirmation (deleting an index)."""
+
+    error_type = "confirmation_required"
+
+
 class SourceBusyError(ConflictError):
     """Another process (a replica on the same PostgreSQL) is syncing this source right now: nothing changed."""
 

@@ -123,6 +123,7 @@ function addUpload(file) {
   // One file at a time: the server ingests one upload per index at a time anyway.
   uploadQueue = uploadQueue.then(async () => {
     set("uploading", "uploading…");
+    sending.add(file.name);
     try {
       const groups = els.groups.value.split(",").map((g) => g.trim()).filter(Boolean).join(",");
       const { status: code, body } = await uploadFile(file, currentIndex(), (fraction) => {
@@ -145,6 +146,8 @@ function addUpload(file) {
       }
     } catch (err) {
       set("failed", `failed: ${err.message}`);
+    } finally {
+      sending.delete(file.name);
     }
     await refreshDocuments();
     onChanged();
@@ -155,6 +158,7 @@ function addUpload(file) {
 const JOB_POLL_MS = 700;
 const ACTIVE = ["queued", "running"];
 const followed = new Set(); // job ids with a row on the page
+const sending = new Set(); // names of files this page is uploading (their rows follow them, not resumeJobs)
 
 function seconds(value) {
   if (value < 60) return `${Math.max(1, Math.round(value))} s`;
@@ -279,7 +283,8 @@ async function resumeJobs() {
   const dayAgo = Date.now() - 24 * 3600 * 1000;
   for (const job of [...(body.jobs || [])].reverse()) {
     const recent = job.state === "interrupted" && job.can_retry && Date.parse(job.created_at) > dayAgo;
-    if (ACTIVE.includes(job.state) || recent) followJob(job);
+    const ours = job.kind === "upload" && (job.names || []).some((name) => sending.has(name));
+    if ((ACTIVE.includes(job.state) || recent) && !ours) followJob(job);
   }
 }
 
