@@ -7,13 +7,14 @@ from typing import Annotated
 import anyio.to_thread
 from litestar import Controller, delete, get
 from litestar.datastructures import State
-from litestar.params import FromPath, QueryParameter
+from litestar.params import Parameter, QueryParameter
 
 from api.auth import Context
 from api.openapi import errors
 from api.protocol import IndexDeleted, IndexList, IndexSummary
 from api.state import AppState
 from rag.core.errors import ConfirmationRequiredError, ConflictError, IndexNotFoundError
+from rag.core.names import INDEX_NAME_PATTERN
 from rag.runtime import delete_index
 
 
@@ -37,7 +38,8 @@ class IndexesController(Controller):
 
     @delete("/{name:str}", status_code=200, summary="Delete an index and everything in it, its uploaded originals "
             "too (admins; `confirm` must repeat the index name, else 409 `confirmation_required` saying how big it is; 409 while a job of it runs)", responses=errors(400, 404, 409))
-    async def delete_index(self, state: State, context: Context, name: FromPath[str],
+    async def delete_index(self, state: State, context: Context,
+                           name: Annotated[str, Parameter(pattern=INDEX_NAME_PATTERN, description="the index")],
                            confirm: Annotated[str | None, QueryParameter(
                                description="the index name again: there is no undo")] = None) -> IndexDeleted:
         app: AppState = state.app
