@@ -38,6 +38,11 @@ def open_store(settings: Settings) -> Store:
     return EmbeddedStore(settings.indexes_dir)
 
 
+def postgres_packages_missing(name: str | None) -> ConfigError:
+    return ConfigError(f"store_url needs the PostgreSQL packages ({name} is missing): "
+                       "pip install 'offline-rag[postgres]'")
+
+
 def _postgres_store(settings: Settings) -> Store:
     import importlib.util
 
@@ -46,8 +51,7 @@ def _postgres_store(settings: Settings) -> Store:
     # Looked up, not imported: the drivers are ingest.store's to import (an import-linter contract).
     missing = next((m for m in ("psycopg", "psycopg_pool", "pgvector") if importlib.util.find_spec(m) is None), None)
     if missing:
-        raise ConfigError(f"store_url needs the PostgreSQL packages ({missing} is missing): "
-                          "pip install 'offline-rag[postgres]'")
+        raise postgres_packages_missing(missing)
     return PostgresStore(settings.store_url or "", settings.store_pool_size)
 
 
@@ -67,8 +71,7 @@ def open_audit_trail(settings: Settings) -> AuditLog:
 
             return PostgresAuditTrail(settings.store_url)
         except ImportError as exc:
-            raise ConfigError(f"store_url needs the PostgreSQL packages ({exc.name} is missing): "
-                              "pip install 'offline-rag[postgres]'") from exc
+            raise postgres_packages_missing(exc.name) from exc
     return AuditTrail(settings.audit_path, settings.audit_max_mb * 1024 * 1024, settings.audit_questions)
 
 
@@ -78,8 +81,7 @@ def open_keys(settings: Settings) -> KeyStore:
         try:
             return PostgresKeyStore(settings.store_url)
         except ImportError as exc:
-            raise ConfigError(f"store_url needs the PostgreSQL packages ({exc.name} is missing): "
-                              "pip install 'offline-rag[postgres]'") from exc
+            raise postgres_packages_missing(exc.name) from exc
     return SqliteKeyStore(settings.home)
 
 
