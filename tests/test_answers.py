@@ -14,7 +14,7 @@ import pytest
 
 from test_rag import doc_ids, options, rag_home, retriever, service, squad_rows  # noqa: F401 (fixtures)
 from rag.answering.evidence import (align, answer_starts, candidate_spans, clean_reply, cut_cleanly, is_explanatory,
-                                    sentence_quote)
+                                    sentence_quote, start_prior)
 from rag.answering.prompt import ABSTENTION_MESSAGE, refers_back
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, AnswerService
@@ -51,7 +51,7 @@ def test_answer_starts_follow_the_question_type():
 
 def test_candidate_spans_stop_only_at_word_ends(generator):
     sentence = "The class DTIME(f(n)) holds 76,000 to 540,000 problems."
-    spans = candidate_spans(sentence, answer_starts(sentence, "What holds problems?"), generator.encode)
+    spans = candidate_spans(sentence, "What holds problems?", generator.encode)
     assert spans
     ends = set()
     for span in spans:
@@ -60,7 +60,7 @@ def test_candidate_spans_stop_only_at_word_ends(generator):
     assert "DTIME(f(n))" in ends and "76,000 to 540,000" in ends
     assert "76" not in ends and "DTIME(f(n" not in ends
     router = "The range has three boxes (Sky Q, Sky Q Mini), a broadband router (Sky Q Hub) and apps."
-    for span in candidate_spans(router, answer_starts(router, "What is the router?"), generator.encode):
+    for span in candidate_spans(router, "What is the router?", generator.encode):
         for k in span.ends:
             text = generator.decode(span.tokens[:k])
             assert text.count("(") == text.count(")") and not text.startswith("("), text
@@ -82,17 +82,51 @@ def test_span_constraint_masks_to_the_spans_and_ends_only_at_their_ends():
     constraint.advance(7)
     masked = constraint.apply(logits.copy())
     assert set(np.flatnonzero(np.isfinite(masked[0]))) == {0}  # nothing can follow: the reply must end
+    # A span's prior is added to its first token only (the larger, where two spans share it).
+    spans = [TokenSpan((5, 6), frozenset({2}), prior=2.0), TokenSpan((3,), frozenset({1})),
+             TokenSpan((5, 4), frozenset({2}), prior=-1.0)]
+    constraint = SpanConstraint(spans, eos_ids=[0])
+    masked = constraint.apply(logits.copy())
+    assert masked[0, 5] == 7.0 and masked[0, 3] == 3.0
+    constraint.advance(5)
+    assert constraint.apply(logits.copy())[0, 6] == 6.0
 
 
 def test_constrained_generation_copies_a_span(generator):
     from rag.answering.evidence import short_answer_messages
 
     question = "How many Catholic schools were in Victoria?"
-    spans = candidate_spans(VICTORIA_SENTENCE, answer_starts(VICTORIA_SENTENCE, question), generator.encode)
+    spans = candidate_spans(VICTORIA_SENTENCE, question, generator.encode)
     prompt = generator.prompt(short_answer_messages(question, VICTORIA_SENTENCE))
     text, stats = generator.generate(prompt.tokens, SamplingOptions(max_tokens=25, spans=tuple(spans)))
     assert text and text in VICTORIA_SENTENCE and stats.finish_reason == "stop"
     assert re.fullmatch(r"[\w,]+(?: [\w,]+)*", text) and not text.endswith(",")
+
+
+def test_spans_are_placed_and_cut_by_the_question(generator):
+    """The number next to the question's words is preferred; a span never runs on through the question;
+    "U.S." is one word; clause openers never start an answer."""
+    question = "How many Catholic schools were in Victoria?"
+    priors = {VICTORIA_SENTENCE[s:].split()[0]: start_prior(VICTORIA_SENTENCE, question, s)
+              for s in answer_starts(VICTORIA_SENTENCE, question)}
+    assert priors["489"] == max(priors.values()) and priors["489"] > priors["1,548"]
+    assert start_prior("In 1066 the Normans won at Hastings.", "When did the Normans win?", 3) > \
+        start_prior("In 1066 the Normans won at Hastings.", "What did the Normans win?", 3)
+
+    usgs = "The USGS has released a California Earthquake forecast which models Earthquake occurrence."
+    texts = {generator.decode(span.tokens[:k]).strip()
+             for span in candidate_spans(usgs, "Which organization released a California Earthquake forecast?",
+                                         generator.encode) for k in span.ends}
+    assert "The USGS" in texts and "The USGS has released a California" in texts
+    assert not any("forecast" in t for t in texts)  # the third of the question's words ends every span
+
+    farms = "In one of the richest agricultural regions in the U.S., cattle and citrus were major industries."
+    texts = {generator.decode(span.tokens[:k]).strip()
+             for span in candidate_spans(farms, "What industries were in the regions?", generator.encode)
+             for k in span.ends}
+    assert "U.S., cattle" in texts and not any(t == "U" or t.endswith(" U") for t in texts)
+    opener = "Although time and space are well known, any complexity measure can be a resource."
+    assert not any(opener[s:].startswith("Although") for s in answer_starts(opener, "What is a resource?"))
 
 
 def test_align_and_clean():
@@ -101,6 +135,9 @@ def test_align_and_clean():
     assert align("King Charles III", sentences)[2] == "King Charles III"
     assert align("charles iii!", sentences)[2] == "Charles III"
     assert align("Napoleon", sentences) is None and align("", sentences) is None
+    complexity = [(1, "It is complex, and whether P equals NP is open.")]
+    assert align("p", complexity)[2] == "P"  # the word, never the p inside "complex"
+    assert align("x", complexity) is None
     assert clean_reply(' "Rollo [1]." ') == "Rollo"
     assert clean_reply("[1]\n\n[2]\n\n[3]") == ""
 

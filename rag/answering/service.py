@@ -21,7 +21,7 @@ import numpy as np
 from ingest.embedder import Embedder
 from ingest.store import Store
 from rag.answering.compress import Passage, Sentence, candidate_sentences, score_sentences, select_passages
-from rag.answering.evidence import (MAX_SPAN_TOKENS, Quote, align, align_part, answer_starts, candidate_spans, clean_reply, cut_cleanly,
+from rag.answering.evidence import (MAX_SPAN_TOKENS, Quote, align, align_part, candidate_spans, clean_reply, cut_cleanly,
                                     is_explanatory, sentence_quote, short_answer_messages)
 from rag.answering.prompt import (ABSTENTION_MESSAGE, MODEL_ABSTENTION, drop_repeated_tail, grounded_share,
                                   model_abstained, refers_back)
@@ -240,7 +240,7 @@ class AnswerService:
         prompt, sampling = None, options.sampling
         if best and not explanatory:
             prompt = self.generator.prompt(short_answer_messages(question, best))
-            spans = candidate_spans(best, answer_starts(best, question), self.generator.encode)
+            spans = candidate_spans(best, question, self.generator.encode)
             # Declining is not offered as a span: on 60 dev questions the small model then declined 38% of
             # answerable questions (10% without); answerability is the retrieval threshold's call.
             sampling = dataclasses.replace(sampling, spans=tuple(spans), copy_bias=0.0,

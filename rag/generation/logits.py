@@ -47,6 +47,9 @@ class TokenSpan:
 
     tokens: tuple[int, ...]
     ends: frozenset[int]
+    # Added to the logit of the span's first token: how much more likely the words around it make it the
+    # answer than the model alone thinks (answer type, closeness to the question's words).
+    prior: float = 0.0
 
 
 class SpanConstraint:
@@ -75,6 +78,14 @@ class SpanConstraint:
         masked = np.full_like(logits, -np.inf)
         if len(allowed):
             masked[..., allowed] = logits[..., allowed]
+        if self.step == 0:
+            priors: dict[int, float] = {}
+            for span in self.spans:
+                if span.tokens:
+                    priors[span.tokens[0]] = max(priors.get(span.tokens[0], -np.inf), span.prior)
+            for token, prior in priors.items():
+                if prior:
+                    masked[..., token] += np.float32(prior)
         if can_end or not len(allowed):
             end = logits[..., self.stops].max(axis=-1, keepdims=True) + np.float32(END_BONUS)
             masked[..., self.eos] = end if len(allowed) else 0.0
