@@ -6,14 +6,19 @@ module does no I/O and holds no model.
 
 from __future__ import annotations
 
+import collections
+import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
-from rag.core.text import content_words, split_sentences
+from rag.core.text import content_words, split_sentences, stem
 
-LEXICAL_WEIGHT = 0.35  # share of question content words a sentence contains, added to its cosine
+# Added to a sentence's cosine: the idf-weighted share of the question's word stems it holds (idf over the
+# candidate sentences: a word every retrieved sentence has tells little). Gold answer in the best sentence,
+# 705 answerable dev questions: 71.8% with the plain share of exact words at 0.35, 74.3% with this at 0.5.
+LEXICAL_WEIGHT = 0.5
 RANK_WEIGHT = 0.05  # slight preference for sentences from higher-ranked chunks
 LABEL_TOKENS = 4  # "[n] " label and line break around each passage
 
@@ -41,10 +46,14 @@ def candidate_sentences(chunks: Sequence[str]) -> list[Sentence]:
 def score_sentences(question: str, question_vector: np.ndarray, sentences: Sequence[Sentence],
                     sentence_vectors: np.ndarray | None) -> np.ndarray:
     """Cosine to the question (if vectors are given) + lexical overlap + a small rank prior."""
-    wanted = content_words(question)
+    wanted = {stem(w) for w in content_words(question)}
+    held = [{stem(w) for w in content_words(s.text)} & wanted for s in sentences]
+    frequency = collections.Counter(w for words in held for w in words)
+    weight = {w: math.log(1 + len(sentences) / (1 + frequency[w])) for w in wanted}
+    total = sum(weight.values())
     scores = np.zeros(len(sentences), dtype=np.float32)
     for i, sentence in enumerate(sentences):
-        overlap = len(wanted & content_words(sentence.text)) / len(wanted) if wanted else 0.0
+        overlap = sum(weight[w] for w in held[i]) / total if total else 0.0
         scores[i] = LEXICAL_WEIGHT * overlap + RANK_WEIGHT / (1 + sentence.source)
     if sentence_vectors is not None and len(sentences):
         scores += sentence_vectors @ question_vector

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from rag.core.text import STOPWORDS, content_words
+from rag.core.text import STOPWORDS, content_words, stem
 from rag.generation.logits import TokenSpan
 
 SHORT_ANSWER_PROMPT = "Answer the question with a short phrase copied from the context."
@@ -86,11 +86,6 @@ def sentence_quote(source: int, chunk_text: str, sentence: str) -> Quote | None:
     if start < 0:
         return None
     return Quote(source, chunk_text[start:start + len(sentence)], start, start + len(sentence))
-
-
-def stem(word: str) -> str:
-    """Crude stem for matching question words to sentence words ("married" ~ "marry", "solved" ~ "solve")."""
-    return word.lower()[:5]
 
 
 def answer_starts(sentence: str, question: str) -> list[int]:

@@ -25,6 +25,12 @@ def content_words(text: str) -> set[str]:
     return set(content_terms(text))
 
 
+def stem(word: str) -> str:
+    """A crude stem for matching a question's words to a passage's ("married" ~ "marry", "solved" ~
+    "solve"): the first five letters, lower-cased."""
+    return word.lower()[:5]
+
+
 def sentence_starts(text: str) -> list[int]:
     """Offsets in ``text`` where a sentence after the first begins."""
     return [m.end() for m in SENTENCE_BOUNDARY.finditer(text)]
