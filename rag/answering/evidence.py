@@ -181,10 +181,30 @@ def balanced(text: str) -> bool:
     return depth == 0
 
 
+# Worked examples shown before the question (invented, from no test corpus): the small model copies the
+# entity, date or number the question asks for instead of the sentence's opening words. 200 dev questions
+# each, F1 on seeds 5/0/1: 0.312/0.325/0.284 without, 0.367/0.380/0.366 with the first two, 0.385/0.389/0.387
+# with three, 0.383/0.370/0.374 with a fourth (about 120 concerts). The examples are the same for every
+# question, so the prefix cache keeps them (no prefill per question).
+SHORT_ANSWER_EXAMPLES = (
+    ("The Hoover Dam was completed in 1936, two years ahead of schedule, at a cost of $49 million.",
+     "When was the Hoover Dam completed?", "1936"),
+    ("The first transatlantic telegraph cable was laid by the steamship Great Eastern, which had been designed by "
+     "Isambard Kingdom Brunel.", "Who designed the Great Eastern?", "Isambard Kingdom Brunel"),
+    ("Most of the island's electricity comes from geothermal power stations, while hydropower supplies the rest.",
+     "What supplies the rest of the island's electricity?", "hydropower"),
+)
+
+
 def short_answer_messages(question: str, sentence: str) -> list[dict[str, str]]:
     # Context first, then the question: on 60 dev questions F1 0.247 vs 0.195 with the question first.
-    return [{"role": "system", "content": SHORT_ANSWER_PROMPT},
-            {"role": "user", "content": f"Context: {sentence}\n\nQuestion: {question.strip()}\nShort answer:"}]
+    def ask(context: str, asked: str) -> dict[str, str]:
+        return {"role": "user", "content": f"Context: {context}\n\nQuestion: {asked.strip()}\nShort answer:"}
+
+    messages = [{"role": "system", "content": SHORT_ANSWER_PROMPT}]
+    for context, asked, answer in SHORT_ANSWER_EXAMPLES:
+        messages += [ask(context, asked), {"role": "assistant", "content": answer}]
+    return [*messages, ask(sentence, question)]
 
 
 def clean_reply(reply: str) -> str:
