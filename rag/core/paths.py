@@ -101,7 +101,7 @@ def _query_mapped_drive(drive: str) -> str | None:
     except (OSError, AttributeError):
         return None
     # 0: connected; 1201 (ERROR_CONNECTION_UNAVAIL): a remembered mapping that is not connected right now.
-    return buffer.value or None if result in (0, 1201) else None
+    return (buffer.value or None) if result in (0, 1201) else None
 
 
 def local_rules() -> PathRules:
