@@ -201,9 +201,30 @@ class ModelList(msgspec.Struct):
     data: list[ModelCard]
 
 
+class DocumentInfo(msgspec.Struct):
+    """A document as people see it: ``path`` as the user or the file system spelled it (delete and lookups
+    take that spelling or any other the file system takes for the same file)."""
+
+    id: str
+    path: str
+    title: str
+    kind: str
+    sha256: str
+    pages: int | None
+    bytes: int
+    chunks: int
+    ingested_at: str
+    access_groups: str  # comma-separated document groups; "" = public
+
+    @classmethod
+    def of(cls, record: DocumentRecord) -> "DocumentInfo":
+        return cls(record.id, record.display_path, record.title, record.kind, record.sha256, record.pages,
+                   record.bytes, record.chunks, record.ingested_at, record.access_groups)
+
+
 class DocumentList(msgspec.Struct):
     index: str
-    documents: list[DocumentRecord]
+    documents: list[DocumentInfo]
 
 
 class FileFormat(msgspec.Struct):

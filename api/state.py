@@ -126,13 +126,13 @@ class AppState:
             assert self.jobs is not None
             self.jobs.discard(running.job)
             self.busy_until[source.id] = time.time() + BUSY_BACKOFF_S
-            log.debug("scheduled sync of %s: %s", source.path, exc.message)
+            log.debug("scheduled sync of %s: %s", source.display_path, exc.message)
             return
         if exc is not None or summary is None:
             if not isinstance(exc, SourceUnavailableError):  # that one is recorded on the source (not due again)
                 self.busy_until[source.id] = time.time() + max(FAILED_BACKOFF_S, source.every_s or 0)
             message, error = (exc.message, exc.error_type) if exc else (running.job.error, running.job.error_type)
-            log.warning("scheduled sync of %s: %s", source.path, message,
+            log.warning("scheduled sync of %s: %s", source.display_path, message,
                         extra={"fields": {"source": source.id, "index": target.name, "error": error,
                                           "job": running.job.id}})
             return
@@ -141,7 +141,7 @@ class AppState:
                                                                or last.removed):
             assert self.jobs is not None  # nothing happened: the source's record says so, no job to keep
             self.jobs.discard(running.job)
-        log.info("scheduled sync of %s", source.path, extra={"fields": {
+        log.info("scheduled sync of %s", source.display_path, extra={"fields": {
             "source": source.id, "index": target.name, "status": last.status if last else "ok",
             "added": summary.ingest.count("added"), "updated": summary.ingest.count("updated"),
             "renamed": len(summary.renamed), "removed": len(summary.removed), "seconds": round(summary.seconds, 3)}})

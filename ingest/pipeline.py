@@ -16,7 +16,7 @@ from ingest.embedder import Embedder
 from ingest.formats.options import LoadOptions
 from ingest.formats.worker import FileLoader
 from ingest.loaders import SUPPORTED_SUFFIXES, LoadedDocument, UnsupportedFileType
-from ingest.records import Chunk, DocumentRecord, FolderGroups, document_id, normalise_path
+from ingest.records import Chunk, DocumentRecord, FolderGroups, display_path, document_id, normalise_path
 from ingest.store import IndexWriter, StoredIndex
 from rag.core import observe
 from rag.core.errors import BadRequestError, UnprocessableDocumentError
@@ -217,11 +217,13 @@ def _ingest_files(files: list[Path], summary: IngestSummary, index: StoredIndex,
 
 def ingest_into(writer: IndexWriter, loader: FileLoader, files: Sequence[Path], summary: IngestSummary,
                 embedder: Embedder, chunk_tokens: int, overlap: int, notify: Progress,
-                stored_groups: str | None, first: int = 0, folder_groups: FolderGroups | None = None) -> None:
+                stored_groups: str | None, first: int = 0, folder_groups: FolderGroups | None = None,
+                display: Callable[[Path], str] = str) -> None:
     """Load, chunk and embed ``files`` into an open writer, outcomes into ``summary``; the caller commits
     (a sync adds its renames and removals to the same commit). ``first``: files already done before these
     (progress counts on from there). Without ``stored_groups``, a file under a folder of ``folder_groups``
-    gets that folder's groups."""
+    gets that folder's groups. ``display``: how a file's path is shown (in outcomes, progress and, made
+    absolute, as the document's display path)."""
     instruments = observe.instruments()
     index_name = summary.index
     pending: list[_Pending] = []
@@ -241,17 +243,19 @@ def ingest_into(writer: IndexWriter, loader: FileLoader, files: Sequence[Path], 
 
     for done, path in enumerate(files, first + 1):
         chunks_so_far = summary.chunks_written + sum(len(p.chunks) for p in pending)
-        loader.progress = lambda ocr_done, ocr_total, path=path, files_done=done - 1, chunks=chunks_so_far: \
-            notify(f"ocr:{ocr_done}/{ocr_total}:{path}", files_done, chunks)
+        shown = display(path)
+        loader.progress = lambda ocr_done, ocr_total, shown=shown, files_done=done - 1, chunks=chunks_so_far: \
+            notify(f"ocr:{ocr_done}/{ocr_total}:{shown}", files_done, chunks)
         with observe.start_span("ingest file", {"file.path": str(path)}) as file_span:
             groups = stored_groups
             if groups is None and folder_groups is not None:
                 groups = folder_groups.groups_for(path)
-            outcome, item = _prepare_file(path, writer, embedder, chunk_tokens, overlap, loader, groups=groups)
+            outcome, item = _prepare_file(path, writer, embedder, chunk_tokens, overlap, loader, groups=groups,
+                                          shown=shown)
             results = [(outcome, item)]
             if item is not None and item.loaded is not None and item.loaded.kind == "eml":
                 results += prepare_attachments(path, item.loaded, writer, embedder, chunk_tokens, overlap,
-                                               loader, groups=item.record.access_groups)
+                                               loader, groups=item.record.access_groups, display=display)
             observe_file(file_span, results, instruments, index_name)
         for outcome, item in results:
             if item is None:
@@ -265,7 +269,7 @@ def ingest_into(writer: IndexWriter, loader: FileLoader, files: Sequence[Path], 
             pending.append(item)
             if sum(len(p.chunks) for p in pending) >= EMBED_BUFFER_CHUNKS:
                 flush()
-        notify(str(path), done, summary.chunks_written + sum(len(p.chunks) for p in pending))
+        notify(shown, done, summary.chunks_written + sum(len(p.chunks) for p in pending))
     if pending:
         flush()
 
@@ -295,10 +299,11 @@ def observe_file(span: Any, results: list[tuple[FileOutcome, "_Pending | None"]]
 def _prepare_file(path: Path, writer: IndexWriter, embedder: Embedder, chunk_tokens: int,
                   overlap: int, loader: FileLoader, data: bytes | None = None,
                   title: Callable[[LoadedDocument], str] | None = None,
-                  groups: str | None = None) -> tuple[FileOutcome, _Pending | None]:
+                  groups: str | None = None, shown: str | None = None) -> tuple[FileOutcome, _Pending | None]:
     """``data``: the bytes of a file that is not on disk (an attachment); ``title``: names the document;
-    ``groups``: its access groups (None: as it had them, or public)."""
-    display = str(path)
+    ``groups``: its access groups (None: as it had them, or public); ``shown``: how its path is shown (default:
+    as given)."""
+    display = str(path) if shown is None else shown
     doc_id = document_id(path)
     if path.suffix.lower() not in SUPPORTED_SUFFIXES:
         return FileOutcome(display, "skipped", reason=f"unsupported file type '{path.suffix or path.name}'",
@@ -313,6 +318,8 @@ def _prepare_file(path: Path, writer: IndexWriter, embedder: Embedder, chunk_tok
     if groups is None:
         groups = existing.access_groups if existing is not None else ""
     if existing is not None and existing.sha256 == sha and existing.access_groups == groups:
+        if existing.display_path != display_path(display):  # reached by another spelling: show that one
+            writer.set_display_path(doc_id, display_path(display))
         return FileOutcome(display, "unchanged", doc_id, existing.chunks), None
     try:
         loaded: LoadedDocument = loader.load(path, data)
@@ -323,7 +330,8 @@ def _prepare_file(path: Path, writer: IndexWriter, embedder: Embedder, chunk_tok
     record = DocumentRecord(
         id=doc_id, path=normalise_path(path), title=title(loaded) if title else loaded.title, kind=loaded.kind,
         sha256=sha, pages=loaded.pages, bytes=len(data), chunks=len(chunks),
-        ingested_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), access_groups=groups)
+        ingested_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), access_groups=groups,
+        display_path=display_path(display))
     outcome = FileOutcome(display, "updated" if existing is not None else "added", doc_id, len(chunks),
                           warning="; ".join(loaded.warnings) or None)
     return outcome, _Pending(record, chunks, outcome, loaded)
@@ -342,7 +350,8 @@ def attachment_path(mail: Path, name: str) -> Path:
 
 def prepare_attachments(mail: Path, loaded: LoadedDocument, writer: IndexWriter, embedder: Embedder,
                         chunk_tokens: int, overlap: int, loader: FileLoader,
-                        depth: int = 1, groups: str = "") -> list[tuple[FileOutcome, _Pending | None]]:
+                        depth: int = 1, groups: str = "",
+                        display: Callable[[Path], str] = str) -> list[tuple[FileOutcome, _Pending | None]]:
     """Outcomes (and documents to write) for a freshly loaded mail's attachments, which get the mail's
     access ``groups``; attachments an older version of the mail had and this one has not are deleted."""
     from ingest.formats.mail import attachment_title
@@ -353,12 +362,13 @@ def prepare_attachments(mail: Path, loaded: LoadedDocument, writer: IndexWriter,
         path = attachment_path(mail, attachment.name)
         kept.add(normalise_path(path))
         outcome, item = _prepare_file(path, writer, embedder, chunk_tokens, overlap, loader, attachment.data,
-                                      lambda doc, name=attachment.name: attachment_title(name, loaded.title), groups)
+                                      lambda doc, name=attachment.name: attachment_title(name, loaded.title), groups,
+                                      shown=display(path))
         results.append((outcome, item))
         if item is not None and item.loaded is not None and item.loaded.kind == "eml":
             if depth < MAX_ATTACHMENT_DEPTH:
                 results += prepare_attachments(path, item.loaded, writer, embedder, chunk_tokens, overlap, loader,
-                                               depth + 1, groups)
+                                               depth + 1, groups, display)
     for stale in writer.documents_under(normalise_path(mail) + ATTACHMENT_SEP):
         if stale.path not in kept and not any(stale.path.startswith(k + ATTACHMENT_SEP) for k in kept):
             writer.delete_document(stale.id)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from rag.core import paths
 from rag.core.errors import ConfigError
 
 
@@ -35,6 +36,13 @@ class DocumentRecord:
     chunks: int
     ingested_at: str
     access_groups: str = ""  # comma-separated document groups (sorted); "" = public: every reader sees it
+    # ``path`` is the identity (``normalise_path``: what replace, delete and sync compare); this is the path as
+    # the user or the file system spelled it, for people to read ("" when made: the identity).
+    display_path: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.display_path:
+            object.__setattr__(self, "display_path", self.path)
 
     @property
     def groups(self) -> frozenset[str]:
@@ -43,7 +51,7 @@ class DocumentRecord:
 
 @dataclass(frozen=True)
 class ChunkRecord:
-    """A stored chunk with its document's title and path (what retrieval returns)."""
+    """A stored chunk with its document's title and display path (what retrieval returns, citations show)."""
 
     id: int
     doc_id: str
@@ -71,8 +79,14 @@ class IndexInfo:
 
 
 def normalise_path(path: Path | str) -> str:
-    """A file's identity: its absolute, resolved path (case-folded where the file system ignores case)."""
-    return os.path.normcase(str(Path(path).resolve()))
+    """A file's identity: its absolute, resolved path (case-folded where the file system ignores case, a mapped
+    drive spelled as its UNC path: ``rag.core.paths``)."""
+    return paths.identity(path)
+
+
+def display_path(path: Path | str) -> str:
+    """A file's path as people see it: absolute, spelled as given (letter case kept, nothing resolved)."""
+    return paths.display(path)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import msgspec
 
@@ -27,7 +27,7 @@ from ingest.formats.options import LoadOptions
 from ingest.formats.worker import FileLoader
 from ingest.pipeline import (ATTACHMENT_SEP, UNREADABLE_FOLDER, FileOutcome, IngestSummary, Progress, discover,
                              ingest_into)
-from ingest.records import Chunk, DocumentRecord, FolderGroups, document_id, normalise_path
+from ingest.records import Chunk, DocumentRecord, FolderGroups, display_path, document_id, normalise_path
 from ingest.store import IndexWriter, StoredIndex
 from rag.core import observe
 from rag.core.errors import BadRequestError, SourceBusyError, SourceNotFoundError, SourceUnavailableError
@@ -58,17 +58,23 @@ class LastSync(msgspec.Struct):
 class Source(msgspec.Struct):
     id: str
     index: str
-    path: str  # the folder, as normalise_path spells it
+    path: str  # the folder's identity, as normalise_path spells it (what syncs list and compare)
     glob: str | None = None
     groups: str | None = None  # access groups every synced document gets; None: as ingest (kept, or public)
     added_at: str = ""
     every_s: int | None = None  # the server syncs it this often (None: only `rag sync` / sync now)
     last: LastSync | None = None
     files: dict[str, FileState] = msgspec.field(default_factory=dict)  # what the last sync saw
+    display_path: str = ""  # the folder as the user spelled it (what people see); "": as ``path``
+
+    def __post_init__(self) -> None:
+        if not self.display_path:
+            self.display_path = self.path
 
     def summary(self) -> dict[str, Any]:
-        """The source without its per-file state (lists, the API)."""
-        return {"id": self.id, "index": self.index, "path": self.path, "glob": self.glob, "groups": self.groups,
+        """The source without its per-file state (lists, the API), its folder as the user spelled it."""
+        return {"id": self.id, "index": self.index, "path": self.display_path, "glob": self.glob,
+                "groups": self.groups,
                 "added_at": self.added_at, "every_s": self.every_s, "files": len(self.files),
                 "last": msgspec.to_builtins(self.last) if self.last else None}
 
@@ -139,23 +145,25 @@ def find_source(sources: Sequence[Source], id_or_path: str) -> Source:
     except (OSError, ValueError):
         wanted = None
     for source in sources:
-        if id_or_path == source.id or source.path == wanted:
+        if id_or_path in (source.id, source.display_path) or source.path == wanted:
             return source
     raise SourceNotFoundError(f"no source {id_or_path!r}; `rag sources list` shows them")
 
 
-def check_folder(folder: Path) -> None:
-    """A source folder must exist and be listable; otherwise a sync would take it for empty."""
+def check_folder(folder: Path, shown: str | None = None) -> None:
+    """A source folder must exist and be listable; otherwise a sync would take it for empty. ``shown``: the
+    folder as messages name it (default: as given)."""
+    shown = str(folder) if shown is None else shown
     if not folder.exists():
-        raise SourceUnavailableError(f"source folder {folder} does not exist (a share not mounted?); "
+        raise SourceUnavailableError(f"source folder {shown} does not exist (a share not mounted?); "
                                      "nothing was removed from the index")
     if not folder.is_dir():
-        raise SourceUnavailableError(f"source {folder} is not a folder; nothing was removed from the index")
+        raise SourceUnavailableError(f"source {shown} is not a folder; nothing was removed from the index")
     try:
         with os.scandir(folder) as entries:
             next(entries, None)
     except OSError as exc:
-        raise SourceUnavailableError(f"source folder {folder} cannot be read ({exc.strerror or exc}); nothing "
+        raise SourceUnavailableError(f"source folder {shown} cannot be read ({exc.strerror or exc}); nothing "
                                      "was removed from the index") from exc
 
 
@@ -171,13 +179,15 @@ def add_source(index: StoredIndex, embedder: Embedder, folder: Path, glob: str |
         overlapping = [s for s in sources if s.path != path and (
             path.startswith(s.path + os.sep) or s.path.startswith(path + os.sep))]
         if overlapping:
-            raise BadRequestError(f"{folder} overlaps source {overlapping[0].path} ({overlapping[0].id}): one "
+            raise BadRequestError(f"{folder} overlaps source {overlapping[0].display_path} ({overlapping[0].id}): one "
                                   "folder inside another would have two syncs removing each other's files")
         existing = next((s for s in sources if s.path == path), None)
         source = Source(id=source_id(index.name, path), index=index.name, path=path, glob=glob, groups=stored_groups,
-                        added_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), every_s=every_s or None)
+                        added_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), every_s=every_s or None,
+                        display_path=display_path(folder))
         if existing is not None:
             source = msgspec.structs.replace(existing, glob=glob, groups=stored_groups,
+                                             display_path=display_path(folder),
                                              every_s=existing.every_s if every_s is None else every_s or None)
         save_source(writer, source)
         writer.commit()
@@ -208,7 +218,7 @@ class SyncSummary:
 
     def as_dict(self) -> dict[str, Any]:
         data = self.ingest.as_dict()
-        data.update({"source": self.source.id, "folder": self.source.path, "unchanged": self.unchanged,
+        data.update({"source": self.source.id, "folder": self.source.display_path, "unchanged": self.unchanged,
                      "renamed": [{"from": a, "to": b} for a, b in self.renamed], "removed": self.removed,
                      "chunks_embedded": self.ingest.chunks_written, "seconds": round(self.seconds, 3)})
         return data
@@ -227,13 +237,14 @@ def sync_source(index: StoredIndex, source: Source, embedder: Embedder, chunk_to
     ``source_lock``: on PostgreSQL, one replica at a time)."""
     started = time.perf_counter()
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    folder = Path(source.path)
+    folder = Path(source.path)  # listed by its identity: a drive letter mapped for the user may not be here
+    shown = respelled(folder, source.display_path)
     notify = progress or (lambda event, files_done, chunks_done: None)
     with observe.start_span(f"sync {index.name}", {observe.DATA_SOURCE: index.name, "rag.source.id": source.id,
                                                   "file.path": source.path}) as span, \
             index.source_lock(source.id):
         try:
-            check_folder(folder)
+            check_folder(folder, source.display_path)
         except SourceUnavailableError as exc:
             _record_error(index, embedder, source, started_at, started, exc.message, lock_timeout_s)
             raise
@@ -241,14 +252,14 @@ def sync_source(index: StoredIndex, source: Source, embedder: Embedder, chunk_to
         files = list(discover([folder], source.glob, rejected))
         if not files and source.files and not allow_empty:
             exc = SourceUnavailableError(
-                f"source folder {folder} has no file to follow where the last sync saw {len(source.files)} (a share "
-                "not mounted?); nothing was removed from the index. If it was emptied on purpose: rag sync "
-                "--allow-empty, or rag sources remove")
+                f"source folder {source.display_path} has no file to follow where the last sync saw "
+                f"{len(source.files)} (a share not mounted?); nothing was removed from the index. If it was emptied "
+                "on purpose: rag sync --allow-empty, or rag sources remove")
             _record_error(index, embedder, source, started_at, started, exc.message, lock_timeout_s)
             raise exc
         unreadable = [normalise_path(o.path) for o in rejected if o.reason_type == UNREADABLE_FOLDER]
         summary = IngestSummary(index=index.name)
-        summary.outcomes.extend(rejected)
+        summary.outcomes.extend(dataclasses.replace(o, path=shown(Path(o.path))) for o in rejected)
         result = SyncSummary(source, summary)
         notify(f"start:{len(files)}", 0, 0)
         reader = index.reader() if index.exists() else None
@@ -257,9 +268,9 @@ def sync_source(index: StoredIndex, source: Source, embedder: Embedder, chunk_to
                     FileLoader(load_options) as loader:
                 stored = next((s for s in load_sources(writer.sources()) if s.id == source.id), None)
                 if stored is None:
-                    raise SourceNotFoundError(f"source {source.id} ({source.path}) was removed meanwhile")
+                    raise SourceNotFoundError(f"source {source.id} ({source.display_path}) was removed meanwhile")
                 states = _sync_into(writer, loader, reader, stored, files, unreadable, result, embedder,
-                                    chunk_tokens, overlap, notify, folder_groups or FolderGroups())
+                                    chunk_tokens, overlap, notify, folder_groups or FolderGroups(), shown)
                 result.seconds = time.perf_counter() - started
                 failures = [{"path": o.path, "reason": o.reason or "", "reason_type": o.reason_type or ""}
                             for o in summary.outcomes if o.status == "failed"]
@@ -283,8 +294,9 @@ def sync_source(index: StoredIndex, source: Source, embedder: Embedder, chunk_to
 
 def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Source, files: list[Path],
                unreadable: list[str], result: SyncSummary, embedder: Embedder, chunk_tokens: int, overlap: int,
-               notify: Progress, folder_groups: FolderGroups) -> dict[str, FileState]:
-    """The sync's changes inside the open writer; returns the per-file state to remember."""
+               notify: Progress, folder_groups: FolderGroups, shown: Callable[[Path], str]) -> dict[str, FileState]:
+    """The sync's changes inside the open writer; returns the per-file state to remember. ``shown``: a listed
+    file's path as people see it."""
     summary = result.ingest
 
     def wanted(path: Path) -> str | None:  # the groups the file's document must have; None: whatever it has
@@ -309,7 +321,9 @@ def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Sou
                 and wanted(path) in (None, record.access_groups)):
             states[norm] = known
             result.unchanged += 1
-            summary.outcomes.append(FileOutcome(str(path), "unchanged", record.id, record.chunks))
+            if record.display_path != display_path(shown(path)):  # an index from before display paths
+                writer.set_display_path(record.id, display_path(shown(path)))
+            summary.outcomes.append(FileOutcome(shown(path), "unchanged", record.id, record.chunks))
             continue
         changed.append(path)
     gone = {p: d for p, d in indexed.items()
@@ -338,30 +352,30 @@ def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Sou
             continue
         chunks, vectors = reader.document_chunks(old.id)
         groups = wanted(path)
-        moved = dataclasses.replace(old, id=document_id(path), path=norm,
+        moved = dataclasses.replace(old, id=document_id(path), path=norm, display_path=display_path(shown(path)),
                                     access_groups=old.access_groups if groups is None else groups,
                                     ingested_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         writer.put_document(moved, [Chunk(c.text, c.page, c.section, c.start, c.end, c.ordinal) for c in chunks],
                             vectors)
         writer.delete_document(old.id)
         del gone[old.path]
-        result.renamed.append((old.path, norm))
+        result.renamed.append((old.display_path, moved.display_path))
         states[norm] = FileState(stat.st_size, stat.st_mtime_ns, sha)
-        summary.outcomes.append(FileOutcome(str(path), "renamed", moved.id, moved.chunks,
-                                            reason=f"was {old.path}"))
+        summary.outcomes.append(FileOutcome(shown(path), "renamed", moved.id, moved.chunks,
+                                            reason=f"was {old.display_path}"))
     for path, record in sorted(gone.items()):
         writer.delete_document(record.id)
         for attachment in writer.documents_under(record.path + ATTACHMENT_SEP):
             writer.delete_document(attachment.id)
-        result.removed.append(path)
-        summary.outcomes.append(FileOutcome(path, "removed", record.id, record.chunks))
+        result.removed.append(record.display_path)
+        summary.outcomes.append(FileOutcome(record.display_path, "removed", record.id, record.chunks))
     done_before = len(files) - len(to_ingest)
     notify("sync:unchanged", done_before, 0)
     ingest_into(writer, loader, to_ingest, summary, embedder, chunk_tokens, overlap, notify, source.groups,
-                first=done_before, folder_groups=folder_groups)
+                first=done_before, folder_groups=folder_groups, display=shown)
     for path in to_ingest:
         norm = normalise_path(path)
-        outcome = next((o for o in summary.outcomes if o.path == str(path)), None)
+        outcome = next((o for o in summary.outcomes if o.path == shown(path)), None)
         if outcome is None or outcome.status not in ("added", "updated", "unchanged"):
             continue  # failed or skipped: looked at again next time
         record = writer.document(document_id(path))
@@ -372,6 +386,22 @@ def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Sou
         if record is not None:
             states[norm] = FileState(stat.st_size, stat.st_mtime_ns, record.sha256)
     return states
+
+
+def respelled(folder: Path, shown_folder: str) -> Callable[[Path], str]:
+    """A path under ``folder`` spelled under ``shown_folder`` instead (the same folder as the user spelled it:
+    on Windows an identity is lower-case, and may be the UNC path of the user's mapped drive)."""
+    listed = str(folder).rstrip("\\/")
+
+    def shown(path: Path) -> str:
+        text = str(path)
+        if text == listed or text == str(folder):
+            return shown_folder
+        if text.startswith(listed) and text[len(listed):len(listed) + 1] in ("/", "\\"):
+            return shown_folder.rstrip("\\/") + text[len(listed):]
+        return text
+
+    return shown
 
 
 def _record_error(index: StoredIndex, embedder: Embedder, source: Source, started_at: str, started: float,

@@ -193,7 +193,7 @@ class Uploads:
         """Remove a document and its vectors; an uploaded document's stored file goes too (files elsewhere
         stay where they are)."""
         record = delete_document(index, id_or_path)
-        stored = Path(record.path)
+        stored = Path(record.display_path)  # the file as spelled on disk (the identity may be case-folded)
         if normalise_path(stored.parent) == normalise_path(self.folder(index.name)):
             try:  # retried while a scanner holds it; a file someone keeps open stays behind, the document is gone
                 unlink_file(stored)

@@ -11,7 +11,8 @@ from litestar.params import FromPath, QueryParameter
 
 from api.auth import Context
 from api.openapi import UPLOAD_RESPONSES, errors, operation
-from api.protocol import DeleteResponse, DocumentList, ErrorBody, FileFormat, FileResult, FormatList, UploadResponse
+from api.protocol import (DeleteResponse, DocumentInfo, DocumentList, ErrorBody, FileFormat, FileResult, FormatList,
+                          UploadResponse)
 from api.requests import uploaded_files
 from api.jobs import accepted, finished
 from api.state import AppState
@@ -77,7 +78,8 @@ class DocumentsController(Controller):
         target = app.index(app.authorize(context, index, "reader", "/v1/documents"))
         if not target.exists():
             target.reader().close()  # the store's own "no index" error, with the names it has
-        return DocumentList(index=target.name, documents=app.visible_documents(target, context))
+        return DocumentList(index=target.name,
+                            documents=[DocumentInfo.of(d) for d in app.visible_documents(target, context)])
 
     @delete("/{document_id:str}", status_code=200, summary="Remove a document and its vectors",
             responses=errors(400, 404, 409))
@@ -93,5 +95,5 @@ class DocumentsController(Controller):
                        outcome="error", error=exc.error_type)
             raise
         app.record(context, "delete", route="/v1/documents/{document_id}", index=target.name, outcome="deleted",
-                   document_id=record.id, path=record.path, chunks=record.chunks)
-        return DeleteResponse(deleted=record.id, path=record.path, chunks=record.chunks)
+                   document_id=record.id, path=record.display_path, chunks=record.chunks)
+        return DeleteResponse(deleted=record.id, path=record.display_path, chunks=record.chunks)

@@ -45,7 +45,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS documents (
     id TEXT PRIMARY KEY, path TEXT NOT NULL UNIQUE, title TEXT NOT NULL, kind TEXT NOT NULL,
     sha256 TEXT NOT NULL, pages INTEGER, bytes INTEGER NOT NULL, chunks INTEGER NOT NULL,
-    ingested_at TEXT NOT NULL, access_groups TEXT NOT NULL DEFAULT '');
+    ingested_at TEXT NOT NULL, access_groups TEXT NOT NULL DEFAULT '', display_path TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS chunks (
     id INTEGER PRIMARY KEY AUTOINCREMENT, doc_id TEXT NOT NULL REFERENCES documents(id),
     ordinal INTEGER NOT NULL, text TEXT NOT NULL, page INTEGER, section TEXT,
@@ -230,8 +230,21 @@ def _load_faiss(root: Path, generation: int, dimension: int):
     return read_faiss(vectors_file(root, generation))
 
 
+def _has_column(conn: sqlite3.Connection, column: str) -> bool:
+    return any(row[1] == column for row in conn.execute("PRAGMA table_info(documents)"))
+
+
 def _has_access_groups(conn: sqlite3.Connection) -> bool:
-    return any(row[1] == "access_groups" for row in conn.execute("PRAGMA table_info(documents)"))
+    return _has_column(conn, "access_groups")
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring an index made by an earlier version up to date (inside the writer's transaction)."""
+    if not _has_access_groups(conn):  # an index made before documents had groups: all public
+        conn.execute("ALTER TABLE documents ADD COLUMN access_groups TEXT NOT NULL DEFAULT ''")
+    if not _has_column(conn, "display_path"):  # made before display paths: shown as their identity until seen again
+        conn.execute("ALTER TABLE documents ADD COLUMN display_path TEXT NOT NULL DEFAULT ''")
+        conn.execute("UPDATE documents SET display_path = path")
 
 
 def committed_generation(root: Path) -> int:
@@ -284,8 +297,7 @@ class EmbeddedWriter:
         self._conn.executescript(SCHEMA)
         try:
             self._conn.execute("BEGIN IMMEDIATE")
-            if not _has_access_groups(self._conn):  # an index made before documents had groups: all public
-                self._conn.execute("ALTER TABLE documents ADD COLUMN access_groups TEXT NOT NULL DEFAULT ''")
+            _migrate(self._conn)
         except sqlite3.OperationalError as exc:
             self._conn.close()
             raise IndexLockedError(
@@ -306,7 +318,8 @@ class EmbeddedWriter:
         self._index = _load_faiss(root, self.generation, dimension)
         self._closed = False
         self._dirty = False
-        self._sources_changed = False  # sources alone change no vectors: committed without a new generation
+        # Sources and display paths change no vectors: committed without a new generation.
+        self._metadata_changed = False
 
     @classmethod
     def existing(cls, root: Path, lock_timeout_s: float = 5.0) -> "EmbeddedWriter":
@@ -351,11 +364,16 @@ class EmbeddedWriter:
 
     def put_source(self, source_id: str, data: str) -> None:
         self._conn.execute("INSERT OR REPLACE INTO sources VALUES (?, ?)", (source_id, data))
-        self._sources_changed = True
+        self._metadata_changed = True
 
     def delete_source(self, source_id: str) -> bool:
-        self._sources_changed = True
+        self._metadata_changed = True
         return self._conn.execute("DELETE FROM sources WHERE id = ?", (source_id,)).rowcount > 0
+
+    def set_display_path(self, doc_id: str, display_path: str) -> None:
+        """Show a document under another spelling of its path (its identity, chunks and vectors stay)."""
+        self._conn.execute("UPDATE documents SET display_path = ? WHERE id = ?", (display_path, doc_id))
+        self._metadata_changed = True
 
     def documents_under(self, path_prefix: str) -> list[DocumentRecord]:
         """Documents whose stored path starts with ``path_prefix`` (a mail's attachments: ``<mail>#``)."""
@@ -369,8 +387,9 @@ class EmbeddedWriter:
             raise ValueError("one vector per chunk")
         self.delete_document(record.id)
         self._conn.execute(
-            "INSERT INTO documents VALUES (:id, :path, :title, :kind, :sha256, :pages, :bytes, :chunks, :ingested_at, "
-            ":access_groups)", record.__dict__)
+            "INSERT INTO documents (id, path, title, kind, sha256, pages, bytes, chunks, ingested_at, access_groups, "
+            "display_path) VALUES (:id, :path, :title, :kind, :sha256, :pages, :bytes, :chunks, :ingested_at, "
+            ":access_groups, :display_path)", record.__dict__)
         ids = []
         for chunk in chunks:
             cur = self._conn.execute(
@@ -384,7 +403,7 @@ class EmbeddedWriter:
     def commit(self) -> int:
         """Publish everything done in this run atomically; returns the committed generation."""
         if not self._dirty and self.generation > 0:
-            if self._sources_changed:
+            if self._metadata_changed:
                 self._conn.execute("COMMIT")
                 self._closed = True
                 self._conn.close()
@@ -439,6 +458,7 @@ class EmbeddedReader:
         self._lock = threading.RLock()
         self._generation = -1
         self._index = None  # vectors load on first search, so metadata reads stay cheap
+        self._display_column = False  # seen once, it stays: an index made before display paths gets it when written
 
     def close(self) -> None:
         self._conn.close()
@@ -513,14 +533,22 @@ class EmbeddedReader:
         rows = self._query("SELECT * FROM documents WHERE id = ? OR id = ?", ids) if ids else []
         return _document(rows[0]) if rows else None
 
+    def _shown_path(self) -> str:
+        """The documents' column to show: their display path (their identity in an index not written since
+        display paths came)."""
+        if not self._display_column:
+            with self._lock:
+                self._display_column = _has_column(self._conn, "display_path")
+        return "d.display_path" if self._display_column else "d.path"
+
     def chunks(self, ids: Iterable[int]) -> dict[int, ChunkRecord]:
         ids = [int(i) for i in ids]
         if not ids:
             return {}
         marks = ",".join("?" * len(ids))
         rows = self._query(
-            f'SELECT c.id, c.doc_id, c.ordinal, c.text, c.page, c.section, c.start, c."end", d.title, d.path '
-            f"FROM chunks c JOIN documents d ON d.id = c.doc_id WHERE c.id IN ({marks})", ids)
+            f'SELECT c.id, c.doc_id, c.ordinal, c.text, c.page, c.section, c.start, c."end", d.title, '
+            f"{self._shown_path()} FROM chunks c JOIN documents d ON d.id = c.doc_id WHERE c.id IN ({marks})", ids)
         return {r["id"]: ChunkRecord(*r) for r in rows}
 
     def sources(self) -> list[str]:
@@ -532,8 +560,9 @@ class EmbeddedReader:
     def document_chunks(self, doc_id: str) -> tuple[list[ChunkRecord], np.ndarray]:
         """A document's chunks in order with their vectors (for copying an index without re-embedding)."""
         rows = self._query(
-            'SELECT c.id, c.doc_id, c.ordinal, c.text, c.page, c.section, c.start, c."end", d.title, d.path '
-            "FROM chunks c JOIN documents d ON d.id = c.doc_id WHERE c.doc_id = ? ORDER BY c.ordinal, c.id", (doc_id,))
+            f'SELECT c.id, c.doc_id, c.ordinal, c.text, c.page, c.section, c.start, c."end", d.title, '
+            f"{self._shown_path()} FROM chunks c JOIN documents d ON d.id = c.doc_id WHERE c.doc_id = ? "
+            "ORDER BY c.ordinal, c.id", (doc_id,))
         with self._lock:
             self._refresh()
             dimension = int(self._meta().get("dimension", 0) or 0)

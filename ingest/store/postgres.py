@@ -52,7 +52,7 @@ from rag.core.errors import (
 from rag.core.names import index_not_found, validate_index_name
 from rag.core.text import content_terms
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 MIGRATION_LOCK = 0x7261_6731  # advisory lock key held while the schema is created or migrated ("rag1")
 TEXT_SEARCH_CONFIG = "english"  # stemming + stop words, like FTS5's porter tokenizer in the embedded store
 # HNSW candidate list per search (pgvector's default is 40). Retrieval asks for 20 per side; 100 keeps the
@@ -105,6 +105,13 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, shared=(), per_index=(
         "CREATE TABLE IF NOT EXISTS {schema}.sources (id text PRIMARY KEY, data text NOT NULL)",
     )),
+    # Documents keep their path as the user spelled it, for display, beside its identity (``path``); an
+    # existing index's documents are shown as their identity until they are seen again.
+    Migration(4, shared=(), per_index=(
+        "ALTER TABLE {schema}.documents ADD COLUMN IF NOT EXISTS display_path text",
+        "UPDATE {schema}.documents SET display_path = path WHERE display_path IS NULL",
+        "ALTER TABLE {schema}.documents ALTER COLUMN display_path SET NOT NULL",
+    )),
 )
 assert MIGRATIONS[-1].version == SCHEMA_VERSION
 
@@ -130,7 +137,7 @@ def _array(value: Any) -> np.ndarray:
     return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
 
 
-DOCUMENT_COLUMNS = "id, path, title, kind, sha256, pages, bytes, chunks, ingested_at, access_groups"
+DOCUMENT_COLUMNS = "id, path, title, kind, sha256, pages, bytes, chunks, ingested_at, access_groups, display_path"
 
 
 class PostgresStore:
@@ -393,7 +400,7 @@ class PostgresReader:
         if not ids:
             return {}
         rows = self.store.query(
-            f'SELECT c.id, c.doc_id, c.ordinal, c.text, c.page, c.section, c.start, c."end", d.title, d.path '
+            f'SELECT c.id, c.doc_id, c.ordinal, c.text, c.page, c.section, c.start, c."end", d.title, d.display_path '
             f"FROM {self.schema}.chunks c JOIN {self.schema}.documents d ON d.id = c.doc_id WHERE c.id = ANY(%s)",
             (ids,))
         return {int(r[0]): ChunkRecord(*r) for r in rows}
@@ -404,7 +411,7 @@ class PostgresReader:
     def document_chunks(self, doc_id: str) -> tuple[list[ChunkRecord], np.ndarray]:
         """A document's chunks in order with their vectors (for copying an index without re-embedding)."""
         rows = self.store.query(
-            f'SELECT c.id, c.doc_id, c.ordinal, c.text, c.page, c.section, c.start, c."end", d.title, d.path, '
+            f'SELECT c.id, c.doc_id, c.ordinal, c.text, c.page, c.section, c.start, c."end", d.title, d.display_path, '
             f"c.embedding FROM {self.schema}.chunks c JOIN {self.schema}.documents d ON d.id = c.doc_id "
             f"WHERE c.doc_id = %s ORDER BY c.ordinal, c.id", (doc_id,))
         vectors = np.asarray([_array(r[10]) for r in rows], dtype=np.float32)
@@ -515,6 +522,13 @@ class PostgresWriter:
             raise DocumentNotFoundError(f"no document {id_or_path!r} in index {self.name!r}")
         return record
 
+    def set_display_path(self, doc_id: str, display_path: str) -> None:
+        """Show a document under another spelling of its path (its identity, chunks and vectors stay)."""
+        with self._conn.transaction():
+            self._locked(doc_id)
+            self._conn.execute(f"UPDATE {self.schema}.documents SET display_path = %s WHERE id = %s",
+                               (display_path, doc_id))
+
     def documents_under(self, path_prefix: str) -> list[DocumentRecord]:
         """Documents whose stored path starts with ``path_prefix`` (a mail's attachments: ``<mail>#``)."""
         rows = self._conn.execute(f"SELECT {DOCUMENT_COLUMNS} FROM {self.schema}.documents "
@@ -564,7 +578,7 @@ class PostgresWriter:
             self._conn.execute(
                 f"INSERT INTO {self.schema}.documents ({DOCUMENT_COLUMNS}) VALUES "
                 "(%(id)s, %(path)s, %(title)s, %(kind)s, %(sha256)s, %(pages)s, %(bytes)s, %(chunks)s, %(ingested_at)s, "
-                "%(access_groups)s)",
+                "%(access_groups)s, %(display_path)s)",
                 record.__dict__)
             if chunks:
                 with self._conn.cursor() as cur:

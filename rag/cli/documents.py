@@ -133,7 +133,9 @@ def documents_list(ctx: click.Context, index: str | None, as_json: bool) -> None
     reader = open_reader(settings_from(ctx, index=index))
     docs = reader.documents()
     if as_json:
-        print_json([d.__dict__ for d in docs])
+        # As the API lists them: the path as spelled for people (its identity is what lookups compare).
+        print_json([{**{k: v for k, v in d.__dict__.items() if k != "display_path"}, "path": d.display_path}
+                    for d in docs])
         return
     table = Table(title=plural(len(docs), "document"))
     # The id is what `rag documents delete` takes: never cut or wrapped; title and path wrap instead.
@@ -146,7 +148,7 @@ def documents_list(ctx: click.Context, index: str | None, as_json: bool) -> None
     table.add_column("groups", overflow="fold")
     for d in docs:
         table.add_row(literal(d.id), literal(d.title[:40]), literal(d.kind), str(d.pages or ""), str(d.chunks),
-                      literal(d.path), literal(d.access_groups or "public"))
+                      literal(d.display_path), literal(d.access_groups or "public"))
     out.print(table)
 
 
@@ -161,7 +163,8 @@ def documents_delete(ctx: click.Context, document: str, index: str | None) -> No
 
     settings = settings_from(ctx, index=index)
     record = open_uploads(settings).delete(open_index(settings), document)
-    console.print(Text.assemble(("deleted", "green"), f" {record.id} ({record.path}, {plural(record.chunks, 'chunk')})"),
+    console.print(Text.assemble(("deleted", "green"),
+                                f" {record.id} ({record.display_path}, {plural(record.chunks, 'chunk')})"),
                   soft_wrap=True)
 
 

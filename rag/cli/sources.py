@@ -51,7 +51,8 @@ def add_cmd(ctx: click.Context, folder: Path, index: str | None, pattern: str | 
     if as_json:
         print_json(source.summary())
         return
-    out.print(literal(f"source {source.id}: {source.path} -> index {source.index!r}; run `rag sync` to read it"))
+    out.print(literal(f"source {source.id}: {source.display_path} -> index {source.index!r}; "
+                      "run `rag sync` to read it"))
 
 
 @sources_group.command("list")
@@ -80,7 +81,7 @@ def list_cmd(ctx: click.Context, index: str | None, as_json: bool) -> None:
             when = f"{last.started_at} ({last.seconds:.1f} s)"
             result = (f"{last.added} added, {last.updated} updated, {last.renamed} renamed, {last.removed} removed, "
                       f"{last.unchanged} unchanged, {last.failed} failed")
-        table.add_row(source.id, literal(source.path + (f" ({source.glob})" if source.glob else "")),
+        table.add_row(source.id, literal(source.display_path + (f" ({source.glob})" if source.glob else "")),
                       f"{source.every_s} s" if source.every_s else "–", str(len(source.files)), literal(when),
                       literal(result))
     out.print(table)
@@ -97,7 +98,7 @@ def remove_cmd(ctx: click.Context, source: str, index: str | None) -> None:
     from rag.runtime import open_index
 
     removed = remove_source(open_index(settings_from(ctx, index=index)), source)
-    out.print(literal(f"removed source {removed.id} ({removed.path}); its documents stay in the index"))
+    out.print(literal(f"removed source {removed.id} ({removed.display_path}); its documents stay in the index"))
 
 
 @click.command("sync")
@@ -136,13 +137,14 @@ def sync_cmd(ctx: click.Context, source: str | None, index: str | None, as_json:
                                       progress, load_options=LoadOptions.from_settings(settings),
                                       folder_groups=mapping, allow_empty=allow_empty)
         except (SourceUnavailableError, SourceBusyError) as exc:
-            errors.append({"source": item.id, "folder": item.path, "error": exc.message, "type": exc.error_type})
+            errors.append({"source": item.id, "folder": item.display_path, "error": exc.message,
+                           "type": exc.error_type})
             if not as_json:
                 console.print(literal(f"error: {exc.message}"), soft_wrap=True)
             continue
         results.append(summary)
         if not as_json:
-            out.print(literal(f"source {item.id}: {item.path}"))
+            out.print(literal(f"source {item.id}: {item.display_path}"))
             render_ingest_summary(summary.ingest)
             if summary.renamed:
                 out.print(literal(f"renamed without embedding again: {len(summary.renamed)}"))

@@ -1,0 +1,125 @@
+"""A document's path, twice: its identity and its display spelling.
+
+* The **identity** is what dedupe, replace, delete by path, syncs, folder groups and sources compare (and what
+  a document id is a hash of): absolute, links and junctions resolved, case-folded where the platform folds
+  it. On Windows it must not depend on how a folder was reached: ``Z:\\Docs`` (a mapped network drive) and
+  ``\\\\server\\share\\Docs`` are one folder. Resolving a link turns a mapped drive into its UNC path, but
+  only while the share can be opened; a drive letter is therefore mapped to its UNC root first, so an offline
+  share, or a path that does not exist yet, gets the same identity too. Windows' extended-length prefix
+  (``\\\\?\\``), which resolving keeps on some long paths, is dropped.
+* The **display** spelling is what people see (sources, document lists, citations, the web app): absolute,
+  as the user or the file system spelled it — letter case kept, drive letters and links not resolved.
+
+The rules are pure functions of the platform's facts (:class:`PathRules`), so tests on Linux take Windows'.
+"""
+
+from __future__ import annotations
+
+import ntpath
+import os
+import posixpath
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+EXTENDED_PREFIX = "\\\\?\\"
+EXTENDED_UNC_PREFIX = "\\\\?\\UNC\\"
+
+
+@dataclass(frozen=True)
+class PathRules:
+    """The facts of a platform that a path's identity depends on."""
+
+    windows: bool  # drive letters, UNC paths, "\\" separators
+    case_insensitive: bool  # identities are case-folded
+    realpath: Callable[[str], str]  # an absolute path with its links (and, on Windows, junctions) resolved
+    mapped_drive: Callable[[str], str | None] = lambda drive: None  # "Z:" -> "\\\\server\\share", or None
+
+
+def path_identity(path: str, rules: PathRules) -> str:
+    """The identity of ``path`` under ``rules`` (see the module notes)."""
+    flavour = ntpath if rules.windows else posixpath
+    absolute = flavour.abspath(path)
+    if rules.windows:
+        absolute = _unc(absolute, rules.mapped_drive)
+    resolved = rules.realpath(absolute)
+    if rules.windows:
+        resolved = _unc(resolved, rules.mapped_drive)
+    if rules.case_insensitive:
+        resolved = ntpath.normcase(resolved) if rules.windows else resolved.lower()
+    return resolved
+
+
+def path_display(path: str, rules: PathRules) -> str:
+    """The display spelling of ``path`` under ``rules``: absolute, nothing resolved, letter case kept."""
+    return (ntpath if rules.windows else posixpath).abspath(path)
+
+
+def _unc(path: str, mapped_drive: Callable[[str], str | None]) -> str:
+    """A Windows path without the extended-length prefix, a mapped drive letter spelled as its UNC root."""
+    if path.upper().startswith(EXTENDED_UNC_PREFIX):
+        path = "\\\\" + path[len(EXTENDED_UNC_PREFIX):]
+    elif path.startswith(EXTENDED_PREFIX) and path[len(EXTENDED_PREFIX) + 1:len(EXTENDED_PREFIX) + 2] == ":":
+        path = path[len(EXTENDED_PREFIX):]
+    drive, rest = ntpath.splitdrive(path)
+    if len(drive) == 2 and drive[1] == ":":
+        root = mapped_drive(drive.upper())
+        if root:
+            return root.rstrip("\\") + (rest if rest.startswith("\\") else "\\" + rest)
+    return path
+
+
+# --------------------------------------------------------------------------- this machine
+MAPPED_DRIVE_TTL_S = 60.0  # a drive mapped or unmapped while a server runs is seen within a minute
+_mapped: dict[str, tuple[float, str | None]] = {}
+_mapped_lock = threading.Lock()
+
+
+def windows_mapped_drive(drive: str) -> str | None:
+    """The UNC root the network drive ``drive`` ("Z:") is mapped to in this logon session, None for a local
+    drive (or one not mapped here: a service often does not see the user's mappings)."""
+    now = time.monotonic()
+    with _mapped_lock:
+        cached = _mapped.get(drive)
+        if cached is not None and now - cached[0] < MAPPED_DRIVE_TTL_S:
+            return cached[1]
+    root = _query_mapped_drive(drive)
+    with _mapped_lock:
+        _mapped[drive] = (now, root)
+    return root
+
+
+def _query_mapped_drive(drive: str) -> str | None:
+    import ctypes
+    from ctypes import wintypes
+
+    buffer = ctypes.create_unicode_buffer(1024)
+    size = wintypes.DWORD(len(buffer))
+    try:
+        result = ctypes.WinDLL("mpr").WNetGetConnectionW(drive, buffer, ctypes.byref(size))
+    except (OSError, AttributeError):
+        return None
+    # 0: connected; 1201 (ERROR_CONNECTION_UNAVAIL): a remembered mapping that is not connected right now.
+    return (buffer.value or None) if result in (0, 1201) else None
+
+
+def local_rules() -> PathRules:
+    """This machine's rules. Identities are case-folded on Windows only: macOS ignores case too, but folding
+    there would change the id of every document its indexes already hold."""
+    windows = os.name == "nt"
+    return PathRules(windows=windows, case_insensitive=windows, realpath=os.path.realpath,
+                     mapped_drive=windows_mapped_drive if windows else (lambda drive: None))
+
+
+LOCAL = local_rules()
+
+
+def identity(path: str | os.PathLike[str]) -> str:
+    """``path``'s identity on this machine."""
+    return path_identity(os.fspath(path), LOCAL)
+
+
+def display(path: str | os.PathLike[str]) -> str:
+    """``path``'s display spelling on this machine."""
+    return path_display(os.fspath(path), LOCAL)
