@@ -42,6 +42,9 @@ ARTICLES = frozenset({"the", "a", "an"})
 # A word, with "U.S.", "1,548", "3.5", "50%" and "don't" each read as one word: a short answer never ends
 # inside one ("U" of "U.S." was once an answer).
 WORD_OR_NUMBER = re.compile(r"(?:[A-Za-z]\.){2,}|\d+(?:[.,]\d+)*%?|\w+(?:['’]\w+)*")
+# What may follow the end of a short answer: nothing, a space or punctuation; not a character glued to the
+# word ("O(n log n)", "37° 9'", "2A").
+WORD_BOUNDARY = re.compile(r"$|[\s,.;:!?)\]\"'”’]")
 # Words that open a clause, never an answer ("Although time and space are…", "Historically, Victoria…").
 CLAUSE_OPENERS = frozenset("although while however historically since because though after before during whereas "
                            "thus therefore also then yet still subsequently similarly".split())
@@ -93,12 +96,14 @@ def answer_starts(sentence: str, question: str) -> list[int]:
     content words (the answer is what the question does not already say), not a function word other than an
     article, not a clause opener, and, for a when / how-many question, a number, a date or a month."""
     asked = content_words(question)
+    asked_stems = {stem(w) for w in asked}
     numeric = bool(NUMERIC_QUESTION.match(question))
     starts = []
     tokens = list(re.finditer(r"\S+", sentence))
     for i, match in enumerate(tokens):
         word = re.sub(r"\W", "", re.sub(r"['’]s\b", "", match.group().lower()))  # "Rollo's" is "Rollo"
-        if not word or word in asked or (word in STOPWORDS and word not in ARTICLES) or word in CLAUSE_OPENERS \
+        if not word or word in asked or (word not in STOPWORDS and stem(word) in asked_stems) \
+                or (word in STOPWORDS and word not in ARTICLES) or word in CLAUSE_OPENERS \
                 or match.group()[0] in "([":
             continue
         following = re.sub(r"\W", "", tokens[i + 1].group().lower()) if i + 1 < len(tokens) else ""
@@ -160,6 +165,8 @@ def candidate_spans(sentence: str, question: str, encode: Callable[[str], np.nda
             # Past any closing brackets ("DTIME(f(n))").
             end = word.end() + len(re.match(r"[)\]]*", sentence[word.end():]).group()) - start
             if not balanced(suffix[:end]):  # never "DTIME(f(n", "Vic) is" nor "Mini), a router (Sky Q"
+                continue
+            if not WORD_BOUNDARY.match(suffix[end:end + 1]):  # never "is O" of "O(n log n)", "37" of "37°"
                 continue
             head = tuple(int(t) for t in encode(suffix[:end]))
             if len(head) > len(tokens):

@@ -448,6 +448,7 @@ export async function refreshChatEmpty() {
   } catch (_) {
     docs = [];
   }
+  if (currentIndex() !== index) return; // another index was chosen meanwhile: its own refresh shows it
   if (!docs.length) {
     els.emptyIndex.replaceChildren(h("p", { class: "hint" }, "This index has no documents yet: add some on the ",
       h("a", { href: "/documents", class: "to-documents" }, "Documents"), " page."));
