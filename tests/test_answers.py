@@ -125,6 +125,11 @@ def test_spans_are_placed_and_cut_by_the_question(generator):
              for span in candidate_spans(farms, "What industries were in the regions?", generator.encode)
              for k in span.ends}
     assert "U.S., cattle" in texts and not any(t == "U" or t.endswith(" U") for t in texts)
+    glued = "The average time taken for sorting is O(n log n), and the midpoint lies at 37° 9' north."
+    texts = {generator.decode(span.tokens[:k]).strip()
+             for span in candidate_spans(glued, "What is the average sorting time?", generator.encode)
+             for k in span.ends}
+    assert "37° 9' north" in texts and not any(t.endswith((" O", "37")) for t in texts), texts
     opener = "Although time and space are well known, any complexity measure can be a resource."
     assert not any(opener[s:].startswith("Although") for s in answer_starts(opener, "What is a resource?"))
 
