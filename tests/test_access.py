@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from helpers import cli_env, server_process
+from helpers import cli_env, jwt_env, server_process, sign, signing_key
 from ingest.pipeline import ingest_paths
 from ingest.store.embedded import EmbeddedIndex
 from ingest.store.keys import SqliteKeyStore
@@ -290,35 +290,12 @@ def test_audit_files_rotate_and_the_chain_carries_over(tmp_path: Path):
 
 
 # --------------------------------------------------------------------------- signed tokens (JWT)
-ISSUER, AUDIENCE = "https://sso.example.test/realms/acme", "rag"
-
-
-def signing_key():
-    from cryptography.hazmat.primitives.asymmetric import rsa
-
-    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-
-def sign(private_key, kid: str = "k1", **claims) -> str:
-    import jwt
-
-    now = int(time.time())
-    body = {"sub": "u-42", "preferred_username": "dana", "iss": ISSUER, "aud": AUDIENCE, "iat": now,
-            "exp": now + 300, "groups": ["hr-staff"], **claims}
-    return jwt.encode(body, private_key, algorithm="RS256", headers={"kid": kid})
-
-
 @pytest.fixture(scope="module")
 def jwt_server(settings: Settings, home: Path, tmp_path_factory: pytest.TempPathFactory):
-    import jwt
-
     folder = tmp_path_factory.mktemp("jwt")
     key = signing_key()
-    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
-    (folder / "jwks.json").write_text(json.dumps({"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}))
     table = {"hr-staff": {"roles": ["hr=reader"], "groups": ["hr"]}, "ops": {"roles": ["editor"]}}
-    with server_process(settings, home, folder / "serve.log", RAG_JWT_JWKS=str(folder / "jwks.json"),
-                        RAG_JWT_ISSUER=ISSUER, RAG_JWT_AUDIENCE=AUDIENCE, RAG_JWT_GROUPS=json.dumps(table)) as base:
+    with server_process(settings, home, folder / "serve.log", **jwt_env(folder, key, table)) as base:
         yield base, key
 
 
