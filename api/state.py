@@ -15,14 +15,14 @@ from litestar.types import Receive
 from api.observability import ServiceMetrics
 from api.requests import cancel_on_disconnect
 from api.auth import Authenticator, authorize
-from ingest.formats.options import LoadOptions
 from ingest.jobs import INTERRUPTED, Job, JobRunner, JobStore, Outcome, Running, Tracker, Work
 from ingest.records import DocumentRecord
 from ingest.sources import due_sources, index_sources
 from ingest.store import Store, StoredIndex
 from ingest.store.keys import KeyStore
 from ingest.uploads import IncomingFile, Uploads
-from ingest.work import IngestParameters, sync_work, upload_work
+from ingest.parameters import IngestParameters
+from ingest.work import sync_work, upload_work
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, AnswerService, final_result
 from rag.core.access import RequestContext
@@ -33,7 +33,7 @@ from rag.core.names import validate_index_name
 from rag.core.settings import Settings
 from rag.generation.base import GenerationStats
 from rag.generation.scheduler import GenerationScheduler
-from rag.runtime import (Models, answer_service, folder_groups, generation_backend, open_audit, open_jobs,
+from rag.runtime import (Models, answer_service, generation_backend, open_audit, open_jobs,
                          open_keys, open_store, open_uploads)
 
 log = logging.getLogger("rag.api")
@@ -148,11 +148,7 @@ class AppState:
 
     # ------------------------------------------------------------------ jobs: uploads and syncs
     def ingest_parameters(self) -> IngestParameters:
-        models = self.require_ready()
-        settings = self.settings
-        return IngestParameters(models.embedder, settings.chunk_tokens, settings.chunk_overlap,
-                                settings.max_upload_mb * 1024 * 1024, LoadOptions.from_settings(settings),
-                                folder_groups(settings))
+        return IngestParameters.from_settings(self.settings, self.require_ready().embedder)
 
     def start_upload(self, target: StoredIndex, context: RequestContext, files: list[IncomingFile],
                      groups: list[str] | None) -> Running:

@@ -4,28 +4,13 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Sequence
 
-from ingest.embedder import Embedder
-from ingest.formats.options import LoadOptions
 from ingest.jobs import JobStore, Outcome, Running, Tracker, Work, file_results
-from ingest.records import FolderGroups
-from ingest.sources import find_source, index_sources, sync_source
+from ingest.parameters import IngestParameters
+from ingest.sources import find_source, index_sources
 from ingest.store import StoredIndex
 from ingest.uploads import TOO_LARGE, IncomingFile, Uploads
-
-
-@dataclass(frozen=True)
-class IngestParameters:
-    """How files are read and cut, from the settings (the same for every job of a server)."""
-
-    embedder: Embedder
-    chunk_tokens: int
-    chunk_overlap: int
-    max_file_bytes: int
-    load_options: LoadOptions
-    folder_groups: FolderGroups = field(default_factory=FolderGroups)  # `[folder_groups]` of rag.toml
 
 
 def upload_work(jobs: JobStore, uploads: Uploads, index: StoredIndex, parameters: IngestParameters,
@@ -34,8 +19,7 @@ def upload_work(jobs: JobStore, uploads: Uploads, index: StoredIndex, parameters
 
     def work(tracker: Tracker, running: Running) -> Outcome:
         files = [IncomingFile(name, content) for name, content in jobs.inputs(running.job)]
-        report = uploads.add(index, files, parameters.embedder, parameters.chunk_tokens, parameters.chunk_overlap,
-                             parameters.max_file_bytes, parameters.load_options, groups, progress=tracker)
+        report = parameters.upload(uploads, index, files, groups, progress=tracker)
         running.result = report
         counts = Counter(o.status for o in report.outcomes)
         summary = {**{s: counts[s] for s in ("added", "updated", "unchanged", "failed")},
@@ -55,9 +39,7 @@ def sync_work(index: StoredIndex, source_id: str, parameters: IngestParameters) 
 
     def work(tracker: Tracker, running: Running) -> Outcome:
         source = find_source(index_sources(index), source_id)
-        summary = sync_source(index, source, parameters.embedder, parameters.chunk_tokens, parameters.chunk_overlap,
-                              progress=tracker, load_options=parameters.load_options,
-                              folder_groups=parameters.folder_groups)
+        summary = parameters.sync(index, source, progress=tracker)
         running.result = summary
         counts = {"added": summary.ingest.count("added"), "updated": summary.ingest.count("updated"),
                   "unchanged": summary.unchanged, "renamed": len(summary.renamed), "removed": len(summary.removed),

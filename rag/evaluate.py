@@ -12,8 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Callable, Sequence
 
-from ingest.formats.options import LoadOptions
-from ingest.pipeline import ingest_paths
+from ingest.parameters import IngestParameters
 from rag.answering.evidence import CITATION, first_sentence
 from rag.answering.prompt import refers_back
 from rag.answering.result import AnswerResult
@@ -95,6 +94,7 @@ def evaluate(settings: Settings, questions_file: Path, docs: Path, index: str | 
              distractors: Sequence[Path] = (), dump: Path | None = None) -> dict:
     questions = load_questions(questions_file)
     models = Models.load(settings)
+    parameters = IngestParameters.from_settings(settings, models.embedder)
     with tempfile.TemporaryDirectory(prefix="rag-eval-") as scratch, \
             scratch_store(settings, Path(scratch)) as (store, scratch_index), \
             _dump_file(dump) as dump_to:
@@ -102,8 +102,7 @@ def evaluate(settings: Settings, questions_file: Path, docs: Path, index: str | 
             service = answer_service(settings.replace(index=index), models)
         else:
             log(f"ingesting {docs} into a scratch index")
-            ingest_paths([docs], store.index(scratch_index), models.embedder, settings.chunk_tokens,
-                         settings.chunk_overlap, load_options=LoadOptions.from_settings(settings))
+            parameters.ingest([docs], store.index(scratch_index))
             service = answer_service(settings.replace(index=scratch_index), models, store=store)
         try:
             report = retrieval_report(service.retriever(), questions, top_k, log)
@@ -117,8 +116,7 @@ def evaluate(settings: Settings, questions_file: Path, docs: Path, index: str | 
                 if index:
                     raise BadRequestError("--distractors adds documents to the scratch index: leave out --index")
                 log(f"adding distractors {', '.join(map(str, distractors))} to the same index")
-                ingest_paths(list(distractors), store.index(scratch_index), models.embedder, settings.chunk_tokens,
-                             settings.chunk_overlap, load_options=LoadOptions.from_settings(settings))
+                parameters.ingest(list(distractors), store.index(scratch_index))
                 with_distractors = {}
                 if answers > 0:
                     with_distractors.update(answer_report(service, questions, top_k, answers, seed, log, dump_to,

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Iterator
 
 from ingest.embedder import Embedder
-from ingest.records import FolderGroups
 from ingest.store import Store, StoredIndex
 from ingest.store.embedded import EmbeddedStore
 from ingest.store.keys import KeyStore, PostgresKeyStore, SqliteKeyStore
@@ -25,7 +24,7 @@ from rag.core.audit import AuditLog, AuditTrail
 from rag.core.errors import ConfigError
 from rag.core.files import remove_tree
 from rag.core.names import validate_index_name
-from rag.core.settings import Settings, parse_folder_groups
+from rag.core.settings import Settings
 from rag.generation.base import Generator, SamplingOptions
 from rag.generation.ort import LocalGenerator
 from rag.generation.scheduler import GenerationScheduler
@@ -103,11 +102,6 @@ def scratch_store(settings: Settings, folder: Path) -> Iterator[tuple[Store, str
 
 def open_index(settings: Settings, name: str | None = None) -> StoredIndex:
     return open_store(settings).index(validate_index_name(name or settings.index))
-
-
-def folder_groups(settings: Settings) -> FolderGroups:
-    """The ``folder_groups`` mapping that ``rag ingest`` and ``rag sync`` apply."""
-    return FolderGroups.of(parse_folder_groups(settings.folder_groups))
 
 
 def open_uploads(settings: Settings) -> Uploads:

@@ -1,15 +1,18 @@
-"""Helpers shared by tests: a prompt the real model loops on; the CLI or a real server in a subprocess."""
+"""Helpers shared by tests: a prompt the real model loops on; the CLI or a real server in a subprocess;
+signed JWTs and a reverse proxy that signs requests in, as a site's single sign-on does."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import httpx
 import numpy as np
@@ -103,3 +106,106 @@ def server_and_process(settings: Settings, home: Path, log_path: Path, wait_read
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+# --------------------------------------------------------------------------- single sign-on (JWT) and proxies
+ISSUER, AUDIENCE = "https://sso.example.test/realms/acme", "rag"
+
+
+def signing_key():
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def sign(private_key, kid: str = "k1", **claims) -> str:
+    """A real RS256 token as an identity provider signs it (user "dana", group "hr-staff" unless ``claims``
+    say otherwise; ``exp=None`` leaves a claim out)."""
+    import jwt
+
+    now = int(time.time())
+    body = {"sub": "u-42", "preferred_username": "dana", "iss": ISSUER, "aud": AUDIENCE, "iat": now,
+            "exp": now + 300, "groups": ["hr-staff"], **claims}
+    return jwt.encode(body, private_key, algorithm="RS256", headers={"kid": kid})
+
+
+def jwt_env(folder: Path, private_key, groups_table: dict[str, Any]) -> dict[str, str]:
+    """A server's ``RAG_JWT_*`` environment: ``private_key``'s public half as a JWKS file in ``folder`` (kid
+    "k1"), the test issuer and audience, and the groups table."""
+    import jwt
+
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(private_key.public_key()))
+    jwks = folder / "jwks.json"
+    jwks.write_text(json.dumps({"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}))
+    return {"RAG_JWT_JWKS": str(jwks), "RAG_JWT_ISSUER": ISSUER, "RAG_JWT_AUDIENCE": AUDIENCE,
+            "RAG_JWT_GROUPS": json.dumps(groups_table)}
+
+
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+                        "transfer-encoding", "upgrade", "content-length"})
+
+
+@contextmanager
+def header_proxy(upstream: str, headers: dict[str, str]) -> Iterator[tuple[str, list[str]]]:
+    """A reverse proxy (uvicorn in a thread, httpx to ``upstream``) that sets ``headers`` on every request it
+    forwards, replacing the browser's, as a site's proxy adds the signed-in user's bearer token. It passes the
+    browser's ``Host`` on (nginx: ``proxy_set_header Host $host``) and streams responses (SSE). ``headers`` is
+    read at each request (a test may change it: a token that expired). Yields its base URL and the list of
+    paths it forwarded."""
+    import uvicorn
+
+    forwarded: list[str] = []
+    clients: list[httpx.AsyncClient] = []
+
+    async def app(scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    clients.append(httpx.AsyncClient(base_url=upstream, timeout=None))
+                    await send({"type": "lifespan.startup.complete"})
+                else:
+                    await clients[0].aclose()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        replaced = {name.lower(): value for name, value in headers.items()}
+        passed = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        out = [(k, v) for k, v in passed if k.lower() not in HOP_BY_HOP and k.lower() not in replaced]
+        target = scope["raw_path"].decode("latin-1")
+        if scope["query_string"]:
+            target += "?" + scope["query_string"].decode("latin-1")
+        forwarded.append(target)
+        request = clients[0].build_request(scope["method"], target, headers=out + list(replaced.items()),
+                                           content=body)
+        response = await clients[0].send(request, stream=True)
+        try:
+            await send({"type": "http.response.start", "status": response.status_code,
+                        "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in
+                                    response.headers.multi_items() if k.lower() not in HOP_BY_HOP]})
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            await response.aclose()
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+                                           timeout_graceful_shutdown=5))
+    thread = threading.Thread(target=server.run, name="header-proxy", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            pytest.fail("the test's reverse proxy did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}", forwarded
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)

@@ -9,12 +9,13 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import httpx
 import pytest
 
-from helpers import cli_env, server_process
+from helpers import cli_env, jwt_env, server_process, sign, signing_key
 from ingest.pipeline import ingest_paths
 from ingest.store.embedded import EmbeddedIndex
 from ingest.store.keys import SqliteKeyStore
@@ -290,35 +291,12 @@ def test_audit_files_rotate_and_the_chain_carries_over(tmp_path: Path):
 
 
 # --------------------------------------------------------------------------- signed tokens (JWT)
-ISSUER, AUDIENCE = "https://sso.example.test/realms/acme", "rag"
-
-
-def signing_key():
-    from cryptography.hazmat.primitives.asymmetric import rsa
-
-    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-
-def sign(private_key, kid: str = "k1", **claims) -> str:
-    import jwt
-
-    now = int(time.time())
-    body = {"sub": "u-42", "preferred_username": "dana", "iss": ISSUER, "aud": AUDIENCE, "iat": now,
-            "exp": now + 300, "groups": ["hr-staff"], **claims}
-    return jwt.encode(body, private_key, algorithm="RS256", headers={"kid": kid})
-
-
 @pytest.fixture(scope="module")
 def jwt_server(settings: Settings, home: Path, tmp_path_factory: pytest.TempPathFactory):
-    import jwt
-
     folder = tmp_path_factory.mktemp("jwt")
     key = signing_key()
-    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
-    (folder / "jwks.json").write_text(json.dumps({"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}))
     table = {"hr-staff": {"roles": ["hr=reader"], "groups": ["hr"]}, "ops": {"roles": ["editor"]}}
-    with server_process(settings, home, folder / "serve.log", RAG_JWT_JWKS=str(folder / "jwks.json"),
-                        RAG_JWT_ISSUER=ISSUER, RAG_JWT_AUDIENCE=AUDIENCE, RAG_JWT_GROUPS=json.dumps(table)) as base:
+    with server_process(settings, home, folder / "serve.log", **jwt_env(folder, key, table)) as base:
         yield base, key
 
 
@@ -540,3 +518,48 @@ def test_an_upload_with_groups_is_seen_only_by_them(server: str, vault: dict[str
         assert error_type(bad, 400) == "invalid_request"
     finally:
         assert httpx.delete(f"{server}/v1/documents/{doc_id}?index=vault", headers=staff).status_code == 200
+
+
+# --------------------------------------------------------------------------- the key store's table, two replicas at once
+KEY_STORE_RACES = 12  # fresh databases the two processes create the stores on in step
+KEY_STORE_STARTER = """
+import sys, time
+from ingest.store.keys import PostgresKeyStore
+from ingest.store.postgres import PostgresStore
+stores = [(PostgresKeyStore(url), PostgresStore(url, pool_size=1)) for url in sys.argv[2:]]
+time.sleep(max(0.0, float(sys.argv[1]) - time.time()))
+for keys, store in stores:  # what a replica does at start: the key store, then the index store
+    assert keys.any() is False
+    assert store.names() == []
+    store.close()
+"""
+
+
+def test_two_replicas_creating_the_key_store_on_a_fresh_database_at_once_both_succeed(settings: Settings,
+                                                                                       postgres_url: str):
+    """``CREATE TABLE IF NOT EXISTS`` run by two sessions at once can fail in one of them (a duplicate key in
+    PostgreSQL's catalogue); the key store creates its table under the schema's migration lock. Two processes
+    walk the same fresh databases in step, so every database is created by both at the same moment."""
+    import psycopg
+
+    names = [f"keys_race_{uuid.uuid4().hex[:8]}" for _ in range(KEY_STORE_RACES)]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        for name in names:
+            conn.execute(f"CREATE DATABASE {name}")
+    urls = [postgres_url.replace("/postgres?", f"/{name}?", 1) for name in names]
+    assert all(name in url for name, url in zip(names, urls)), urls
+    start_at = str(time.time() + 4)  # both have imported and built their stores by then
+    try:
+        starters = [subprocess.Popen([sys.executable, "-c", KEY_STORE_STARTER, start_at, *urls], cwd=PROJECT_ROOT,
+                                     env=cli_env(settings), stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        for process in starters:
+            _, stderr = process.communicate(timeout=120)
+            assert process.returncode == 0, stderr
+        for url in urls:
+            with psycopg.connect(url, autocommit=True) as conn:
+                assert conn.execute("SELECT count(*) FROM rag.api_keys").fetchone()[0] == 0
+                assert conn.execute("SELECT max(version) FROM rag.schema_version").fetchone()[0] > 0
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            for name in names:
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from format_fixtures import make_long_scan
-from helpers import cli_env, server_process
+from helpers import cli_env, header_proxy, jwt_env, server_process, sign, signing_key
 from ingest.pipeline import ingest_paths
 from ingest.store.embedded import EmbeddedIndex
 from rag.core.settings import PROJECT_ROOT, Settings
@@ -624,6 +624,69 @@ def test_roles_in_the_page_readers_see_no_upload_or_delete_admins_manage_keys(pa
         names = [i["name"] for i in httpx.get(f"{base}/v1/indexes", headers=admin_headers).json()["indexes"]]
         assert "scratchpad" not in names and "default" in names
         assert not (home / "uploads" / "scratchpad").exists()
+
+
+# Records the id of every modal dialog the page opens (the key prompt is one).
+DIALOG_RECORDER = """
+window.__dialogsOpened = [];
+const showModal = HTMLDialogElement.prototype.showModal;
+HTMLDialogElement.prototype.showModal = function () {
+  window.__dialogsOpened.push(this.id);
+  return showModal.call(this);
+};
+"""
+
+
+def test_behind_a_proxy_that_signs_requests_in_the_page_never_asks_for_a_key(page, settings: Settings,
+                                                                             web_home: Path, tmp_path: Path):
+    """A site's reverse proxy adds the signed-in user's bearer token (a real JWT) to every request it forwards:
+    the page asks the server who it is, shows the name and role, hides upload for a reader and answers, without
+    ever opening the key dialog; when the site's token expires the page says to reload (a key typed here would
+    not help). The same page straight from the server (no proxy) asks for a key."""
+    key = signing_key()
+    home = tmp_path / "sso-home"
+    shutil.copytree(web_home / "indexes", home / "indexes")
+    env = jwt_env(tmp_path, key, {"staff": {"roles": ["default=reader"]}})
+    token = sign(key, preferred_username="erin", groups=["staff"])
+    page.add_init_script(DIALOG_RECORDER)
+    with server_process(settings, home, tmp_path / "sso.log", RAG_MAX_TOKENS=MAX_TOKENS, **env) as base, \
+            header_proxy(base, proxy_headers := {"Authorization": f"Bearer {token}"}) as (proxy, forwarded):
+        page.goto(proxy + "/documents")
+        expect(page.locator("#principal")).to_have_text("erin · reader")
+        expect(page.locator("#principal")).to_have_attribute("title", "signed in by the site")
+        expect(page.locator("#documents-body tr")).to_have_count(3)
+        expect(page.locator("#dropzone")).to_be_hidden()
+        assert all(not b.is_visible() for b in page.locator("#documents-body button").all())
+        expect(page.locator("#tab-keys")).to_be_hidden()
+        page.click("#tab-chat")
+        expect(page.locator("#status")).to_have_attribute("data-state", "ready")
+        turn = ask(page, ROLLO_QUESTION)
+        assert turn.locator("details.source").count() == 5
+        screenshot(page, "access-sso-proxy.png")
+        expect(page.locator("#key-dialog")).to_be_hidden()
+        assert page.evaluate("window.__dialogsOpened") == []
+        assert page.evaluate("sessionStorage.getItem('rag.apiKey')") is None
+        assert "/v1/me" in forwarded and "/v1/chat/stream" in forwarded, forwarded
+        # The server, not the page, holds the line: through the proxy an upload is the reader's 403.
+        refused = httpx.post(f"{proxy}/v1/documents", files=[("data", ("x.txt", b"A note.\n"))], timeout=30)
+        assert refused.status_code == 403, refused.text
+
+        now = int(time.time())
+        expired = sign(key, preferred_username="erin", groups=["staff"], exp=now - 60, iat=now - 600)
+        proxy_headers["Authorization"] = f"Bearer {expired}"
+        turns = page.locator(".turn")
+        before = turns.count()
+        page.fill("#question", FOLLOW_UP)
+        page.press("#question", "Enter")
+        expect(turns.nth(before)).to_have_attribute("data-state", "error")
+        expect(turns.nth(before)).to_contain_text("reload the page")
+        expect(page.locator("#status-text")).to_have_text("signed out — reload the page to sign in again")
+        assert page.evaluate("window.__dialogsOpened") == []
+
+        page.goto(base + "/")  # no proxy, no token: the key prompt as before
+        expect(page.locator("#key-dialog")).to_be_visible()
+        expect(page.locator("#key-message")).to_contain_text("needs an API key")
+        assert page.evaluate("window.__dialogsOpened") == ["key-dialog"]
 
 
 def test_api_docs_render_with_the_network_blocked(page, server: str):

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
+from ingest.store.postgres import MIGRATION_LOCK
 from rag.core.errors import ConflictError, NotFoundError, StoreUnavailableError
 from rag.core.keys import ApiKey
 
@@ -120,6 +121,14 @@ class SqliteKeyStore:
             self._conn = None
 
 
+SCHEMA = (
+    "CREATE SCHEMA IF NOT EXISTS rag",
+    "CREATE TABLE IF NOT EXISTS rag.api_keys (name text PRIMARY KEY, key_id text NOT NULL UNIQUE, "
+    "salt bytea NOT NULL, digest bytea NOT NULL, roles text NOT NULL, groups text, "
+    "created double precision NOT NULL, expires double precision, revoked double precision)",
+)
+
+
 class PostgresKeyStore:
     """Keys in ``rag.api_keys`` of the PostgreSQL store (replicas share them)."""
 
@@ -134,11 +143,12 @@ class PostgresKeyStore:
         try:
             with self._psycopg.connect(self.url, autocommit=True, connect_timeout=10) as conn:
                 if not self._ready:
-                    conn.execute("CREATE SCHEMA IF NOT EXISTS rag")
-                    conn.execute("CREATE TABLE IF NOT EXISTS rag.api_keys (name text PRIMARY KEY, "
-                                 "key_id text NOT NULL UNIQUE, salt bytea NOT NULL, digest bytea NOT NULL, "
-                                 "roles text NOT NULL, groups text, created double precision NOT NULL, "
-                                 "expires double precision, revoked double precision)")
+                    # Under the schema's migration lock: two replicas starting at once would otherwise race in
+                    # CREATE ... IF NOT EXISTS (a duplicate key in PostgreSQL's catalogue for one of them).
+                    with conn.transaction():
+                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+                        for statement in SCHEMA:
+                            conn.execute(statement)
                     self._ready = True
                 cursor = conn.execute(sql, args)
                 return cursor.fetchall() if fetch and cursor.description else []

@@ -133,8 +133,7 @@ def bench_scale(settings: Any, sizes: list[int], questions_file: Path, docs: Pat
                 seed: int, workdir: Path | None = None, embed: bool = False,
                 progress: Callable[[str], None] = lambda message: None,
                 warn: Callable[[str], None] = lambda message: None) -> dict:
-    from ingest.formats.options import LoadOptions
-    from ingest.pipeline import ingest_paths
+    from ingest.parameters import IngestParameters
     from ingest.store.embedded import EmbeddedStore
     from rag.core.errors import BadRequestError
     from rag.evaluate import answerable, load_questions
@@ -156,8 +155,7 @@ def bench_scale(settings: Any, sizes: list[int], questions_file: Path, docs: Pat
         if index.exists():
             raise BadRequestError(f"{root / INDEX} exists already: give an empty --workdir")
         progress(f"ingesting {docs} (real embedding)")
-        summary = ingest_paths([docs], index, embedder, settings.chunk_tokens, settings.chunk_overlap,
-                               load_options=LoadOptions.from_settings(settings))
+        summary = IngestParameters.from_settings(settings, embedder).ingest([docs], index)
         real_chunks = summary.chunks_written
         if sizes[0] < real_chunks:
             raise BadRequestError(f"the smallest size must hold the {real_chunks} chunks of {docs}")

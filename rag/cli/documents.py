@@ -32,19 +32,15 @@ from rag.core.settings import Settings
 def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, pattern: str | None,
                chunk_tokens: int | None, overlap: int | None, groups: str | None, as_json: bool) -> None:
     """Add or update files and folders (recursively) in an index. Exit 2 if any readable file failed."""
-    from ingest.formats.options import LoadOptions
-    from ingest.pipeline import ingest_paths
-    from rag.runtime import folder_groups, load_embedder, open_index
+    from ingest.parameters import IngestParameters
+    from rag.runtime import load_embedder, open_index
 
     settings = settings_from(ctx, index=index, chunk_tokens=chunk_tokens, chunk_overlap=overlap)
     index_handle = open_index(settings)
-    embedder = load_embedder(settings)
+    parameters = IngestParameters.from_settings(settings, load_embedder(settings))
     with ingest_progress(as_json) as progress, traced(settings, "ingest"):
-        summary = ingest_paths(list(paths), index_handle, embedder, settings.chunk_tokens,
-                               settings.chunk_overlap, pattern, progress,
-                               load_options=LoadOptions.from_settings(settings),
-                               groups=None if groups is None else groups.split(","),
-                               folder_groups=folder_groups(settings))
+        summary = parameters.ingest(list(paths), index_handle, pattern, progress,
+                                    groups=None if groups is None else groups.split(","))
     if as_json:
         print_json(summary.as_dict())
     else:

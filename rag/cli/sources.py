@@ -114,10 +114,10 @@ def sync_cmd(ctx: click.Context, source: str | None, index: str | None, as_json:
     ingested, deleted ones removed, renamed ones moved without embedding again. Exit 2 if a folder could not
     be read (nothing is removed then), another process is syncing a source (nothing changes then; PostgreSQL)
     or a file failed."""
-    from ingest.formats.options import LoadOptions
-    from ingest.sources import find_source, sync_source
+    from ingest.parameters import IngestParameters
+    from ingest.sources import find_source
     from rag.core.errors import SourceBusyError, SourceUnavailableError
-    from rag.runtime import folder_groups, load_embedder, open_index
+    from rag.runtime import load_embedder, open_index
 
     settings = settings_from(ctx, index=index)
     sources = read_sources(settings)
@@ -126,16 +126,13 @@ def sync_cmd(ctx: click.Context, source: str | None, index: str | None, as_json:
     if not sources:
         out.print(f"index {settings.index!r} follows no folders; add one with `rag sources add FOLDER`")
         return
-    embedder = load_embedder(settings)
+    parameters = IngestParameters.from_settings(settings, load_embedder(settings))
     stored = open_index(settings)
-    mapping = folder_groups(settings)
     results, errors = [], []
     for item in sources:
         try:
             with ingest_progress(as_json) as progress, traced(settings, "sync"):
-                summary = sync_source(stored, item, embedder, settings.chunk_tokens, settings.chunk_overlap,
-                                      progress, load_options=LoadOptions.from_settings(settings),
-                                      folder_groups=mapping, allow_empty=allow_empty)
+                summary = parameters.sync(stored, item, progress, allow_empty=allow_empty)
         except (SourceUnavailableError, SourceBusyError) as exc:
             errors.append({"source": item.id, "folder": item.display_path, "error": exc.message,
                            "type": exc.error_type})

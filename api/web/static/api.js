@@ -1,4 +1,6 @@
 // Talking to the server: the API key, JSON requests, the SSE answer stream, uploads with progress.
+// Behind a site's reverse proxy that adds `Authorization: Bearer …` to every request, the server knows the
+// caller without a key from the page: the page then never asks for one (signedInBySite).
 
 const KEY_STORAGE = "rag.apiKey";
 
@@ -22,13 +24,30 @@ function authHeaders() {
 // The page supplies how to ask the person for a key (a dialog); it resolves with the key or null.
 let keyPrompt = async () => null;
 let pendingPrompt = null;
+let signedInBySite = false;
+let onSiteSignInLost = () => {};
 
 export function setKeyPrompt(prompt) {
   keyPrompt = prompt;
 }
 
+// The server identified the caller from what the site's proxy sent, not from a key typed here: from now on a
+// 401 means the site's sign-in ended (an expired token), which no key typed here would fix.
+export function useSiteSignIn(onLost) {
+  signedInBySite = true;
+  onSiteSignInLost = onLost;
+}
+
+const UNAUTHORIZED = () => signedInBySite
+  ? new ApiError(401, "unauthorized", "The site's sign-in was not accepted (it may have expired) — reload the page.")
+  : new ApiError(401, "unauthorized", "An API key is needed for this server.");
+
 // After a 401: ask for a key (once for all requests that failed at the same time). True = retry.
 async function obtainKey() {
+  if (signedInBySite) {
+    onSiteSignInLost();
+    return false;
+  }
   if (!pendingPrompt) {
     const hadKey = Boolean(apiKey());
     pendingPrompt = keyPrompt(hadKey).then((key) => {
@@ -74,10 +93,21 @@ export async function apiFetch(path, options = {}) {
     }
     if (response.status === 401) {
       if (await obtainKey()) continue;
-      throw new ApiError(401, "unauthorized", "An API key is needed for this server.");
+      throw UNAUTHORIZED();
     }
     if (!response.ok) throw await errorFrom(response);
     return response;
+  }
+}
+
+// Who the server takes the caller for (GET /v1/me) without asking for a key: null when it does not know
+// (401: no key yet, and no proxy that signs requests in) or cannot be reached.
+export async function whoAmI() {
+  try {
+    const response = await fetch("/v1/me", { headers: authHeaders(), cache: "no-store" });
+    return response.ok ? await response.json() : null;
+  } catch (_) {
+    return null;
   }
 }
 
@@ -151,7 +181,7 @@ export function uploadFile(file, index, onProgress, groups = "") {
       const result = await once();
       if (result.status === 401) {
         if (await obtainKey()) continue;
-        throw new ApiError(401, "unauthorized", "An API key is needed for this server.");
+        throw UNAUTHORIZED();
       }
       return result;
     }

@@ -1,6 +1,6 @@
 // The page: views (chat at /, documents at /documents), server status, index picker, API key prompt.
 
-import { getJSON, setKeyPrompt } from "./api.js";
+import { apiKey, getJSON, setKeyPrompt, useSiteSignIn, whoAmI } from "./api.js";
 import { initChat, refreshChatEmpty } from "./chat.js";
 import { clearUploads, initDocuments, refreshDocuments, refreshJobsAndSources } from "./documents.js";
 import { initKeys, refreshKeys } from "./keys.js";
@@ -14,6 +14,7 @@ let defaultIndex = null;
 let health = null;
 let pollTimer = null;
 let indexesLoaded = false;
+let siteSignInLost = false;
 
 function selectedIndex() {
   // Sent with requests only when the person picked one (several indexes); else the server's default.
@@ -70,6 +71,10 @@ function indexSummary() {
 }
 
 function showHealth() {
+  if (siteSignInLost) {
+    setStatus("failed", "signed out — reload the page to sign in again");
+    return;
+  }
   if (!health) return;
   if (health.status === "ok") {
     const summary = indexSummary();
@@ -147,6 +152,7 @@ function openDocuments() {
 // ---------------------------------------------------------------- who is signed in (/v1/me)
 const ROLES = ["reader", "editor", "admin"];
 let me = null;
+let signedInBySite = false;
 
 function roleFor(index) {
   // The strongest role on the index (an exact grant or "*"), as the server decides it.
@@ -167,6 +173,21 @@ function showPrincipal() {
   document.getElementById("tab-keys").hidden = !(admin && me.authenticated);
   label.hidden = !me.authenticated;
   label.textContent = `${me.name} · ${role || "no access"}`;
+  label.title = signedInBySite ? "signed in by the site" : "signed in with an API key";
+}
+
+// Before any request can be refused: who does the server take this page for? Behind a reverse proxy that adds
+// the site's bearer token to every request it knows already, and then the page never asks for a key.
+async function identify() {
+  me = await whoAmI();
+  if (me && me.authenticated && !apiKey()) {
+    signedInBySite = true;
+    document.body.dataset.signIn = "site";
+    useSiteSignIn(() => {
+      siteSignInLost = true;
+      showHealth();
+    });
+  }
 }
 
 async function refreshMe() {
@@ -218,6 +239,6 @@ window.addEventListener("rag:key", () => setTimeout(refreshIndexes, 500)); // wh
 window.addEventListener("rag:indexes", () => refreshIndexes()); // an index was deleted on the admin page
 route();
 pollHealth();
-refreshIndexes().then(() => {
+identify().then(refreshIndexes).then(() => {
   if (document.body.dataset.view === "documents") openDocuments();
 });
