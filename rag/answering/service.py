@@ -51,6 +51,7 @@ class AnswerOptions:
     abstain_threshold: float = Settings.abstain_threshold
     sentence_vectors: bool = Settings.sentence_vectors  # score sentences by embedding too (else lexical only)
     min_grounding: float = Settings.min_grounding
+    answer_examples: bool = Settings.answer_examples  # worked examples before a factoid question
     documents: tuple[str, ...] | None = None
     sampling: SamplingOptions = SamplingOptions()
 
@@ -81,6 +82,7 @@ def options_from(settings: Settings, **overrides: Any) -> AnswerOptions:
         abstain_threshold=pick("abstain_threshold", settings.abstain_threshold),
         sentence_vectors=pick("sentence_vectors", settings.sentence_vectors),
         min_grounding=pick("min_grounding", settings.min_grounding),
+        answer_examples=pick("answer_examples", settings.answer_examples),
         documents=tuple(documents) if documents else None, sampling=sampling)
     if overrides:
         raise TypeError(f"unknown answer options: {', '.join(sorted(overrides))}")
@@ -239,7 +241,7 @@ class AnswerService:
         explanatory = is_explanatory(question)
         prompt, sampling = None, options.sampling
         if best and not explanatory:
-            prompt = self.generator.prompt(short_answer_messages(question, best))
+            prompt = self.generator.prompt(short_answer_messages(question, best, options.answer_examples))
             spans = candidate_spans(best, question, self.generator.encode)
             # Declining is not offered as a span: on 60 dev questions the small model then declined 38% of
             # answerable questions (10% without); answerability is the retrieval threshold's call.

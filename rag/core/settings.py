@@ -77,6 +77,9 @@ class Settings:
     abstain_threshold: float = field(
         default=0.35, metadata={"doc": "best dense score under which the answer is an abstention"}
     )
+    answer_examples: bool = field(
+        default=True, metadata={"doc": "show the model three worked examples before a factoid question (the "
+                                       "default 135M model needs them; a 1.5B model answers as well without)"})
     min_grounding: float = field(
         default=0.0, metadata={"doc": "share of the reply's own content words that must occur in the passages, "
                                       "else the answer is an abstention (0 = off)"})
