@@ -19,7 +19,7 @@ from opentelemetry import trace
 from api.auth import ANONYMOUS, CONTEXT_SCOPE_KEY, request_context
 from api.errors import EXCEPTION_HANDLERS, error_response
 from api.guard import HostPolicy
-from api.observability import ServiceMetrics, configure_logging
+from api.observability import configure_logging, service_metrics
 from api.openapi import complete_schema, docs_config
 from api.requests import ApiRequest
 from api.routes.access import AccessController
@@ -36,7 +36,6 @@ from api.web import is_open, web_handlers
 from rag.core.access import RequestContext
 from rag.core.errors import RagError
 from rag.core.settings import Settings, load_settings
-from rag.telemetry import start_telemetry
 
 OPEN_PATHS = ("/healthz",)  # and GET of the web page and its assets (api.web.is_open)
 JSON_BODY_LIMIT = 4 * 1024 * 1024  # JSON requests (questions, chats); uploads have their own limit
@@ -129,7 +128,7 @@ def guard_auth_and_logging(settings: Settings, state: AppState):
 
 def _log(logger, state: AppState, request_id: str, scope: Scope, status: int, start: float) -> None:
     route = scope.get("path_template") or "unmatched"  # templates keep the label set small
-    state.metrics.requests.labels(route, scope["method"], str(status)).inc()
+    state.metrics.request(route, scope["method"], status)
     logger.info("request", extra={"fields": {
         "request_id": request_id, "method": scope["method"], "route": route, "path": scope["path"],
         "status": status, "latency_ms": round((time.perf_counter() - start) * 1000, 2)}})
@@ -167,8 +166,9 @@ def create_app(settings: Settings | None = None, telemetry: bool = False) -> Lit
     """``telemetry``: install OpenTelemetry for this process as the settings say (a serving process; apps
     built inside another program, such as tests, leave the process's telemetry alone)."""
     settings = settings or load_settings()
-    app_state = AppState(settings=settings, metrics=ServiceMetrics())
-    exporting = start_telemetry(settings, "api") if telemetry else None
+    metrics, exporting = service_metrics(settings, telemetry)
+    tracing = exporting is not None and exporting.tracing
+    app_state = AppState(settings=settings, metrics=metrics)
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -194,7 +194,7 @@ def create_app(settings: Settings | None = None, telemetry: bool = False) -> Lit
         lifespan=[lifespan],
         state=State({"app": app_state}),
         exception_handlers=EXCEPTION_HANDLERS,
-        middleware=[*(server_spans() if exporting is not None else []), guard_auth_and_logging(settings, app_state)],
+        middleware=[*(server_spans() if tracing else []), guard_auth_and_logging(settings, app_state)],
         dependencies={"context": Provide(request_context, sync_to_thread=False)},
         request_max_body_size=JSON_BODY_LIMIT,
         request_class=ApiRequest,  # an unreadable body is a 400 that says why (api/requests.py)

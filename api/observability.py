@@ -1,4 +1,4 @@
-"""Prometheus metrics and structured JSON logs."""
+"""The server's metrics (OpenTelemetry instruments, rendered for Prometheus at /metrics) and structured JSON logs."""
 
 from __future__ import annotations
 
@@ -8,64 +8,85 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from opentelemetry import trace
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.sdk.metrics import MeterProvider
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from ingest.sources import Source, next_sync
 from rag.core import observe
 from rag.core.logfiles import SharedRotatingFileHandler
+from rag.core.settings import Settings
+from rag.telemetry import Telemetry, start_telemetry
 
-LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 SYNC_OUTCOMES = ("added", "updated", "unchanged", "renamed", "removed", "failed")
+TOKEN_USAGE = "gen_ai_client_token_usage"  # gen_ai.client.token.usage, as the Prometheus reader names it
+
+
+class _Instruments:
+    """A Prometheus collector: what the OpenTelemetry instruments hold now (the Prometheus reader's families),
+    and ``rag_generated_tokens_total`` (the /metrics series from before there were OpenTelemetry metrics) read
+    off their output tokens, so that the tokens are recorded once."""
+
+    def __init__(self, exported: CollectorRegistry) -> None:
+        self.exported = exported
+
+    def collect(self) -> Iterator[Metric]:
+        output = 0.0
+        for family in self.exported.collect():
+            if family.name == TOKEN_USAGE:
+                output += sum(s.value for s in family.samples
+                              if s.name == f"{TOKEN_USAGE}_sum" and s.labels.get("gen_ai_token_type") == "output")
+            yield family
+        yield CounterMetricFamily("rag_generated_tokens", "Tokens generated (the output tokens of "
+                                  "gen_ai.client.token.usage)", value=output)
 
 
 class ServiceMetrics:
-    """One registry per app, so tests and several apps in one process never share counters."""
+    """The server's figures. Each is recorded once, into the OpenTelemetry instruments of ``rag.core.observe``
+    (``instruments``), which the process's exporters send as telemetry says and a Prometheus reader renders for
+    /metrics; the index and source gauges are read at scrape time, for /metrics only. Build it with
+    ``service_metrics``."""
 
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.requests = Counter("rag_requests_total", "HTTP requests", ["route", "method", "status"],
-                                registry=self.registry)
-        self.queue_depth = Gauge("rag_generation_queue_depth", "Generations queued or running",
-                                 registry=self.registry)
-        self.ttft = Histogram("rag_ttft_seconds", "Time to first answer token", buckets=LATENCY_BUCKETS,
-                              registry=self.registry)
-        self.total = Histogram("rag_answer_seconds", "Total answer latency", buckets=LATENCY_BUCKETS,
-                               registry=self.registry)
-        self.tokens = Counter("rag_generated_tokens_total", "Tokens generated", registry=self.registry)
-        self.documents = Gauge("rag_index_documents", "Documents in the index", ["index"], registry=self.registry)
-        self.chunks = Gauge("rag_index_chunks", "Chunks in the index", ["index"], registry=self.registry)
+    def __init__(self, registry: CollectorRegistry, provider: MeterProvider) -> None:
+        self.registry = registry
+        self.instruments = observe.instruments(provider.get_meter(observe.SCOPE))
+        self.instruments.queue_depth.set(0)  # /metrics has the queue from the start
+        self.documents = Gauge("rag_index_documents", "Documents in the index", ["index"], registry=registry)
+        self.chunks = Gauge("rag_index_chunks", "Chunks in the index", ["index"], registry=registry)
         # Watched folders (ingest.sources), read from each index at scrape time; labelled by source id, not path.
         source = ["index", "source"]
         self.source_last_sync = Gauge("rag_source_last_sync_timestamp_seconds",
-                                      "When the source's last sync started (Unix time)", source, registry=self.registry)
+                                      "When the source's last sync started (Unix time)", source, registry=registry)
         self.source_duration = Gauge("rag_source_last_sync_duration_seconds", "How long the source's last sync took",
-                                     source, registry=self.registry)
+                                     source, registry=registry)
         self.source_files = Gauge("rag_source_last_sync_files", "Files of the source's last sync, by outcome",
-                                  source + ["outcome"], registry=self.registry)
+                                  source + ["outcome"], registry=registry)
         self.source_ok = Gauge("rag_source_last_sync_ok", "1 if the source's last sync read its folder and every "
                                "file, 0 if a file failed or the folder could not be read", source,
-                               registry=self.registry)
+                               registry=registry)
         self.source_next = Gauge("rag_source_next_sync_timestamp_seconds", "When the server syncs the scheduled "
-                                 "source next (Unix time; 0: never synced, due now)", source, registry=self.registry)
-        self.otel = observe.instruments()  # the OpenTelemetry side (no-ops unless telemetry is on)
+                                 "source next (Unix time; 0: never synced, due now)", source, registry=registry)
+
+    def request(self, route: str, method: str, status: int) -> None:
+        self.instruments.requests.add(1, {"route": route, "method": method, "status": str(status)})
 
     def queue(self, depth: int) -> None:
-        """Generations queued or running, to Prometheus and OpenTelemetry alike."""
-        self.queue_depth.set(depth)
-        self.otel.queue_depth.set(depth)
+        """Generations queued or running."""
+        self.instruments.queue_depth.set(depth)
 
     def rejected(self, error_type: str) -> None:
         """A request refused with 503 (queue full, models not loaded)."""
-        self.otel.rejected.add(1, {"error.type": error_type})
+        self.instruments.rejected.add(1, {observe.ERROR_TYPE: error_type})
 
     def observe_answer(self, ttft_ms: float, total_ms: float, output_tokens: int) -> None:
+        """An answer's times (its tokens are in ``gen_ai.client.token.usage``, recorded as it was generated)."""
         if output_tokens:
-            self.ttft.observe(ttft_ms / 1000)
-        self.total.observe(total_ms / 1000)
-        self.tokens.inc(output_tokens)
+            self.instruments.answer_ttft.record(ttft_ms / 1000)
+        self.instruments.answer_duration.record(total_ms / 1000)
 
     def sources(self, sources: Iterable[tuple[str, Source]]) -> None:
         """The series of each (index name, source) now; those of sources gone since the last scrape go too."""
@@ -88,6 +109,23 @@ class ServiceMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def service_metrics(settings: Settings, telemetry: bool) -> tuple[ServiceMetrics, Telemetry | None]:
+    """The app's metrics, and with ``telemetry`` (a serving process) the process's OpenTelemetry as the settings
+    say: its meter provider then has the Prometheus reader too, even with telemetry "off", so that everything
+    the process records (answers, retrieval, ingest) is on /metrics and in the exported metrics alike. Without
+    (an app inside another program, such as tests) the app records into a provider of its own, leaving the
+    process's telemetry alone: its /metrics has what the app records, not the stages' ingest counts."""
+    exported = CollectorRegistry()
+    # No target_info or otel_scope_* labels: the series keep the names and labels /metrics always had.
+    reader = PrometheusMetricReader(disable_target_info=True, scope_info_enabled=False, registry=exported)
+    registry = CollectorRegistry()
+    registry.register(_Instruments(exported))
+    exporting = start_telemetry(settings, "api", metric_readers=[reader]) if telemetry else None
+    if exporting is not None:
+        return ServiceMetrics(registry, exporting.meter_provider), exporting
+    return ServiceMetrics(registry, MeterProvider(metric_readers=[reader], shutdown_on_exit=False)), None
 
 
 class JsonFormatter(logging.Formatter):

@@ -31,7 +31,6 @@ from rag.core.errors import (DocumentNotFoundError, ForbiddenError, JobNotFoundE
                              RagError, SourceBusyError, SourceUnavailableError)
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
-from rag.generation.base import GenerationStats
 from rag.generation.scheduler import GenerationScheduler
 from rag.runtime import (Models, answer_service, generation_backend, open_audit, open_jobs,
                          open_keys, open_store, open_uploads)
@@ -87,7 +86,8 @@ class AppState:
             self.models = Models.load(self.settings)
             generator, self.scheduler = self.models.serving_generator(self.settings.max_queue)
             self.models.warm_up()
-            self.answers = answer_service(self.settings, self.models, generator=generator, store=self.store)
+            self.answers = answer_service(self.settings, self.models, generator=generator, store=self.store,
+                                          instruments=self.metrics.instruments)
             self.status = "ready"
             threading.Thread(target=self.sync_on_schedule, name="source-sync", daemon=True).start()
         except ModelError as exc:
@@ -347,20 +347,15 @@ class AppState:
         service = self.service()
         depth = (lambda: self.scheduler.depth) if self.scheduler is not None else (lambda: 0)
         self.metrics.queue(depth() + 1)
-        stats = GenerationStats()
-        stream = service.stream(request, stats)
-        finished = False
+        stream = service.stream(request)  # its tokens, a stream closed early's too, go to gen_ai.client.token.usage
         try:
             async for item in stream:
                 if isinstance(item, AnswerResult):
                     self.metrics.observe_answer(item.metrics.ttft_ms, item.metrics.total_ms,
                                                 item.metrics.output_tokens)
-                    finished = True
                 yield item
         finally:
             await stream.aclose()
-            if not finished:
-                self.metrics.tokens.inc(stats.output_tokens)
             self.metrics.queue(depth())
 
     @property

@@ -20,6 +20,7 @@ from ingest.jobs import JobStore
 from ingest.uploads import Uploads
 from rag.answering.prompt import build_messages
 from rag.answering.service import AnswerService
+from rag.core import observe
 from rag.core.audit import AuditLog, AuditTrail
 from rag.core.errors import ConfigError
 from rag.core.files import remove_tree
@@ -187,7 +188,9 @@ class Models:
 
 
 def answer_service(settings: Settings, models: Models, generator: Generator | None = None,
-                   store: Store | None = None) -> AnswerService:
+                   store: Store | None = None, instruments: observe.Instruments | None = None) -> AnswerService:
     """The one place an ``AnswerService`` is built: the local generator unless another (the server's
-    scheduler) is given, the configured store unless another (eval's scratch store) is given."""
-    return AnswerService(settings, store or open_store(settings), models.embedder, generator or models.generator)
+    scheduler) is given, the configured store unless another (eval's scratch store) is given; it records into
+    the process's metric instruments unless others (an app's own) are given."""
+    return AnswerService(settings, store or open_store(settings), models.embedder, generator or models.generator,
+                         instruments)

@@ -176,7 +176,9 @@ def test_metrics_exposes_prometheus_series(client: TestClient):
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     text = response.text
-    for name in ("rag_requests_total", "rag_ttft_seconds", "rag_index_documents", "rag_generation_queue_depth"):
+    # A histogram has series from its first observation on (rag_ttft_seconds: test_ask_returns_answer_...).
+    for name in ("rag_requests_total", "rag_index_documents", "rag_generation_queue_depth",
+                 "rag_generated_tokens_total"):
         assert name in text, name
     assert re.search(r'^rag_index_documents\{index="default"\} 2\.0$', text, re.MULTILINE), text
     assert re.search(r'^rag_requests_total\{method="GET",route="/healthz",status="200"\} \d', text, re.MULTILINE)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from prometheus_client.parser import text_string_to_metric_families
 
 from rag.core.settings import PROJECT_ROOT, Settings
 from tests.format_fixtures import make_scanned_pdf
@@ -246,6 +248,123 @@ def test_content_capture_records_the_question_and_retrieved_chunks(settings: Set
     assert json.loads(c["gen_ai.input.messages"])[-1]["role"] == "user"
     assert json.loads(c["gen_ai.output.messages"])[0]["role"] == "assistant"
     assert c["gen_ai.usage.output_tokens"] == result["metrics"]["output_tokens"]
+
+
+# What /metrics calls each OpenTelemetry metric: the OpenTelemetry-to-Prometheus translation (README "Telemetry").
+PROMETHEUS_NAMES = {
+    "gen_ai.client.token.usage": "gen_ai_client_token_usage",
+    "gen_ai.client.operation.duration": "gen_ai_client_operation_duration_seconds",
+    "gen_ai.client.operation.time_to_first_chunk": "gen_ai_client_operation_time_to_first_chunk_seconds",
+    "rag.retrieval.duration": "rag_retrieval_duration_seconds",
+    "rag.ttft": "rag_ttft_seconds",
+    "rag.answer": "rag_answer_seconds",
+    "rag.ingest.files": "rag_ingest_files_total",
+    "rag.ingest.chunks": "rag_ingest_chunks_total",
+    "rag.ingest.ocr_pages": "rag_ingest_ocr_pages_total",
+    "rag.generation.queue_depth": "rag_generation_queue_depth",
+}
+
+
+def label(key: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9]+", "_", key)
+
+
+def exported_figures(path: Path) -> dict[tuple, float]:
+    """The last export of each metric in an OTLP JSON Lines metrics file (cumulative: the totals), as the
+    Prometheus samples it should be: (series name, sorted labels) -> value; a histogram as its count, sum and
+    cumulative buckets."""
+    last: dict[str, object] = {}
+    for request in parse_lines(path, ExportMetricsServiceRequest):
+        for resource in request.resource_metrics:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    last[metric.name] = metric
+    figures: dict[tuple, float] = {}
+    for name, series in PROMETHEUS_NAMES.items():
+        metric = last[name]
+        kind = metric.WhichOneof("data")
+        for point in getattr(metric, kind).data_points:
+            labels = tuple(sorted((label(a.key), str(value(a.value))) for a in point.attributes))
+            if kind == "histogram":
+                assert metric.histogram.aggregation_temporality == 2  # cumulative, as Prometheus counts
+                figures[(f"{series}_count", labels)] = float(point.count)
+                figures[(f"{series}_sum", labels)] = point.sum
+                running = 0
+                for bound, count in zip([*point.explicit_bounds, float("inf")], point.bucket_counts):
+                    running += count
+                    figures[(f"{series}_bucket", tuple(sorted((*labels, ("le", repr(bound) if bound != float("inf")
+                                                                              else "+Inf")))))] = float(running)
+            else:
+                if kind == "sum":
+                    assert metric.sum.aggregation_temporality == 2 and metric.sum.is_monotonic
+                figures[(series, labels)] = point.as_double or float(point.as_int)
+    return figures
+
+
+def scraped(text: str) -> dict[tuple, float]:
+    """/metrics as (sample name, sorted labels) -> value."""
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def test_metrics_and_the_exported_metrics_are_one_set(settings: Settings, tmp_path: Path):
+    """The figures /metrics gives Prometheus are the exported OpenTelemetry metrics, value for value: each is
+    recorded once, into one set of instruments, which both read."""
+    home = tmp_path / "home"
+    ingested = run_rag(settings, home, "ingest", str(PROJECT_ROOT / "examples" / "docs" / "normans.md"),
+                       RAG_TELEMETRY="off")
+    assert ingested.returncode == 0, ingested.stderr
+    scan = tmp_path / "notice.pdf"
+    make_scanned_pdf(scan)
+    with server_process(settings, home, tmp_path / "server.log") as base:
+        asked = httpx.post(f"{base}/v1/ask", json={"question": QUESTION}, timeout=60)
+        assert asked.status_code == 200, asked.text
+        chatted = httpx.post(f"{base}/v1/chat/completions", timeout=60, json={
+            "messages": [{"role": "user", "content": STREAMED}], "max_tokens": 8})
+        assert chatted.status_code == 200, chatted.text
+        uploaded = httpx.post(f"{base}/v1/documents", timeout=120, files=[
+            ("data", ("kestrel.md", b"# Kestrel Club\n\nThe Kestrel Club meets on Thursdays.\n", "text/markdown")),
+            ("data", ("notice.pdf", scan.read_bytes(), "application/pdf"))])
+        assert uploaded.status_code == 200, uploaded.text
+        text = httpx.get(f"{base}/metrics", timeout=10).text
+    served = scraped(text)
+    exported = exported_figures(home / "telemetry" / "metrics.jsonl")
+    assert {key: served.get(key) for key in exported} == exported
+
+    output = {"gen_ai_operation_name": "chat", "gen_ai_token_type": "output"}
+    tokens = sum(v for (name, labels), v in exported.items()
+                 if name == "gen_ai_client_token_usage_sum" and output.items() <= dict(labels).items())
+    assert tokens == asked.json()["metrics"]["output_tokens"] + chatted.json()["usage"]["completion_tokens"] > 0
+    assert served[("rag_generated_tokens_total", ())] == tokens  # the /metrics series it always had, read off them
+    assert served[("rag_ttft_seconds_count", ())] == 2 and served[("rag_generation_queue_depth", ())] == 0
+    files = {dict(labels)["rag_ingest_outcome"]: v for (name, labels), v in exported.items()
+             if name == "rag_ingest_files_total"}
+    assert files == {"added": 2}
+    upload_chunks = sum(f["chunks"] for f in uploaded.json()["files"])
+    assert exported[("rag_ingest_chunks_total", (("gen_ai_data_source_id", "default"),))] == upload_chunks
+    assert exported[("rag_ingest_ocr_pages_total", (("gen_ai_data_source_id", "default"),))] == 1
+    assert served[("rag_requests_total", (("method", "POST"), ("route", "/v1/ask"), ("status", "200")))] == 1
+    assert "kestrel" not in text and "notice" not in text  # labels name indexes, never files
+
+
+def test_metrics_work_with_telemetry_off(settings: Settings, tmp_path: Path):
+    """``telemetry = "off"`` exports nothing, and /metrics still has every figure."""
+    home = tmp_path / "home"
+    ingested = run_rag(settings, home, "ingest", str(PROJECT_ROOT / "examples" / "docs" / "normans.md"),
+                       RAG_TELEMETRY="off")
+    assert ingested.returncode == 0, ingested.stderr
+    with server_process(settings, home, tmp_path / "server.log", RAG_TELEMETRY="off") as base:
+        asked = httpx.post(f"{base}/v1/ask", json={"question": QUESTION}, timeout=60)
+        assert asked.status_code == 200, asked.text
+        served = scraped(httpx.get(f"{base}/metrics", timeout=10).text)
+    output = asked.json()["metrics"]["output_tokens"]
+    usage = {dict(labels)["gen_ai_token_type"]: v for (name, labels), v in served.items()
+             if name == "gen_ai_client_token_usage_sum"}
+    assert usage == {"input": asked.json()["metrics"]["prompt_tokens"], "output": output}
+    assert served[("rag_generated_tokens_total", ())] == output > 0
+    assert served[("rag_retrieval_duration_seconds_count", (("gen_ai_data_source_id", "default"),))] == 1
+    assert served[("rag_answer_seconds_count", ())] == 1
+    assert not (home / "telemetry").exists()
 
 
 class Receiver(BaseHTTPRequestHandler):

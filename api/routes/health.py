@@ -65,7 +65,7 @@ class HealthController(Controller):
         app.metrics.documents.labels(summary.name).set(summary.documents)
         app.metrics.chunks.labels(summary.name).set(summary.chunks)
         if app.scheduler is not None:
-            app.metrics.queue_depth.set(app.scheduler.depth)
+            app.metrics.queue(app.scheduler.depth)
         if app.store is not None:
             app.metrics.sources(await anyio.to_thread.run_sync(every_source, app.store))
         return app.metrics.render()  # no await since the sources were set: a concurrent scrape cannot interleave

@@ -137,14 +137,15 @@ class PreparedAnswer:
 
 
 class AnswerService:
-    def __init__(self, settings: Settings, store: Store, embedder: Embedder, generator: Generator) -> None:
+    def __init__(self, settings: Settings, store: Store, embedder: Embedder, generator: Generator,
+                 instruments: observe.Instruments | None = None) -> None:
         self.settings = settings
         self.store = store
         self.embedder = embedder
         self.generator = generator
         self._retrievers: dict[str, Retriever] = {}
         self._lock = threading.Lock()
-        self.instruments = observe.instruments()
+        self.instruments = instruments or observe.instruments()
 
     # ------------------------------------------------------------------ retrieval
     def retriever(self, index: str | None = None) -> Retriever:

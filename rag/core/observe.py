@@ -2,8 +2,9 @@
 conventions) and the metric instruments, through the OpenTelemetry *API* only.
 
 The stages (retrieval, generation, ingest) call ``tracer()`` and ``instruments()``; without a configured SDK
-(``telemetry = "off"``, library use, tests) these are OpenTelemetry's no-ops. ``rag.telemetry`` installs the
-SDK and its exporters once per process, from settings, before any request is served.
+(library use, tests) these are OpenTelemetry's no-ops. ``rag.telemetry`` installs the SDK and its exporters once
+per process, from settings, before any request is served; a server's process always has a meter provider, whose
+Prometheus reader renders the same instruments as ``/metrics`` (api.observability).
 """
 
 from __future__ import annotations
@@ -142,9 +143,18 @@ def messages_attribute(messages: Iterable[Mapping[str, str]]) -> str:
                        for m in messages])
 
 
+# Each figure is recorded once, in one of these instruments; the OTLP exporters and the server's /metrics read
+# them alike. A server's own figures are named so that the OpenTelemetry-to-Prometheus translation (dots to
+# underscores, the unit as a suffix, ``_total`` on counters) gives the /metrics names it has always had
+# (``rag.ttft`` in seconds -> ``rag_ttft_seconds``), which is also what a Prometheus fed over OTLP stores.
+LATENCY_BUCKETS = [0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0]
+GENAI_DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
+RETRIEVAL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]
+
+
 @dataclass(frozen=True)
 class Instruments:
-    """The metric instruments every stage records into (OpenTelemetry no-ops when the SDK is off)."""
+    """The metric instruments every figure is recorded in (OpenTelemetry no-ops without an SDK)."""
 
     token_usage: metrics.Histogram
     operation_duration: metrics.Histogram
@@ -155,23 +165,29 @@ class Instruments:
     ingest_files: metrics.Counter
     ingest_chunks: metrics.Counter
     ocr_pages: metrics.Counter
+    # The server's (api): requests answered, and each answer's time to its first token and to its end.
+    requests: metrics.Counter
+    answer_ttft: metrics.Histogram
+    answer_duration: metrics.Histogram
 
 
-def instruments() -> Instruments:
-    meter = metrics.get_meter(SCOPE)
+def instruments(meter: metrics.Meter | None = None) -> Instruments:
+    """The instruments of ``meter`` (default: the process's); the SDK gives the same instrument for a name again."""
+    meter = meter or metrics.get_meter(SCOPE)
     return Instruments(
         token_usage=meter.create_histogram(
             "gen_ai.client.token.usage", unit="{token}", description="Tokens used per operation, by token type",
-            explicit_bucket_boundaries_advisory=[1, 4, 16, 64, 256, 1024, 4096, 16384]),
+            explicit_bucket_boundaries_advisory=[1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0]),
         operation_duration=meter.create_histogram(
             "gen_ai.client.operation.duration", unit="s", description="GenAI operation duration",
-            explicit_bucket_boundaries_advisory=[0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12,
-                                                 10.24, 20.48, 40.96, 81.92]),
+            explicit_bucket_boundaries_advisory=GENAI_DURATION_BUCKETS),
         time_to_first_chunk=meter.create_histogram(
             "gen_ai.client.operation.time_to_first_chunk", unit="s",
-            description="Time from the request to the first generated chunk"),
+            description="Time from the request to the first generated chunk",
+            explicit_bucket_boundaries_advisory=GENAI_DURATION_BUCKETS),
         retrieval_duration=meter.create_histogram(
-            "rag.retrieval.duration", unit="s", description="Query embedding and hybrid search"),
+            "rag.retrieval.duration", unit="s", description="Query embedding and hybrid search",
+            explicit_bucket_boundaries_advisory=RETRIEVAL_BUCKETS),
         queue_depth=meter.create_gauge(
             "rag.generation.queue_depth", unit="{request}", description="Generations queued or running"),
         rejected=meter.create_counter(
@@ -179,4 +195,11 @@ def instruments() -> Instruments:
         ingest_files=meter.create_counter("rag.ingest.files", unit="{file}", description="Files ingested, by outcome"),
         ingest_chunks=meter.create_counter("rag.ingest.chunks", unit="{chunk}", description="Chunks written"),
         ocr_pages=meter.create_counter("rag.ingest.ocr_pages", unit="{page}", description="Pages read by OCR"),
+        requests=meter.create_counter("rag.requests", unit="{request}", description="HTTP requests"),
+        answer_ttft=meter.create_histogram(
+            "rag.ttft", unit="s", description="Time to first answer token",
+            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS),
+        answer_duration=meter.create_histogram(
+            "rag.answer", unit="s", description="Total answer latency",
+            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS),
     )

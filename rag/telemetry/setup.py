@@ -11,7 +11,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import Any, Sequence
 
 from opentelemetry import metrics, trace
 from opentelemetry._logs import set_logger_provider
@@ -19,7 +19,7 @@ from opentelemetry.instrumentation.logging.handler import LoggingHandler
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -38,22 +38,30 @@ SERVICE_NAME = "offline-rag"
 
 @dataclass
 class Telemetry:
-    """The providers this process installed; ``shutdown`` flushes what is pending and stops the exporters."""
+    """The providers this process installed; ``shutdown`` flushes what is pending and stops the exporters.
+    With ``telemetry = "off"`` and readers of the process's own, only the meter provider (no traces, no logs)."""
 
-    tracer_provider: TracerProvider
     meter_provider: MeterProvider
-    logger_provider: LoggerProvider
-    handler: logging.Handler
+    tracer_provider: TracerProvider | None = None
+    logger_provider: LoggerProvider | None = None
+    handler: logging.Handler | None = None
     streams: list[RotatingLines] = field(default_factory=list)
 
+    @property
+    def tracing(self) -> bool:
+        return self.tracer_provider is not None
+
     def flush(self) -> None:
-        self.tracer_provider.force_flush()
-        self.logger_provider.force_flush()
-        self.meter_provider.force_flush()
+        for provider in (self.tracer_provider, self.logger_provider, self.meter_provider):
+            if provider is not None:
+                provider.force_flush()
 
     def shutdown(self) -> None:
-        logging.getLogger().removeHandler(self.handler)
+        if self.handler is not None:
+            logging.getLogger().removeHandler(self.handler)
         for provider in (self.tracer_provider, self.logger_provider, self.meter_provider):
+            if provider is None:
+                continue
             try:
                 provider.shutdown()
             except Exception as exc:  # noqa: BLE001 - stopping telemetry must never fail the caller
@@ -104,12 +112,19 @@ def resource_for(component: str) -> Resource:
                             "rag.component": component})
 
 
-def start_telemetry(settings: Settings, component: str, capture_logs: bool = True) -> Telemetry | None:
+def start_telemetry(settings: Settings, component: str, capture_logs: bool = True,
+                    metric_readers: Sequence[MetricReader] = ()) -> Telemetry | None:
     """Install the SDK for this process as ``settings.telemetry`` says (None when "off"). ``component``: "api",
     "cli", ... (a resource attribute). ``capture_logs``: send the process's log records too (the server's JSON
-    logs; a CLI command's warnings stay on its stderr). Call once per process, before serving."""
+    logs; a CLI command's warnings stay on its stderr). ``metric_readers``: the process's own readers of the
+    same instruments beside the exporters (the server's /metrics); with them the process gets its meter provider
+    even when "off". Call once per process, before serving."""
     if settings.telemetry == "off":
-        return None
+        if not metric_readers:
+            return None
+        meter_provider = MeterProvider(resource=resource_for(component), metric_readers=list(metric_readers))
+        metrics.set_meter_provider(meter_provider)
+        return Telemetry(meter_provider)
     os.environ.setdefault("OTEL_SEMCONV_STABILITY_OPT_IN", SEMCONV_OPT_IN)
     streams: list[RotatingLines] = []
     if settings.telemetry == "file":
@@ -139,7 +154,7 @@ def start_telemetry(settings: Settings, component: str, capture_logs: bool = Tru
     tracer_provider = TracerProvider(resource=resource)
     tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter, schedule_delay_millis=1000))
     meter_provider = MeterProvider(resource=resource, metric_readers=[
-        PeriodicExportingMetricReader(metric_exporter, export_interval_millis=METRIC_INTERVAL_MS)])
+        PeriodicExportingMetricReader(metric_exporter, export_interval_millis=METRIC_INTERVAL_MS), *metric_readers])
     logger_provider = LoggerProvider(resource=resource)
     logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter, schedule_delay_millis=1000))
     trace.set_tracer_provider(tracer_provider)
@@ -149,4 +164,4 @@ def start_telemetry(settings: Settings, component: str, capture_logs: bool = Tru
     handler.addFilter(_not_telemetry)
     if capture_logs:
         logging.getLogger().addHandler(handler)
-    return Telemetry(tracer_provider, meter_provider, logger_provider, handler, streams)
+    return Telemetry(meter_provider, tracer_provider, logger_provider, handler, streams)
