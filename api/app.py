@@ -166,6 +166,9 @@ def create_app(settings: Settings | None = None, telemetry: bool = False) -> Lit
     """``telemetry``: install OpenTelemetry for this process as the settings say (a serving process; apps
     built inside another program, such as tests, leave the process's telemetry alone)."""
     settings = settings or load_settings()
+    # Logging first: what opening the state reports (jobs a stop of the server interrupted) must reach the
+    # JSON log, not only a handler telemetry may have put on the root logger.
+    configure_logging(settings.log_file)
     metrics, exporting = service_metrics(settings, telemetry)
     tracing = exporting is not None and exporting.tracing
     app_state = AppState(settings=settings, metrics=metrics)
