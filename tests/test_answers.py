@@ -129,7 +129,11 @@ def test_spans_are_placed_and_cut_by_the_question(generator):
     texts = {generator.decode(span.tokens[:k]).strip()
              for span in candidate_spans(glued, "What is the average sorting time?", generator.encode)
              for k in span.ends}
-    assert "37° 9' north" in texts and not any(t.endswith((" O", "37")) for t in texts), texts
+    assert "37° 9' north" in texts and not any(t.endswith((" O", "37", " at")) for t in texts), texts
+    exactly = "The midpoint lies at exactly 37 degrees, south of San Jose."
+    texts = {generator.decode(span.tokens[:k]).strip()
+             for span in candidate_spans(exactly, "Where is the midpoint?", generator.encode) for k in span.ends}
+    assert "lies at exactly 37 degrees" in texts and "lies at exactly" not in texts, texts
     opener = "Although time and space are well known, any complexity measure can be a resource."
     assert not any(opener[s:].startswith("Although") for s in answer_starts(opener, "What is a resource?"))
 

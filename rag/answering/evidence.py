@@ -45,6 +45,7 @@ WORD_OR_NUMBER = re.compile(r"(?:[A-Za-z]\.){2,}|\d+(?:[.,]\d+)*%?|\w+(?:['’]\
 # What may follow the end of a short answer: nothing, a space or punctuation; not a character glued to the
 # word ("O(n log n)", "37° 9'", "2A").
 WORD_BOUNDARY = re.compile(r"$|[\s,.;:!?)\]\"'”’]")
+NUMBER_NEXT = re.compile(r"\s+\d")
 # Words that open a clause, never an answer ("Although time and space are…", "Historically, Victoria…").
 CLAUSE_OPENERS = frozenset("although while however historically since because though after before during whereas "
                            "thus therefore also then yet still subsequently similarly".split())
@@ -167,6 +168,8 @@ def candidate_spans(sentence: str, question: str, encode: Callable[[str], np.nda
             if not balanced(suffix[:end]):  # never "DTIME(f(n", "Vic) is" nor "Mini), a router (Sky Q"
                 continue
             if not WORD_BOUNDARY.match(suffix[end:end + 1]):  # never "is O" of "O(n log n)", "37" of "37°"
+                continue
+            if NUMBER_NEXT.match(suffix[end:]):  # a number belongs to the words before it: "at exactly 37°"
                 continue
             head = tuple(int(t) for t in encode(suffix[:end]))
             if len(head) > len(tokens):
