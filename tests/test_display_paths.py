@@ -16,7 +16,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Callable
 
@@ -31,6 +30,7 @@ from rag.core.errors import DocumentNotFoundError
 from rag.core.paths import PathRules, path_display, path_identity
 from rag.core.settings import PROJECT_ROOT
 from tests.helpers import cli_env
+from test_store_backends import fresh_name, store  # noqa: F401 (the both-stores fixture)
 
 SHARE = "\\\\fileserver\\Projects"
 WOMBAT = "# Wombats\n\nWombats are short-legged marsupials that dig burrows in south-eastern Australia.\n"
@@ -141,23 +141,6 @@ def test_this_machine_keeps_the_identities_it_had(tmp_path: Path, monkeypatch: p
 
 
 # ------------------------------------------------------------------------------ real ingests, both stores
-BACKENDS = ("embedded", "postgresql")
-
-
-@pytest.fixture(params=BACKENDS)
-def store(request, tmp_path: Path):
-    if request.param == "embedded":
-        yield EmbeddedStore(tmp_path / "indexes")
-        return
-    from ingest.store.postgres import PostgresStore
-
-    store = PostgresStore(request.getfixturevalue("postgres_url"), pool_size=2)
-    yield store
-    store.close()
-
-
-def fresh_name() -> str:
-    return f"t-{uuid.uuid4().hex[:10]}"
 
 
 def shown_documents(index) -> dict[str, tuple[str, str]]:
