@@ -290,3 +290,14 @@ def test_eval_reports_reader_metrics_and_dumps(settings: Settings, tmp_path: Pat
     assert {"main", "distractors", "off_topic_alone", "off_topic_third_turn"} <= runs
     answered = [r for r in records if r["run"] == "main" and not r["abstained"]]
     assert answered and all(r["evidence"] and "f1" in r["verdict"] or r["unanswerable"] for r in answered)
+
+
+def test_sentences_break_at_blank_lines_and_not_after_titles():
+    """A new user's note: "Dr. Mira Quell" was cut into the answer "Dr", and the title line was read as the
+    head of the first sentence ("Zorblax Widget Notes  The Zorblax")."""
+    from rag.core.text import split_sentences
+
+    text = "Zorblax Widget Notes\n\nThe widget was invented by Dr. Mira Quell in 1998. It weighs 340 grams."
+    assert split_sentences(text) == ["Zorblax Widget Notes", "The widget was invented by Dr. Mira Quell in 1998.",
+                                     "It weighs 340 grams."]
+    assert sentence_quote(1, text, "The widget was invented by Dr. Mira Quell in 1998.").start == 22

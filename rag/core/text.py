@@ -12,8 +12,11 @@ STOPWORDS = frozenset(
 )
 WORD = re.compile(r"\w+")
 # A sentence boundary: end punctuation, optional closing quotes/brackets, whitespace, then something that
-# can open a sentence (an optional opening quote/bracket and a capital letter or digit).
-SENTENCE_BOUNDARY = re.compile(r"""(?<=[.!?])["'”’)\]]*\s+(?=["'“‘(\[]?[A-Z0-9À-ÖØ-ÞА-ЯΑ-Ω])""")
+# can open a sentence (an optional opening quote/bracket and a capital letter or digit); never after a title
+# ("Dr. Mira Quell" was once cut into the answer "Dr").
+TITLES = ("Dr", "Mr", "Mrs", "Ms", "Prof", "St", "Jr", "Sr", "Mt", "Gen", "Col", "Capt", "Rev", "Sen", "Gov")
+SENTENCE_BOUNDARY = re.compile("".join(rf"(?<!\b{title}\.)" for title in TITLES)
+                               + r"""(?<=[.!?])["'”’)\]]*\s+(?=["'“‘(\[]?[A-Z0-9À-ÖØ-ÞА-ЯΑ-Ω])""")
 
 
 def content_terms(text: str) -> list[str]:
@@ -31,6 +34,9 @@ def stem(word: str) -> str:
     return word.lower()[:5]
 
 
+PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
+
+
 def sentence_starts(text: str) -> list[int]:
     """Offsets in ``text`` where a sentence after the first begins."""
     return [m.end() for m in SENTENCE_BOUNDARY.finditer(text)]
@@ -39,6 +45,8 @@ def sentence_starts(text: str) -> list[int]:
 def split_sentences(text: str) -> list[str]:
     """The sentences of ``text`` (line breaks read as spaces), each stripped; one-character scraps dropped."""
     flat = text.replace("\n", " ")
-    cuts = [0, *sentence_starts(flat), len(flat)]
+    # A blank line ends a sentence too: a title line is not the head of the paragraph under it.
+    breaks = (m.end() for m in PARAGRAPH_BREAK.finditer(text))
+    cuts = sorted({0, *sentence_starts(flat), *breaks, len(flat)})
     parts = (flat[a:b].strip() for a, b in zip(cuts, cuts[1:]))
     return [p for p in parts if len(p) > 1]
