@@ -103,7 +103,7 @@ def answer_starts(sentence: str, question: str) -> list[int]:
     tokens = list(re.finditer(r"\S+", sentence))
     for i, match in enumerate(tokens):
         word = re.sub(r"\W", "", re.sub(r"['’]s\b", "", match.group().lower()))  # "Rollo's" is "Rollo"
-        if not word or word in asked or (word not in STOPWORDS and stem(word) in asked_stems) \
+        if not word or word in asked or is_question_word(word, asked_stems) \
                 or (word in STOPWORDS and word not in ARTICLES) or word in CLAUSE_OPENERS \
                 or match.group()[0] in "([":
             continue
@@ -118,25 +118,37 @@ def answer_starts(sentence: str, question: str) -> list[int]:
     return starts
 
 
-def start_prior(sentence: str, question: str, start: int) -> float:
-    """How much the words around ``start`` favour an answer beginning there: the type the question asks
-    for, and closeness to the words of the question (an answer stands next to what the question says of it:
-    on 136 dev answers in their evidence sentence, 69% lie within two words of a question word)."""
+def is_question_word(word: str, asked_stems: set[str]) -> bool:
+    """A content word whose stem is one of the question's (``asked_stems``)."""
+    return word.lower() not in STOPWORDS and stem(word) in asked_stems
+
+
+def start_priors(sentence: str, question: str) -> dict[int, float]:
+    """For each word of ``sentence`` (by its offset), how much the words around it favour an answer beginning
+    there: the type the question asks for, and closeness to the words of the question (an answer stands next
+    to what the question says of it: on 136 dev answers in their evidence sentence, 69% lie within two words
+    of a question word)."""
     words = list(WORD_OR_NUMBER.finditer(sentence))
-    at = next((i for i, m in enumerate(words) if m.start() >= start), None)
-    if at is None:
-        return 0.0
-    word, before = words[at].group(), words[at - 1].group().lower() if at else ""
-    prior = 0.0
-    if (TIME_QUESTION.match(question) and YEAR_OR_MONTH.match(word)) \
-            or (PERSON_QUESTION.match(question) and word[:1].isupper() and at > 0) \
-            or (PLACE_QUESTION.match(question) and word[:1].isupper() and before in PLACE_PREPOSITIONS):
-        prior += TYPE_PRIOR
     asked = {stem(w) for w in content_words(question)}
-    near = [i for i, m in enumerate(words) if m.group().lower() not in STOPWORDS and stem(m.group()) in asked]
-    if near:
-        prior -= DISTANCE_PRIOR * math.log1p(min(abs(at - i) for i in near))
-    return prior
+    near = [i for i, m in enumerate(words) if is_question_word(m.group(), asked)]
+    time_q, person_q, place_q = (bool(q.match(question)) for q in (TIME_QUESTION, PERSON_QUESTION, PLACE_QUESTION))
+    priors = {}
+    for at, match in enumerate(words):
+        word, before = match.group(), words[at - 1].group().lower() if at else ""
+        prior = 0.0
+        if (time_q and YEAR_OR_MONTH.match(word)) or (person_q and word[:1].isupper() and at > 0) \
+                or (place_q and word[:1].isupper() and before in PLACE_PREPOSITIONS):
+            prior += TYPE_PRIOR
+        if near:
+            prior -= DISTANCE_PRIOR * math.log1p(min(abs(at - i) for i in near))
+        priors[match.start()] = prior
+    return priors
+
+
+def start_prior(sentence: str, question: str, start: int) -> float:
+    """``start_priors`` for the word at or after ``start``."""
+    priors = start_priors(sentence, question)
+    return next((prior for offset, prior in priors.items() if offset >= start), 0.0)
 
 
 def candidate_spans(sentence: str, question: str, encode: Callable[[str], np.ndarray],
@@ -151,13 +163,14 @@ def candidate_spans(sentence: str, question: str, encode: Callable[[str], np.nda
     spans = []
     asked = {stem(w) for w in content_words(question)}
     words = list(WORD_OR_NUMBER.finditer(sentence))
+    priors = start_priors(sentence, question)
     for start in answer_starts(sentence, question):
         suffix = sentence[start:]
         tokens = tuple(int(t) for t in encode(suffix))[:limit]
         ends, question_words = set(), 0
         for i, word in enumerate(w for w in words if w.start() >= start):
             lowered = word.group().lower()
-            if i > 0 and lowered not in STOPWORDS and stem(lowered) in asked:
+            if i > 0 and is_question_word(lowered, asked):
                 question_words += 1
                 if question_words > QUESTION_WORDS_IN_ANSWER:
                     break
@@ -177,7 +190,8 @@ def candidate_spans(sentence: str, question: str, encode: Callable[[str], np.nda
             if tokens[:len(head)] == head:
                 ends.add(len(head))
         if ends:
-            spans.append(TokenSpan(tokens, frozenset(ends), start_prior(sentence, question, start)))
+            prior = next((p for offset, p in priors.items() if offset >= start), 0.0)
+            spans.append(TokenSpan(tokens, frozenset(ends), prior))
     return spans
 
 
