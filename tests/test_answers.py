@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from test_rag import doc_ids, options, rag_home, retriever, service, squad_rows  # noqa: F401 (fixtures)
-from rag.answering.evidence import (align, answer_starts, candidate_spans, clean_reply, cut_cleanly, is_explanatory,
-                                    sentence_quote, start_prior)
+from rag.answering.compress import defines
+from rag.answering.evidence import (align, answer_starts, candidate_spans, clean_reply, cut_cleanly,
+                                    holds_the_asked_type, is_explanatory, sentence_quote, start_prior)
 from rag.answering.prompt import ABSTENTION_MESSAGE, refers_back
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, AnswerService
@@ -43,7 +44,11 @@ def assert_trustworthy(result: AnswerResult) -> None:
 # --------------------------------------------------------------------------- spans and alignment (pure)
 def test_answer_starts_follow_the_question_type():
     words = lambda question: [VICTORIA_SENTENCE[i:].split()[0] for i in answer_starts(VICTORIA_SENTENCE, question)]
-    assert words("How many Catholic schools were in Victoria?") == ["August", "2010,", "1,548", "489", "214"]
+    # "2010" continues the date "August 2010": an answer starts where the date does
+    assert words("How many Catholic schools were in Victoria?") == ["August", "1,548", "489", "214"]
+    launch = "BSkyB's digital service was officially launched on 1 October 1998 under the name Sky Digital."
+    assert [launch[i:].split()[0] for i in answer_starts(launch, "When was BSkyB's digital service launched?")] \
+        == ["1"]
     assert "Victoria" not in words("Where are schools in Victoria?")
     assert "public" in words("What kind of schools did Victoria have?")
     assert "schools" not in words("What kind of schools are there?")  # the question's own words never start it
@@ -59,6 +64,11 @@ def test_candidate_spans_stop_only_at_word_ends(generator):
             ends.add(generator.decode(span.tokens[:k]))
     assert "DTIME(f(n))" in ends and "76,000 to 540,000" in ends
     assert "76" not in ends and "DTIME(f(n" not in ends
+    crowds = "The final usually draws crowds of over 12 million people along the river."
+    ends = {generator.decode(span.tokens[:k]) for span in candidate_spans(crowds, "How many come?", generator.encode)
+            for k in span.ends}
+    assert "12 million" in ends and "12" not in ends  # a number keeps its magnitude
+    assert not any(end.endswith(" along") for end in ends)  # nor does an answer end on a preposition
     router = "The range has three boxes (Sky Q, Sky Q Mini), a broadband router (Sky Q Hub) and apps."
     for span in candidate_spans(router, "What is the router?", generator.encode):
         for k in span.ends:
@@ -168,6 +178,15 @@ def test_question_shapes():
     assert not is_explanatory("How many schools are there?")
     assert is_explanatory("Who was Rollo?") and is_explanatory("What is photosynthesis?")  # definitions
     assert not is_explanatory("What is the capital of Victoria?")
+    assert not is_explanatory("What is Melbourne's population?") and not is_explanatory("Where is Victoria?")
+    assert holds_the_asked_type("In ten years the population grew from 76,000 to 540,000.", "How many live there?")
+    assert not holds_the_asked_type("The area was inhabited by the Koori.", "How many people live in Melbourne?")
+    assert not holds_the_asked_type("The Koori lived there.", "What is Melbourne's population?")
+    assert holds_the_asked_type("The Koori lived there.", "Who lived there?")
+    assert defines("Rollo", "…and the famed Viking ruler Rollo, and was situated in Neustria.")
+    assert defines("Victoria", "Victoria (abbreviated as Vic) is a state in the south-east of Australia.")
+    assert not defines("Rollo", "Before Rollo's arrival, its populations did not differ from Picardy.")
+    assert not defines("Victoria", "Victoria is currently governed by the Labor Party.")
     assert not is_explanatory("Who was the leader of the Normans who swore fealty to King Charles III?")
     assert refers_back("When did he die?") and refers_back("And in 1900?") and refers_back("What about there?")
     assert not refers_back("What is the boiling point of mercury?") and not refers_back("Who discovered penicillin?")
@@ -254,6 +273,34 @@ def test_followup_that_refers_back_still_uses_the_conversation(service: AnswerSe
     result = service.ask(AnswerRequest.conversation(messages, options=options(max_tokens=25)))
     assert_trustworthy(result)
     assert "normans" in result.sources[result.citations[0] - 1].path.lower()
+
+
+def test_followup_with_a_pronoun_is_answered_from_the_conversation(service: AnswerService):
+    # The README's own example: the evidence says "settlement", the question "settled".
+    messages = [{"role": "user", "content": "Where is Victoria?"}]
+    messages.append({"role": "assistant", "content": service.ask(AnswerRequest.conversation(
+        messages, options=options(max_tokens=25))).answer})
+    messages.append({"role": "user", "content": "When was it first settled?"})
+    result = service.ask(AnswerRequest.conversation(messages, options=options(max_tokens=25)))
+    assert_trustworthy(result)
+    assert result.answer == "1803" and "settlement" in result.evidence[0].quote
+
+
+def test_a_number_asked_for_and_none_in_the_evidence_is_refused(service: AnswerService):
+    result = service.ask(AnswerRequest(question="How many people live in Melbourne?", options=options(max_tokens=25)))
+    assert result.abstained and result.abstain_reason == "weak_evidence" and not result.evidence
+    answered = service.ask(AnswerRequest(question="How many Catholic schools were in Victoria?",
+                                         options=options(max_tokens=25)))
+    assert not answered.abstained and answered.answer[0].isdigit()  # a figure (the 135M model often picks 1,548)
+
+
+def test_definition_question_quotes_what_defines_its_subject(service: AnswerService):
+    result = service.ask(AnswerRequest(question="Who was Rollo?", options=options()))
+    assert_trustworthy(result)
+    assert re.search(r"(?:ruler|leader) Rollo", result.evidence[0].quote), result.evidence[0].quote
+    where = service.ask(AnswerRequest(question="Where is Victoria?", options=options(max_tokens=25)))
+    assert_trustworthy(where)
+    assert where.answer == "Australia" and "is a state in the south-east of Australia" in where.evidence[0].quote
 
 
 def test_plain_chat_cut_by_the_limit_says_so(service: AnswerService):

@@ -20,9 +20,11 @@ import numpy as np
 
 from ingest.embedder import Embedder
 from ingest.store import Store
-from rag.answering.compress import Passage, Sentence, candidate_sentences, score_sentences, select_passages
+from rag.answering.compress import (Passage, Sentence, candidate_sentences, defining_sentences, score_sentences,
+                                    select_passages)
 from rag.answering.evidence import (MAX_SPAN_TOKENS, Quote, align, align_part, candidate_spans, clean_reply, cut_cleanly,
-                                    is_explanatory, sentence_quote, short_answer_messages)
+                                    definition_subject, holds_the_asked_type, is_explanatory, sentence_quote,
+                                    short_answer_messages)
 from rag.answering.prompt import (ABSTENTION_MESSAGE, MODEL_ABSTENTION, drop_repeated_tail, grounded_share,
                                   model_abstained, refers_back)
 from rag.answering.result import AnswerResult, Evidence, Metrics, Source
@@ -33,7 +35,7 @@ from rag.core.access import RequestContext
 from rag.core.errors import BadRequestError
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
-from rag.core.text import content_words
+from rag.core.text import content_words, stem
 from rag.generation.base import GenerationStats, Generator, Message, Prompt, SamplingOptions
 
 SNIPPET_CHARS = 240
@@ -224,8 +226,11 @@ class AnswerService:
                                   (time.perf_counter() - t0) * 1000, options.sampling)
         floor = max((h.dense_score for h in retrieval.hits if h.dense_score is not None), default=1.0) \
             - TRUSTED_DENSE_MARGIN
-        texts = [h.chunk.text if h.dense_score is not None and h.dense_score >= floor else ""
-                 for h in retrieval.hits]
+        # Passages far below the best one do not reach the prompt, except a sentence of theirs that says what a
+        # definition question's subject is ("…the famed Viking ruler Rollo" for "Who was Rollo?").
+        subject = definition_subject(question)
+        texts = [h.chunk.text if h.dense_score is not None and h.dense_score >= floor
+                 else defining_sentences(h.chunk.text, subject) for h in retrieval.hits]
         sentences = candidate_sentences(texts)
         vectors = self.embedder.embed([s.text for s in sentences]) if options.sentence_vectors and sentences \
             else None
@@ -240,6 +245,17 @@ class AnswerService:
             return PreparedAnswer(request, question, retrieval, passages, None, started,
                                   (time.perf_counter() - t0) * 1000, options.sampling)
         explanatory = is_explanatory(question)
+        if best and not explanatory and not holds_the_asked_type(best, question):
+            # No number where one is asked for: a close runner-up that holds one and every telling word of the
+            # question answers it ("two Major League Soccer teams in Los Angeles"), else nothing does.
+            runner_up = next((i for i, (_, text) in enumerate(ranked[1:3], 1)
+                              if holds_the_asked_type(text, question) and telling_words(question) <= stems(text)),
+                             None)
+            if runner_up is None:
+                return PreparedAnswer(request, question, retrieval, passages, None, started,
+                                      (time.perf_counter() - t0) * 1000, options.sampling)
+            ranked = (ranked[runner_up], *ranked[:runner_up], *ranked[runner_up + 1:])
+            best = ranked[0][1]
         prompt, sampling = None, options.sampling
         if best and not explanatory:
             prompt = self.generator.prompt(short_answer_messages(question, best, options.answer_examples))
@@ -415,10 +431,20 @@ GENERIC_WORDS = frozenset("long take took many much first last time times year y
                           "kind way also still later early".split())
 
 
+def telling_words(question: str) -> set[str]:
+    """The stems of the question's content words, the too-common ones aside."""
+    return stems(" ".join(content_words(question) - GENERIC_WORDS))
+
+
+def stems(text: str) -> set[str]:
+    return {stem(w) for w in content_words(text)}
+
+
 def shares_a_word(question: str, sentence: str) -> bool:
-    """The sentence holds one of the question's telling words (any, when the question has none: "Why?")."""
-    asked = content_words(question) - GENERIC_WORDS
-    return not asked or bool(asked & content_words(sentence))
+    """The sentence holds one of the question's telling words, in any form ("settled" ~ "settlement"; any
+    word, when the question has none: "Why?")."""
+    asked = telling_words(question)
+    return not asked or bool(asked & stems(sentence))
 
 
 def sources(retrieval: Retrieval, passages: Sequence[Passage] = ()) -> list[Source]:
