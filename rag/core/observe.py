@@ -47,6 +47,12 @@ DIMENSIONS = "gen_ai.embeddings.dimension.count"
 TOKEN_TYPE = "gen_ai.token.type"
 ERROR_TYPE = "error.type"
 SERVER_ADDRESS = "server.address"
+# HTTP semantic conventions (stable): the server's request metrics.
+HTTP_METHOD = "http.request.method"
+HTTP_ROUTE = "http.route"
+HTTP_STATUS = "http.response.status_code"
+URL_SCHEME = "url.scheme"
+PROTOCOL_VERSION = "network.protocol.version"
 SERVER_PORT = "server.port"
 LOCAL_PROVIDER = "onnxruntime_genai"  # no registered value for a local ORT GenAI model
 REMOTE_PROVIDER = "openai"  # a generator_url speaks the OpenAI chat completions protocol
@@ -149,6 +155,7 @@ def messages_attribute(messages: Iterable[Mapping[str, str]]) -> str:
 # (``rag.ttft`` in seconds -> ``rag_ttft_seconds``), which is also what a Prometheus fed over OTLP stores.
 LATENCY_BUCKETS = [0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0]
 GENAI_DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
+HTTP_DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0]  # semconv's
 RETRIEVAL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]
 
 
@@ -165,8 +172,10 @@ class Instruments:
     ingest_files: metrics.Counter
     ingest_chunks: metrics.Counter
     ocr_pages: metrics.Counter
-    # The server's (api): requests answered, and each answer's time to its first token and to its end.
-    requests: metrics.Counter
+    # The server's (api): each HTTP request, once (its count is the request count), requests in flight, and each
+    # answer's time to its first token and to its end.
+    http_duration: metrics.Histogram
+    active_requests: metrics.UpDownCounter
     answer_ttft: metrics.Histogram
     answer_duration: metrics.Histogram
 
@@ -195,7 +204,11 @@ def instruments(meter: metrics.Meter | None = None) -> Instruments:
         ingest_files=meter.create_counter("rag.ingest.files", unit="{file}", description="Files ingested, by outcome"),
         ingest_chunks=meter.create_counter("rag.ingest.chunks", unit="{chunk}", description="Chunks written"),
         ocr_pages=meter.create_counter("rag.ingest.ocr_pages", unit="{page}", description="Pages read by OCR"),
-        requests=meter.create_counter("rag.requests", unit="{request}", description="HTTP requests"),
+        http_duration=meter.create_histogram(
+            "http.server.request.duration", unit="s", description="Duration of HTTP server requests",
+            explicit_bucket_boundaries_advisory=HTTP_DURATION_BUCKETS),
+        active_requests=meter.create_up_down_counter(
+            "http.server.active_requests", unit="{request}", description="HTTP server requests in flight"),
         answer_ttft=meter.create_histogram(
             "rag.ttft", unit="s", description="Time to first answer token",
             explicit_bucket_boundaries_advisory=LATENCY_BUCKETS),
