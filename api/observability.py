@@ -129,6 +129,12 @@ class ServiceMetrics:
         for name, unit, description, observations in gauges:
             meter.create_observable_gauge(name, [self._callback(name, observations)], unit=unit,
                                           description=description)
+        # Requests in flight, by (method, scheme): counted by the event loop as plain numbers, observed when
+        # collected (two SDK measurements per request, each into both readers, cost more than the request's one).
+        self._in_flight: dict[tuple[str, str], int] = {}
+        self._in_flight_lock = threading.Lock()
+        meter.create_observable_up_down_counter("http.server.active_requests", [self._observe_in_flight],
+                                                unit="{request}", description="HTTP server requests in flight")
 
     def _callback(self, name: str, observations: Callable[[IndexFigures], Iterator[Observation]]
                   ) -> Callable[[CallbackOptions], Iterator[Observation]]:
@@ -165,8 +171,15 @@ class ServiceMetrics:
 
     def active(self, method: str, scheme: str, change: int) -> None:
         """A request began (+1) or ended (-1)."""
-        self.instruments.active_requests.add(change, {observe.HTTP_METHOD: http_method(method),
-                                                      observe.URL_SCHEME: scheme})
+        key = (http_method(method), scheme)
+        with self._in_flight_lock:
+            self._in_flight[key] = self._in_flight.get(key, 0) + change
+
+    def _observe_in_flight(self, _options: CallbackOptions) -> Iterator[Observation]:
+        with self._in_flight_lock:
+            counts = list(self._in_flight.items())
+        for (method, scheme), count in counts:
+            yield Observation(count, {observe.HTTP_METHOD: method, observe.URL_SCHEME: scheme})
 
     def queue(self, depth: int) -> None:
         """Generations queued or running."""
@@ -248,6 +261,12 @@ def service_metrics(settings: Settings, telemetry: bool) -> tuple[ServiceMetrics
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
+        line = getattr(record, "json_line", None)
+        if line is None:  # formatted once for every handler of it (stderr and log_file)
+            line = record.json_line = self._format(record)
+        return line
+
+    def _format(self, record: logging.LogRecord) -> str:
         entry = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
                  "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
         entry.update(getattr(record, "fields", {}))

@@ -188,6 +188,8 @@ def test_file_telemetry_of_a_real_server_and_cli(settings: Settings, tmp_path: P
     request_logs = [r for r in records if r.body.string_value == "request"]
     ask_log = next(r for r in request_logs if {a.key: value(a.value) for a in r.attributes}.get("route") == "/v1/ask")
     assert ask_log.trace_id == incoming and ask_log.span_id == server.span_id
+    assert {a.key for a in ask_log.attributes} >= {"request_id", "method", "status", "latency_ms"}
+    assert "json_line" not in {a.key for a in ask_log.attributes}  # the JSON line is formatted once, not exported
     server_log = (tmp_path / "server.log").read_text(encoding="utf-8")
     assert f'"trace_id": "{INCOMING_TRACE}"' in server_log  # the JSON log line names the same trace
 

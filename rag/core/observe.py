@@ -58,17 +58,27 @@ LOCAL_PROVIDER = "onnxruntime_genai"  # no registered value for a local ORT GenA
 REMOTE_PROVIDER = "openai"  # a generator_url speaks the OpenAI chat completions protocol
 
 
+_tracer: tuple[trace.TracerProvider, trace.Tracer] | None = None
+
+
 def tracer() -> trace.Tracer:
-    return trace.get_tracer(SCOPE)
+    """The process's tracer, got once per tracer provider (the SDK's ``get_tracer`` builds a new tracer, under
+    a warnings filter, on every call: it was a third of what starting a span cost)."""
+    global _tracer
+    provider = trace.get_tracer_provider()
+    if _tracer is None or _tracer[0] is not provider:
+        _tracer = (provider, provider.get_tracer(SCOPE))
+    return _tracer[1]
 
 
 @contextmanager
 def start_span(name: str, attributes: Mapping[str, Any] | None = None,
                kind: SpanKind = SpanKind.INTERNAL) -> Iterator[Span]:
     """``with start_span(...) as span``: a child of the current span; an exception escaping it sets the span's
-    ``error.type`` (its error type or class name) and ERROR status, and is re-raised."""
-    with tracer().start_as_current_span(name, kind=kind, attributes=dict(attributes or {}),
-                                        record_exception=False, set_status_on_exception=False) as span:
+    ``error.type`` (its error type or class name) and ERROR status, and is re-raised. What a span gets after
+    it started is worth computing only when ``span.is_recording()`` (telemetry off: never)."""
+    with tracer().start_as_current_span(name, kind=kind, attributes=attributes, record_exception=False,
+                                        set_status_on_exception=False) as span:
         try:
             yield span
         except SystemExit as exc:  # a command's exit: only a failing code is an error
@@ -132,6 +142,8 @@ def server_attributes(url: str) -> dict[str, Any]:
 def record_outcome(abstained: bool, reason: str | None, citations: int, verified_quotes: int) -> None:
     """The answer's outcome on the span it was asked in (the request's server span, or the CLI's command)."""
     span = trace.get_current_span()
+    if not span.is_recording():
+        return
     span.set_attributes({"rag.answer.abstained": abstained, "rag.answer.citations": citations,
                          "rag.answer.verified_quotes": verified_quotes})
     if reason:
@@ -172,10 +184,9 @@ class Instruments:
     ingest_files: metrics.Counter
     ingest_chunks: metrics.Counter
     ocr_pages: metrics.Counter
-    # The server's (api): each HTTP request, once (its count is the request count), requests in flight, and each
-    # answer's time to its first token and to its end.
+    # The server's (api): each HTTP request, once (its count is the request count), and each answer's time to its
+    # first token and to its end. (Requests in flight, http.server.active_requests, are api.observability's.)
     http_duration: metrics.Histogram
-    active_requests: metrics.UpDownCounter
     answer_ttft: metrics.Histogram
     answer_duration: metrics.Histogram
 
@@ -207,8 +218,6 @@ def instruments(meter: metrics.Meter | None = None) -> Instruments:
         http_duration=meter.create_histogram(
             "http.server.request.duration", unit="s", description="Duration of HTTP server requests",
             explicit_bucket_boundaries_advisory=HTTP_DURATION_BUCKETS),
-        active_requests=meter.create_up_down_counter(
-            "http.server.active_requests", unit="{request}", description="HTTP server requests in flight"),
         answer_ttft=meter.create_histogram(
             "rag.ttft", unit="s", description="Time to first answer token",
             explicit_bucket_boundaries_advisory=LATENCY_BUCKETS),
