@@ -15,6 +15,7 @@ from litestar.di import Provide
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from opentelemetry import trace
+from opentelemetry.metrics import NoOpMeterProvider
 
 from api.auth import ANONYMOUS, CONTEXT_SCOPE_KEY, request_context
 from api.errors import EXCEPTION_HANDLERS, error_response
@@ -74,9 +75,17 @@ def guard_auth_and_logging(settings: Settings, state: AppState):
                 await app(scope, receive, send)
                 return
             request_id = uuid.uuid4().hex[:16]
-            path = scope["path"]
             name_server_span(scope["method"], scope.get("path_template"), request_id)
             start = time.perf_counter()
+            scheme = scope.get("scheme", "http")
+            state.metrics.active(scope["method"], scheme, 1)
+            try:
+                await guarded(scope, receive, send, request_id, start)
+            finally:
+                state.metrics.active(scope["method"], scheme, -1)
+
+        async def guarded(scope: Scope, receive: Receive, send: Send, request_id: str, start: float) -> None:
+            path = scope["path"]
             status_holder = {"status": 500}
 
             async def send_wrapper(message: Message) -> None:
@@ -127,11 +136,14 @@ def guard_auth_and_logging(settings: Settings, state: AppState):
 
 
 def _log(logger, state: AppState, request_id: str, scope: Scope, status: int, start: float) -> None:
-    route = scope.get("path_template") or "unmatched"  # templates keep the label set small
-    state.metrics.request(route, scope["method"], status)
+    """The request's one JSON log line, and its one record in the metrics (``http.server.request.duration``)."""
+    seconds = time.perf_counter() - start
+    template = scope.get("path_template")  # templates keep the label set small
+    state.metrics.request(scope["method"], template, status, scope.get("scheme", "http"),
+                          scope.get("http_version", "1.1"), seconds)
     logger.info("request", extra={"fields": {
-        "request_id": request_id, "method": scope["method"], "route": route, "path": scope["path"],
-        "status": status, "latency_ms": round((time.perf_counter() - start) * 1000, 2)}})
+        "request_id": request_id, "method": scope["method"], "route": template or "unmatched", "path": scope["path"],
+        "status": status, "latency_ms": round(seconds * 1000, 2)}})
 
 
 def name_server_span(method: str, template: str | None, request_id: str) -> None:
@@ -149,10 +161,11 @@ def name_server_span(method: str, template: str | None, request_id: str) -> None
 
 def server_spans() -> list:
     """OpenTelemetry's ASGI instrumentation (through Litestar's config): one SERVER span per request under the
-    HTTP conventions, continuing an incoming ``traceparent``; no span per ASGI send/receive (one per SSE event)."""
+    HTTP conventions, continuing an incoming ``traceparent``; no span per ASGI send/receive (one per SSE event).
+    Its metrics are off (a no-op meter): each request is recorded once, by ``_log``, with telemetry on or off."""
     from litestar.plugins.opentelemetry import OpenTelemetryConfig
 
-    return [OpenTelemetryConfig(exclude_spans=["receive", "send"],
+    return [OpenTelemetryConfig(exclude_spans=["receive", "send"], meter_provider=NoOpMeterProvider(),
                                 scope_span_details_extractor=lambda scope: (
                                     f"{scope.get('method', '')} {scope.get('path', '')}".strip(), {})).middleware]
 

@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator
 
 from litestar.types import Receive
 
-from api.observability import ServiceMetrics
+from api.observability import IndexFigures, ServiceMetrics, every_source
 from api.requests import cancel_on_disconnect
 from api.auth import Authenticator, authorize
 from ingest.jobs import INTERRUPTED, Job, JobRunner, JobStore, Outcome, Running, Tracker, Work
@@ -79,6 +79,17 @@ class AppState:
         self.keys = open_keys(self.settings)
         self.auth = Authenticator.from_settings(self.settings, self.keys)
         self.audit = open_audit(self.settings)
+        self.metrics.watch(self.index_figures)
+
+    def index_figures(self) -> IndexFigures:
+        """What the index and source gauges report (blocking reads): the default index's totals as an operator
+        sees them (metrics need a key), and every source of every index; what cannot be read now is left out."""
+        assert self.store is not None
+        try:
+            summary: tuple[str, int, int] | None = self.summary(None, RequestContext())
+        except RagError:
+            summary = None
+        return IndexFigures(summary, every_source(self.store))
 
     def load(self) -> None:
         """Load models once (called from the lifespan, off the event loop)."""
@@ -219,6 +230,7 @@ class AppState:
 
     def close(self) -> None:
         self.stopping.set()
+        self.metrics.freeze()  # the metrics exported at shutdown, after the store closed, have the last reading
         if self.runner is not None:
             self.runner.close()
         if self.scheduler is not None:

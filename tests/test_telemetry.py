@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -187,6 +188,8 @@ def test_file_telemetry_of_a_real_server_and_cli(settings: Settings, tmp_path: P
     request_logs = [r for r in records if r.body.string_value == "request"]
     ask_log = next(r for r in request_logs if {a.key: value(a.value) for a in r.attributes}.get("route") == "/v1/ask")
     assert ask_log.trace_id == incoming and ask_log.span_id == server.span_id
+    assert {a.key for a in ask_log.attributes} >= {"request_id", "method", "status", "latency_ms"}
+    assert "json_line" not in {a.key for a in ask_log.attributes}  # the JSON line is formatted once, not exported
     server_log = (tmp_path / "server.log").read_text(encoding="utf-8")
     assert f'"trace_id": "{INCOMING_TRACE}"' in server_log  # the JSON log line names the same trace
 
@@ -262,23 +265,38 @@ PROMETHEUS_NAMES = {
     "rag.ingest.chunks": "rag_ingest_chunks_total",
     "rag.ingest.ocr_pages": "rag_ingest_ocr_pages_total",
     "rag.generation.queue_depth": "rag_generation_queue_depth",
+    "http.server.request.duration": "http_server_request_duration_seconds",
+    # Observable gauges, read from the indexes at each scrape and each export.
+    "rag.index.documents": "rag_index_documents",
+    "rag.index.chunks": "rag_index_chunks",
+    "rag.source.last_sync_timestamp": "rag_source_last_sync_timestamp_seconds",
+    "rag.source.last_sync_duration": "rag_source_last_sync_duration_seconds",
+    "rag.source.last_sync_files": "rag_source_last_sync_files",
+    "rag.source.last_sync_ok": "rag_source_last_sync_ok",
+    "rag.source.next_sync_timestamp": "rag_source_next_sync_timestamp_seconds",
 }
+HTTP_COUNT = "http_server_request_duration_seconds_count"
 
 
 def label(key: str) -> str:
     return re.sub(r"[^a-zA-Z0-9]+", "_", key)
 
 
-def exported_figures(path: Path) -> dict[tuple, float]:
-    """The last export of each metric in an OTLP JSON Lines metrics file (cumulative: the totals), as the
-    Prometheus samples it should be: (series name, sorted labels) -> value; a histogram as its count, sum and
-    cumulative buckets."""
+def last_exports(path: Path) -> dict[str, object]:
+    """The last export of each metric in an OTLP JSON Lines metrics file (cumulative: the totals)."""
     last: dict[str, object] = {}
     for request in parse_lines(path, ExportMetricsServiceRequest):
         for resource in request.resource_metrics:
             for scope in resource.scope_metrics:
                 for metric in scope.metrics:
                     last[metric.name] = metric
+    return last
+
+
+def exported_figures(path: Path) -> dict[tuple, float]:
+    """The last export of each metric, as the Prometheus samples it should be: (series name, sorted labels) ->
+    value; a histogram as its count, sum and cumulative buckets."""
+    last = last_exports(path)
     figures: dict[tuple, float] = {}
     for name, series in PROMETHEUS_NAMES.items():
         metric = last[name]
@@ -302,21 +320,37 @@ def exported_figures(path: Path) -> dict[tuple, float]:
 
 
 def scraped(text: str) -> dict[tuple, float]:
-    """/metrics as (sample name, sorted labels) -> value."""
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+    """/metrics as (sample name, sorted labels) -> value. An empty label is no label (as Prometheus has it: the
+    reader gives a series without an attribute that others of its metric have, such as error.type, an empty one)."""
+    return {(sample.name, tuple(sorted((k, v) for k, v in sample.labels.items() if v))): sample.value
             for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def requests_counted(figures: dict[tuple, float], **labels: str) -> list[float]:
+    """The counts of http.server.request.duration whose labels include ``labels``."""
+    return [v for (name, series), v in figures.items() if name == HTTP_COUNT and labels.items() <= dict(series).items()]
 
 
 def test_metrics_and_the_exported_metrics_are_one_set(settings: Settings, tmp_path: Path):
     """The figures /metrics gives Prometheus are the exported OpenTelemetry metrics, value for value: each is
-    recorded once, into one set of instruments, which both read."""
+    recorded once, into one set of instruments, which both read (the index and source gauges too)."""
     home = tmp_path / "home"
     ingested = run_rag(settings, home, "ingest", str(PROJECT_ROOT / "examples" / "docs" / "normans.md"),
                        RAG_TELEMETRY="off")
     assert ingested.returncode == 0, ingested.stderr
+    share = tmp_path / "share"
+    share.mkdir()  # an empty watched folder: its sync sets the source gauges and ingests nothing
+    added = run_rag(settings, home, "sources", "add", str(share), "--every", "1h", RAG_TELEMETRY="off")
+    assert added.returncode == 0, added.stderr
     scan = tmp_path / "notice.pdf"
     make_scanned_pdf(scan)
     with server_process(settings, home, tmp_path / "server.log") as base:
+        for _ in range(240):  # never synced: the server syncs it as soon as it is ready
+            source = httpx.get(f"{base}/v1/sources", timeout=10).json()["sources"][0]
+            if source["last"] is not None:
+                break
+            threading.Event().wait(0.25)
+        assert source["last"] and source["last"]["status"] == "ok", source
         asked = httpx.post(f"{base}/v1/ask", json={"question": QUESTION}, timeout=60)
         assert asked.status_code == 200, asked.text
         chatted = httpx.post(f"{base}/v1/chat/completions", timeout=60, json={
@@ -329,6 +363,10 @@ def test_metrics_and_the_exported_metrics_are_one_set(settings: Settings, tmp_pa
         text = httpx.get(f"{base}/metrics", timeout=10).text
     served = scraped(text)
     exported = exported_figures(home / "telemetry" / "metrics.jsonl")
+    # The scrape is recorded once it has been answered: in the export at shutdown, not in what it rendered.
+    assert requests_counted(exported, http_route="/metrics") == [1.0]
+    assert requests_counted(served, http_route="/metrics") == []
+    exported = {key: v for key, v in exported.items() if ("http_route", "/metrics") not in key[1]}
     assert {key: served.get(key) for key in exported} == exported
 
     output = {"gen_ai_operation_name": "chat", "gen_ai_token_type": "output"}
@@ -343,8 +381,40 @@ def test_metrics_and_the_exported_metrics_are_one_set(settings: Settings, tmp_pa
     upload_chunks = sum(f["chunks"] for f in uploaded.json()["files"])
     assert exported[("rag_ingest_chunks_total", (("gen_ai_data_source_id", "default"),))] == upload_chunks
     assert exported[("rag_ingest_ocr_pages_total", (("gen_ai_data_source_id", "default"),))] == 1
-    assert served[("rag_requests_total", (("method", "POST"), ("route", "/v1/ask"), ("status", "200")))] == 1
     assert "kestrel" not in text and "notice" not in text  # labels name indexes, never files
+
+    # Each HTTP request is recorded once, in http.server.request.duration (HTTP conventions): the one /v1/ask
+    # is 1 in the file and on /metrics, and rag_requests_total is that count under the labels it always had.
+    ask = {"http_request_method": "POST", "http_route": "/v1/ask", "http_response_status_code": "200",
+           "url_scheme": "http"}
+    assert requests_counted(exported, **ask) == requests_counted(served, **ask) == [1.0]
+    assert served[("rag_requests_total", (("method", "POST"), ("route", "/v1/ask"), ("status", "200")))] == 1
+    for (name, labels), count in served.items():
+        if name == "rag_requests_total":
+            method, route, status = (dict(labels)[k] for k in ("method", "route", "status"))
+            assert requests_counted(served, http_request_method=method, http_route=route,
+                                    http_response_status_code=status) == [count]
+    assert served[("rag_requests_total", (("method", "GET"), ("route", "/healthz"), ("status", "200")))] == 1
+    last = last_exports(home / "telemetry" / "metrics.jsonl")
+    assert {name for name in last if name.startswith("http.")} == {"http.server.request.duration",
+                                                                    "http.server.active_requests"}
+    assert "rag.requests" not in last  # no second count of the same requests
+    in_flight = {v for (name, labels), v in served.items() if name == "http_server_active_requests"
+                 and dict(labels)["http_request_method"] == "GET"}
+    assert in_flight == {1.0}  # the scrape itself
+    assert all(p.as_int == 0 for p in last["http.server.active_requests"].sum.data_points)  # all done at shutdown
+
+    # The index and source gauges: the same values in the file as on /metrics (compared above), and right.
+    index = (("index", "default"),)
+    assert exported[("rag_index_documents", index)] == 3  # normans.md, kestrel.md, notice.pdf
+    assert exported[("rag_index_chunks", index)] == served[("rag_index_chunks", index)] > upload_chunks
+    labels = (("index", "default"), ("source", source["id"]))
+    started = datetime.fromisoformat(source["last"]["started_at"]).timestamp()
+    assert exported[("rag_source_last_sync_timestamp_seconds", labels)] == started
+    assert exported[("rag_source_last_sync_duration_seconds", labels)] == source["last"]["seconds"]
+    assert exported[("rag_source_last_sync_ok", labels)] == 1
+    assert exported[("rag_source_last_sync_files", (*labels[:1], ("outcome", "added"), *labels[1:]))] == 0
+    assert started + 3600 <= exported[("rag_source_next_sync_timestamp_seconds", labels)] <= started + 3960
 
 
 def test_metrics_work_with_telemetry_off(settings: Settings, tmp_path: Path):

@@ -10,32 +10,13 @@ from api.auth import Context
 from api.openapi import HEALTH_RESPONSES, errors
 from api.protocol import HealthResponse, IndexSummary
 from api.state import AppState
-from ingest.sources import Source, index_sources
-from ingest.store import Store
 from rag.core.access import RequestContext
-from rag.core.errors import RagError
 from rag.generation.ort import provider_facts
 
 
 def index_summary(app: AppState, context: RequestContext) -> IndexSummary:
     name, documents, chunks = app.summary(None, context)
     return IndexSummary(name=name, documents=documents, chunks=chunks)
-
-
-def every_source(store: Store) -> list[tuple[str, Source]]:
-    """(index name, source) for every source of every index of ``store`` (blocking reads: run off the loop).
-    An index (or a store) that cannot be read right now is left out of this scrape."""
-    found: list[tuple[str, Source]] = []
-    try:
-        names = store.names()
-    except RagError:
-        return found
-    for name in names:
-        try:
-            found += [(name, source) for source in index_sources(store.index(name))]
-        except RagError:
-            continue
-    return found
 
 
 class HealthController(Controller):
@@ -61,11 +42,6 @@ class HealthController(Controller):
     @get("/metrics", summary="Prometheus metrics", media_type="text/plain; version=0.0.4", responses=errors())
     async def metrics(self, state: State) -> bytes:
         app: AppState = state.app
-        summary = index_summary(app, RequestContext())  # operators' totals (metrics need a key)
-        app.metrics.documents.labels(summary.name).set(summary.documents)
-        app.metrics.chunks.labels(summary.name).set(summary.chunks)
         if app.scheduler is not None:
             app.metrics.queue(app.scheduler.depth)
-        if app.store is not None:
-            app.metrics.sources(await anyio.to_thread.run_sync(every_source, app.store))
-        return app.metrics.render()  # no await since the sources were set: a concurrent scrape cannot interleave
+        return await anyio.to_thread.run_sync(app.metrics.render)  # the index gauges read the indexes

@@ -171,19 +171,24 @@ class AnswerService:
                 observe.OPERATION: "retrieval", observe.DATA_SOURCE: name, observe.REQUEST_TOP_K: top_k,
                 "rag.retrieval.follow_up": bool(history)}) as span:
             retrieval = self.retriever(name).retrieve(question, top_k, documents, history=history, groups=groups)
-            span.set_attributes({
-                "rag.retrieval.hits": len(retrieval.hits), "rag.retrieval.best_dense": round(retrieval.best_dense, 4),
-                "rag.retrieval.embed_ms": round(retrieval.embed_ms, 2),
-                "rag.retrieval.dense_ms": round(retrieval.dense_ms, 2),
-                "rag.retrieval.lexical_ms": round(retrieval.lexical_ms, 2),
-                "rag.retrieval.fused_ms": round(retrieval.search_ms - retrieval.dense_ms - retrieval.lexical_ms, 2)})
-            if self.settings.telemetry_content:
-                span.set_attribute(observe.QUERY_TEXT, retrieval.query)
-                span.set_attribute(observe.RETRIEVED_DOCUMENTS,
-                                   observe.documents_attribute((h.chunk.id, h.score) for h in retrieval.hits))
+            if span.is_recording():
+                self._retrieval_attributes(span, retrieval)
         self.instruments.retrieval_duration.record((retrieval.embed_ms + retrieval.search_ms) / 1000,
                                                    {observe.DATA_SOURCE: name})
         return retrieval
+
+    def _retrieval_attributes(self, span: observe.Span, retrieval: Retrieval) -> None:
+        """What the retrieval found and how long each search took, on its span (a recording one)."""
+        span.set_attributes({
+            "rag.retrieval.hits": len(retrieval.hits), "rag.retrieval.best_dense": round(retrieval.best_dense, 4),
+            "rag.retrieval.embed_ms": round(retrieval.embed_ms, 2),
+            "rag.retrieval.dense_ms": round(retrieval.dense_ms, 2),
+            "rag.retrieval.lexical_ms": round(retrieval.lexical_ms, 2),
+            "rag.retrieval.fused_ms": round(retrieval.search_ms - retrieval.dense_ms - retrieval.lexical_ms, 2)})
+        if self.settings.telemetry_content:
+            span.set_attribute(observe.QUERY_TEXT, retrieval.query)
+            span.set_attribute(observe.RETRIEVED_DOCUMENTS,
+                               observe.documents_attribute((h.chunk.id, h.score) for h in retrieval.hits))
 
     def close(self) -> None:
         with self._lock:
@@ -209,12 +214,13 @@ class AnswerService:
                                          request.context.groups)
         with observe.start_span("compression", {"rag.context_tokens": options.context_tokens}) as span:
             prepared = self._compose(request, question, retrieval, history, options, started)
-            span.set_attributes({"rag.compression.passages": len(prepared.passages),
-                                 "rag.compression.evidence_sentences": len(prepared.ranked),
-                                 "rag.compression.abstain_early": prepared.abstain_early,
-                                 "rag.compression.explanatory": prepared.explanatory})
-            if prepared.prompt is not None:
-                span.set_attribute("rag.prompt_tokens", prepared.prompt.length)
+            if span.is_recording():
+                span.set_attributes({"rag.compression.passages": len(prepared.passages),
+                                     "rag.compression.evidence_sentences": len(prepared.ranked),
+                                     "rag.compression.abstain_early": prepared.abstain_early,
+                                     "rag.compression.explanatory": prepared.explanatory})
+                if prepared.prompt is not None:
+                    span.set_attribute("rag.prompt_tokens", prepared.prompt.length)
         return prepared
 
     def _compose(self, request: AnswerRequest, question: str, retrieval: Retrieval, history: Sequence[str],

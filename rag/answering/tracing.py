@@ -47,17 +47,19 @@ class ChatTrace:
     def end(self, stats: GenerationStats, reply: str, error: BaseException | None = None) -> None:
         ended = time.perf_counter()
         span = self.span
-        span.set_attributes({
-            observe.RESPONSE_MODEL: self.model, observe.INPUT_TOKENS: stats.prompt_tokens,
-            observe.OUTPUT_TOKENS: stats.output_tokens, observe.CACHE_READ_TOKENS: stats.cached_tokens,
-            observe.FINISH_REASONS: [stats.finish_reason]})
-        if self.first is not None:
-            span.set_attribute(observe.TIME_TO_FIRST_CHUNK, round(self.first - self.started, 6))
-        if self.capture_content:
-            span.set_attribute(observe.OUTPUT_MESSAGES,
-                               observe.messages_attribute([{"role": "assistant", "content": reply}]))
-        if error is not None:
-            observe.fail(span, "cancelled" if isinstance(error, (GeneratorExit, asyncio.CancelledError)) else error)
+        if span.is_recording():
+            span.set_attributes({
+                observe.RESPONSE_MODEL: self.model, observe.INPUT_TOKENS: stats.prompt_tokens,
+                observe.OUTPUT_TOKENS: stats.output_tokens, observe.CACHE_READ_TOKENS: stats.cached_tokens,
+                observe.FINISH_REASONS: [stats.finish_reason]})
+            if self.first is not None:
+                span.set_attribute(observe.TIME_TO_FIRST_CHUNK, round(self.first - self.started, 6))
+            if self.capture_content:
+                span.set_attribute(observe.OUTPUT_MESSAGES,
+                                   observe.messages_attribute([{"role": "assistant", "content": reply}]))
+            if error is not None:
+                observe.fail(span, "cancelled" if isinstance(error, (GeneratorExit, asyncio.CancelledError))
+                             else error)
         span.end()
         self.instruments.token_usage.record(stats.prompt_tokens, {**self.metric, observe.TOKEN_TYPE: "input"})
         self.instruments.token_usage.record(stats.output_tokens, {**self.metric, observe.TOKEN_TYPE: "output"})

@@ -90,6 +90,7 @@ class _StructuredHandler(LoggingHandler):
 
     def _get_attributes(self, record: logging.LogRecord):  # type: ignore[no-untyped-def]
         attributes, event = super()._get_attributes(record)
+        attributes.pop("json_line", None)  # the JSON log line api.observability formatted it into, kept on it
         fields = attributes.pop("fields", None)
         if isinstance(fields, dict):
             for key, value in fields.items():
