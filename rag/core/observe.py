@@ -10,6 +10,7 @@ Prometheus reader renders the same instruments as ``/metrics`` (api.observabilit
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -58,17 +59,15 @@ LOCAL_PROVIDER = "onnxruntime_genai"  # no registered value for a local ORT GenA
 REMOTE_PROVIDER = "openai"  # a generator_url speaks the OpenAI chat completions protocol
 
 
-_tracer: tuple[trace.TracerProvider, trace.Tracer] | None = None
-
-
 def tracer() -> trace.Tracer:
     """The process's tracer, got once per tracer provider (the SDK's ``get_tracer`` builds a new tracer, under
     a warnings filter, on every call: it was a third of what starting a span cost)."""
-    global _tracer
-    provider = trace.get_tracer_provider()
-    if _tracer is None or _tracer[0] is not provider:
-        _tracer = (provider, provider.get_tracer(SCOPE))
-    return _tracer[1]
+    return _tracer_of(trace.get_tracer_provider())
+
+
+@functools.lru_cache(maxsize=8)
+def _tracer_of(provider: trace.TracerProvider) -> trace.Tracer:
+    return provider.get_tracer(SCOPE)
 
 
 @contextmanager
