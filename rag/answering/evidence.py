@@ -115,6 +115,7 @@ def answer_starts(sentence: str, question: str) -> list[int]:
     asked = content_words(question)
     asked_stems = {stem(w) for w in asked}
     numeric = bool(NUMERIC_QUESTION.match(question))
+    counting = numeric and not TIME_QUESTION.match(question)
     starts = []
     tokens = list(re.finditer(r"\S+", sentence))
     for i, match in enumerate(tokens):
@@ -132,6 +133,8 @@ def answer_starts(sentence: str, question: str) -> list[int]:
         if word in ARTICLES and following in asked:  # "The Republic" for "Who wrote the Republic?"
             continue
         if numeric and not NUMERIC_START.match(match.group().lstrip("(\"'“")):
+            continue
+        if counting and YEAR_OR_MONTH.match(match.group().lstrip("(\"'“")):  # "2014" is no count of teams
             continue
         starts.append(match.start())
     return starts
@@ -208,8 +211,8 @@ def candidate_spans(sentence: str, question: str, encode: Callable[[str], np.nda
                 question_words += 1
                 if question_words > QUESTION_WORDS_IN_ANSWER:
                     break
-            if lowered in STOPWORDS or lowered in PREPOSITIONS:
-                continue
+            if lowered in STOPWORDS or lowered in PREPOSITIONS or lowered.endswith(("'s", "’s")):
+                continue  # nor on a possessive: "one third of the world's"
             # Past any closing brackets ("DTIME(f(n))").
             end = word.end() + len(re.match(r"[)\]]*", sentence[word.end():]).group()) - start
             if not balanced(suffix[:end]):  # never "DTIME(f(n", "Vic) is" nor "Mini), a router (Sky Q"
