@@ -53,6 +53,8 @@ def test_answer_starts_follow_the_question_type():
     assert "Victoria" not in words("Where are schools in Victoria?")
     assert "public" in words("What kind of schools did Victoria have?")
     assert "schools" not in words("What kind of schools are there?")  # the question's own words never start it
+    router = "The Sky Q range has a broadband router (Sky Q Hub)."
+    assert "Q" not in [router[i:].split()[0] for i in answer_starts(router, "What is Sky Q's router called?")]
 
 
 def test_candidate_spans_stop_only_at_word_ends(generator):
@@ -74,6 +76,10 @@ def test_candidate_spans_stop_only_at_word_ends(generator):
     ends = {generator.decode(span.tokens[:k]) for span in candidate_spans(gold, "How much did it mine?", generator.encode)
             for k in span.ends}
     assert "one third of the world's gold" in ends and "one third of the world's" not in ends  # no possessive end
+    hd = "Sky+ HD material is broadcast using MPEG-4 and most of the HD material uses the DVB-S2 standard."
+    ends = {generator.decode(span.tokens[:k]) for span in candidate_spans(hd, "What is Sky+ HD using?", generator.encode)
+            for k in span.ends}
+    assert "MPEG-4" in ends and not any(end.endswith(" uses") for end in ends)  # no verb without its object
     router = "The range has three boxes (Sky Q, Sky Q Mini), a broadband router (Sky Q Hub) and apps."
     for span in candidate_spans(router, "What is the router?", generator.encode):
         for k in span.ends:

@@ -48,6 +48,7 @@ WORD_OR_NUMBER = re.compile(r"(?:[A-Za-z]\.){2,}|\d+(?:[.,]\d+)*%?|\w+(?:['’]\
 # word ("O(n log n)", "37° 9'", "2A").
 WORD_BOUNDARY = re.compile(r"$|[\s,.;:!?)\]\"'”’]")
 NUMBER_NEXT = re.compile(r"\s+\d")
+ARTICLE_NEXT = re.compile(r"(?i)\s+(?:the|a|an)\s")
 # Words that open a clause, never an answer ("Although time and space are…", "Historically, Victoria…").
 CLAUSE_OPENERS = frozenset("although while however historically since because though after before during whereas "
                            "thus therefore also then yet still subsequently similarly".split())
@@ -113,7 +114,8 @@ def answer_starts(sentence: str, question: str) -> list[int]:
     """Offsets in ``sentence`` where a short answer may begin: a word that is not one of the question's
     content words (the answer is what the question does not already say), not a function word other than an
     article, not a clause opener, and, for a when / how-many question, a number, a date or a month."""
-    asked = content_words(question)
+    # The question's own one-letter words too: not "Q" of "Sky Q" for "What is the name of Sky Q's router?"
+    asked = content_words(question) | {w for w in re.findall(r"\w+", question.lower()) if len(w) == 1}
     asked_stems = {stem(w) for w in asked}
     numeric = bool(NUMERIC_QUESTION.match(question))
     counting = numeric and not TIME_QUESTION.match(question)
@@ -225,6 +227,8 @@ def candidate_spans(sentence: str, question: str, encode: Callable[[str], np.nda
             if not WORD_BOUNDARY.match(suffix[end:end + 1]):  # never "is O" of "O(n log n)", "37" of "37°"
                 continue
             if NUMBER_NEXT.match(suffix[end:]) or MAGNITUDE_NEXT.match(suffix[end:]):  # "at exactly 37°"
+                continue
+            if ARTICLE_NEXT.match(suffix[end:]):  # a verb or preposition without its object: "…the HD material uses"
                 continue
             head = tuple(int(t) for t in encode(suffix[:end]))
             if len(head) > len(tokens):
