@@ -194,6 +194,9 @@ def test_question_shapes():
     assert not holds_the_asked_type("The area was inhabited by the Koori.", "How many people live in Melbourne?")
     assert not holds_the_asked_type("The Koori lived there.", "What is Melbourne's population?")
     assert holds_the_asked_type("The Koori lived there.", "Who lived there?")
+    # A time without a number answers "when" too; it is not a count.
+    assert holds_the_asked_type("The rocket launches from the harbour every Tuesday at noon.", "When does it launch?")
+    assert not holds_the_asked_type("The rocket launches every Tuesday.", "How many rockets launch?")
     assert defines("Rollo", "…and the famed Viking ruler Rollo, and was situated in Neustria.")
     assert defines("Victoria", "Victoria (abbreviated as Vic) is a state in the south-east of Australia.")
     assert not defines("Rollo", "Before Rollo's arrival, its populations did not differ from Picardy.")

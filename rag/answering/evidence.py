@@ -40,6 +40,11 @@ EXPLANATORY_QUESTION = re.compile(
     r"why\b|how (?:does|do|did|is|are|was|were|can|could)\b|what (?:is|are) the (?:difference|reason|purpose)s?\b)")
 # "Who was Rollo?", "What is photosynthesis?": a definition is a sentence, not a phrase.
 DEFINITION_QUESTION = re.compile(r"(?i)^\s*(?:who|what|where) (?:is|was|are|were) (?:an? |the )?([^?]+?)\s*\?*\s*$")
+# A time said without a number also answers "when": "every Tuesday at noon", "in spring", "each morning".
+TIME_WORD = re.compile(
+    r"(?i)^(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekdays?|weekends?|noon|midday|midnight|"
+    r"dawn|dusk|sunrise|sunset|mornings?|afternoons?|evenings?|nights?|spring|summer|autumn|fall|winter|every|"
+    r"each|daily|weekly|monthly|yearly|annually|today|tomorrow|yesterday|tonight)\b")
 ARTICLES = frozenset({"the", "a", "an"})
 # A word, with "U.S.", "1,548", "3.5", "50%" and "don't" each read as one word: a short answer never ends
 # inside one ("U" of "U.S." was once an answer).
@@ -113,12 +118,14 @@ def sentence_quote(source: int, chunk_text: str, sentence: str) -> Quote | None:
 def answer_starts(sentence: str, question: str) -> list[int]:
     """Offsets in ``sentence`` where a short answer may begin: a word that is not one of the question's
     content words (the answer is what the question does not already say), not a function word other than an
-    article, not a clause opener, and, for a when / how-many question, a number, a date or a month."""
+    article, not a clause opener, and, for a when / how-many question, a number, a date or a month (or, for
+    "when", a day, a time of day or a season)."""
     # The question's own one-letter words too: not "Q" of "Sky Q" for "What is the name of Sky Q's router?"
     asked = content_words(question) | {w for w in re.findall(r"\w+", question.lower()) if len(w) == 1}
     asked_stems = {stem(w) for w in asked}
     numeric = bool(NUMERIC_QUESTION.match(question))
-    counting = numeric and not TIME_QUESTION.match(question)
+    timing = bool(TIME_QUESTION.match(question))
+    counting = numeric and not timing
     starts = []
     tokens = list(re.finditer(r"\S+", sentence))
     for i, match in enumerate(tokens):
@@ -135,7 +142,8 @@ def answer_starts(sentence: str, question: str) -> list[int]:
         following = re.sub(r"\W", "", tokens[i + 1].group().lower()) if i + 1 < len(tokens) else ""
         if word in ARTICLES and following in asked:  # "The Republic" for "Who wrote the Republic?"
             continue
-        if numeric and not NUMERIC_START.match(match.group().lstrip("(\"'“")):
+        if numeric and not NUMERIC_START.match(match.group().lstrip("(\"'“")) \
+                and not (timing and TIME_WORD.match(match.group().lstrip("(\"'“"))):
             continue
         if counting and YEAR_OR_MONTH.match(match.group().lstrip("(\"'“")):  # "2014" is no count of teams
             continue
@@ -144,7 +152,8 @@ def answer_starts(sentence: str, question: str) -> list[int]:
 
 
 def holds_the_asked_type(sentence: str, question: str) -> bool:
-    """False for a when / how-many question whose sentence holds no number, date or month besides the
+    """False for a when / how-many question whose sentence holds no number, date or month (nor, for "when", a
+    day, a time of day or a season) besides the
     question's own: "How many people live in Melbourne?" over a sentence on the Koori is not answered "Koori".
     Over all 1407 squad2-dev questions, 5 of 114 answerable numeric ones had no number in the best sentence
     (and none the answer there), against 15 of 90 unanswerable ones."""
