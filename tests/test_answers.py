@@ -273,7 +273,8 @@ def test_off_topic_refused_alone_and_as_a_later_turn(service: AnswerService):
         messages.append({"role": "assistant", "content": service.ask(AnswerRequest.conversation(
             messages, options=opts)).answer})
     for off_topic in ("What is the boiling point of mercury?", "Who won the 2018 FIFA World Cup?",
-                      "How long does it take light from the Sun to reach Earth?"):  # "it": checked on the evidence
+                      "How long does it take light from the Sun to reach Earth?",  # "it": checked on the evidence
+                      "What is the freezing point of water in Fahrenheit?"):  # no word of it in any passage
         alone = service.ask(AnswerRequest(question=off_topic, options=opts))
         later = service.ask(AnswerRequest.conversation([*messages, {"role": "user", "content": off_topic}],
                                                        options=opts))
