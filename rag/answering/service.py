@@ -213,7 +213,7 @@ class AnswerService:
         retrieval = self.traced_retrieve(request.index, question, options.top_k, options.documents, history,
                                          request.context.groups)
         with observe.start_span("compression", {"rag.context_tokens": options.context_tokens}) as span:
-            prepared = self._compose(request, question, retrieval, history, options, started)
+            prepared = self._compose(request, question, retrieval, options, started)
             if span.is_recording():
                 span.set_attributes({"rag.compression.passages": len(prepared.passages),
                                      "rag.compression.evidence_sentences": len(prepared.ranked),
@@ -223,8 +223,8 @@ class AnswerService:
                     span.set_attribute("rag.prompt_tokens", prepared.prompt.length)
         return prepared
 
-    def _compose(self, request: AnswerRequest, question: str, retrieval: Retrieval, history: Sequence[str],
-                 options: AnswerOptions, started: float) -> PreparedAnswer:
+    def _compose(self, request: AnswerRequest, question: str, retrieval: Retrieval, options: AnswerOptions,
+                 started: float) -> PreparedAnswer:
         """Evidence sentences and the prompt from the retrieved chunks, or an early abstention."""
         t0 = time.perf_counter()
         if not retrieval.hits or retrieval.best_dense < options.abstain_threshold:
