@@ -96,7 +96,7 @@ class AppState:
         try:
             self.models = Models.load(self.settings)
             generator, self.scheduler = self.models.serving_generator(self.settings.max_queue)
-            self.models.warm_up()
+            self.models.warm_up(self.settings.answer_examples)
             self.answers = answer_service(self.settings, self.models, generator=generator, store=self.store,
                                           instruments=self.metrics.instruments)
             self.status = "ready"

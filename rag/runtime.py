@@ -18,7 +18,7 @@ from ingest.store.embedded import EmbeddedStore
 from ingest.store.keys import KeyStore, PostgresKeyStore, SqliteKeyStore
 from ingest.jobs import JobStore
 from ingest.uploads import Uploads
-from rag.answering.prompt import build_messages
+from rag.answering.evidence import short_answer_messages
 from rag.answering.service import AnswerService
 from rag.core import observe
 from rag.core.audit import AuditLog, AuditTrail
@@ -176,13 +176,16 @@ class Models:
         scheduler = GenerationScheduler(local, max_queue)
         return scheduler, scheduler
 
-    def warm_up(self) -> None:
+    def warm_up(self, answer_examples: bool = True) -> None:
         """Run each model once so the first user request does not pay for lazy initialisation; this also
-        leaves the answer prompt's fixed system part in the generator's prefix cache."""
+        leaves the short-answer prompt's fixed part (instruction and worked examples) in the generator's prefix
+        cache: without it the first factoid answer after start prefilled ~230 tokens (TTFT 288 ms against
+        49 ms for the next one, `rag trace show`)."""
         self.embedder.embed(["warm-up sentence one.", "a second, somewhat longer warm-up sentence."])
         local = self.local_generator
         if local is not None:
-            local.generate(local.prompt(build_messages("Say hi.", [])).tokens, SamplingOptions(max_tokens=2))
+            messages = short_answer_messages("What warms up?", "The model warms up.", answer_examples)
+            local.generate(local.prompt(messages).tokens, SamplingOptions(max_tokens=2))
         elif hasattr(self.generator, "warm_up"):
             self.generator.warm_up()  # a remote generator learns its model name
 

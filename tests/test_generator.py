@@ -152,3 +152,18 @@ def test_generation_ends_at_a_stop_string(uncached: LocalGenerator):
     stats = GenerationStats()
     text = "".join(uncached.run(tokens, SamplingOptions(max_tokens=24, stop=(stop,)), stats))
     assert text == full[:full.index(stop)] and stats.finish_reason == "stop"
+
+
+def test_warm_up_leaves_the_short_answer_prompt_cached(settings: Settings):
+    # The first factoid answer after start reuses the instruction and worked examples the warm-up prefilled.
+    from rag.answering.evidence import short_answer_messages
+    from rag.runtime import Models
+
+    models = Models.load(settings)
+    models.warm_up(settings.answer_examples)
+    local = models.local_generator
+    question, sentence = QUESTIONS[1][0], QUESTIONS[1][1].removeprefix("[1] ")
+    tokens = local.prompt(short_answer_messages(question, sentence, settings.answer_examples)).tokens
+    fixed = common_prefix_length(tokens, local.prompt(short_answer_messages("Who?", "Nobody.")).tokens)
+    _, stats = local.generate(tokens, SamplingOptions(max_tokens=2))
+    assert fixed > 100 and stats.cached_tokens >= fixed

@@ -229,7 +229,7 @@ def probe(spec: dict) -> dict:
     settings = load_settings(overrides={**spec["settings"], "index": INDEX}, environ={})
     questions = spec["questions"]
     models = Models.load(settings)
-    models.warm_up()
+    models.warm_up(settings.answer_examples)
     base_mb = resident_mb()
     service = answer_service(settings, models, store=EmbeddedStore(Path(spec["root"])))
     retriever = service.retriever()
