@@ -154,16 +154,16 @@ def test_generation_ends_at_a_stop_string(uncached: LocalGenerator):
     assert text == full[:full.index(stop)] and stats.finish_reason == "stop"
 
 
-def test_warm_up_leaves_the_short_answer_prompt_cached(settings: Settings):
+def test_warm_up_leaves_the_short_answer_prompt_cached(settings: Settings, embedder, cached: LocalGenerator):
     # The first factoid answer after start reuses the instruction and worked examples the warm-up prefilled.
     from rag.answering.evidence import short_answer_messages
     from rag.runtime import Models
 
-    models = Models.load(settings)
-    models.warm_up(settings.answer_examples)
-    local = models.local_generator
+    Models(embedder, cached).warm_up(settings.answer_examples)
     question, sentence = QUESTIONS[1][0], QUESTIONS[1][1].removeprefix("[1] ")
-    tokens = local.prompt(short_answer_messages(question, sentence, settings.answer_examples)).tokens
-    fixed = common_prefix_length(tokens, local.prompt(short_answer_messages("Who?", "Nobody.")).tokens)
-    _, stats = local.generate(tokens, SamplingOptions(max_tokens=2))
+    messages = [short_answer_messages(asked, context, settings.answer_examples)
+                for asked, context in ((question, sentence), ("Who?", "Nobody."))]
+    tokens, other = (cached.prompt(m).tokens for m in messages)
+    fixed = common_prefix_length(tokens, other)
+    _, stats = cached.generate(tokens, SamplingOptions(max_tokens=2))
     assert fixed > 100 and stats.cached_tokens >= fixed
