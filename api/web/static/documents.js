@@ -146,8 +146,6 @@ function addUpload(file) {
       }
     } catch (err) {
       set("failed", `failed: ${err.message}`);
-    } finally {
-      sending.delete(file.name);
     }
     await refreshDocuments();
     onChanged();
@@ -158,7 +156,9 @@ function addUpload(file) {
 const JOB_POLL_MS = 700;
 const ACTIVE = ["queued", "running"];
 const followed = new Set(); // job ids with a row on the page
-const sending = new Set(); // names of files this page is uploading (their rows follow them, not resumeJobs)
+// Names of files this page has uploaded: their rows follow them, not resumeJobs. Kept after the upload ends:
+// a job list fetched while one ran arrives after it (under load the same upload got a second row).
+const sending = new Set();
 
 function seconds(value) {
   if (value < 60) return `${Math.max(1, Math.round(value))} s`;
