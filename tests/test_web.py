@@ -749,7 +749,7 @@ def test_long_uploads_and_syncs_are_followed_as_jobs_also_after_a_reload(page, s
     with server_process(settings, home, logs / "jobs.log", RAG_MAX_TOKENS=MAX_TOKENS,
                         RAG_JOB_WAIT_S=default_wait) as base:
         open_ready(page, base, "/documents")
-        source = page.locator("#sources .source")
+        source = page.locator("#sources .folder")
         expect(source).to_have_count(1)
         expect(source).to_contain_text(str(folder))
         expect(source).to_contain_text("not synced yet")
@@ -788,3 +788,140 @@ def test_long_uploads_and_syncs_are_followed_as_jobs_also_after_a_reload(page, s
         expect(page.locator("#documents-body tr")).to_have_count(3)
         assert "survey-copy.pdf" not in {Path(d["path"]).name
                                          for d in httpx.get(f"{base}/v1/documents").json()["documents"]}
+
+
+# --------------------------------------------------------------------------- layout, in every page state
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 900}
+# What holds a title: a source's, a document's, a conversation's, a followed folder's, an upload's, a heading.
+TITLES = (".source-title, .doc-title .title, .doc-title .path, .conversation-open, .folder-path, .upload-name, "
+          "h1, h2, h3, summary, dialog p")
+# Geometry of the page as a person sees it, measured in the page: every problem as a sentence.
+LAYOUT_PROBLEMS = """([titles, focus]) => {
+  const problems = [];
+  const shown = (el) => {
+    const r = el.getBoundingClientRect(), s = getComputedStyle(el);
+    return r.width > 0 && r.height > 0 && s.visibility !== 'hidden' && s.display !== 'none';
+  };
+  const describe = (el) => `${el.tagName.toLowerCase()}${el.id ? '#' + el.id : ''}.${[...el.classList].join('.')}` +
+    ` "${el.textContent.trim().slice(0, 30)}"`;
+  const lines = (el) => {  // how many lines its text takes
+    const range = document.createRange();
+    range.selectNodeContents(el);
+    return new Set([...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.top))).size;
+  };
+  const candidates = new Set(document.querySelectorAll(titles));
+  // Any other box whose own text is a phrase (16+ characters) is held to the same rule.
+  for (const el of document.querySelectorAll('main *, header *, dialog *')) {
+    const own = [...el.childNodes].filter((n) => n.nodeType === 3).map((n) => n.textContent).join('').trim();
+    if (own.length >= 16) candidates.add(el);
+  }
+  for (const el of candidates) {
+    if (!shown(el) || !el.textContent.trim()) continue;
+    const width = el.getBoundingClientRect().width;
+    if (width < 120 && lines(el) > 1) problems.push(`${describe(el)} wraps in a box ${Math.round(width)} px wide`);
+  }
+  const doc = document.documentElement;
+  if (doc.scrollWidth > window.innerWidth) problems.push(`the page scrolls sideways (${doc.scrollWidth} px wide)`);
+  const ask = document.getElementById('ask-form');
+  if (ask && shown(ask)) {
+    const box = ask.getBoundingClientRect();
+    // Nothing is drawn over the ask box...
+    for (const [x, y] of [[0.5, 0.5], [0.05, 0.2], [0.95, 0.2], [0.05, 0.8], [0.95, 0.8]]) {
+      const px = box.left + box.width * x, py = box.top + box.height * y;
+      const hit = document.elementFromPoint(px, py);
+      if (hit && !ask.contains(hit)) problems.push(`${describe(hit)} covers the ask box at (${Math.round(px)}, ${Math.round(py)})`);
+    }
+    // ...and what the person just opened or asked is not under it.
+    for (const el of document.querySelectorAll(focus || ':not(*)')) {
+      const r = el.getBoundingClientRect();
+      if (shown(el) && r.bottom > box.top + 1 && r.top < box.bottom) problems.push(`${describe(el)} is under the ask box`);
+    }
+  }
+  // An opened source: its header above its passage, both as wide as the source.
+  for (const source of document.querySelectorAll('details.source[open]')) {
+    const head = source.querySelector('summary').getBoundingClientRect();
+    const passage = source.querySelector('.passage').getBoundingClientRect();
+    const whole = source.getBoundingClientRect();
+    if (passage.top < head.bottom - 1) problems.push(`an opened source's passage is beside its header, not under it`);
+    for (const [what, r] of [['header', head], ['passage', passage]]) {
+      if (r.width < whole.width * 0.8) problems.push(`an opened source's ${what} is ${Math.round(r.width)} of ${Math.round(whole.width)} px wide`);
+    }
+  }
+  return problems;
+}"""
+
+
+def layout_problems(page, focus: str | None = None) -> list[str]:
+    return page.evaluate(LAYOUT_PROBLEMS, [TITLES, focus])
+
+
+@pytest.fixture(scope="module")
+def people(settings: Settings, web_home: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A server with API keys (the example documents): two admins (ada, bob) and a reader (rex). Yields the
+    base URL and a dict name -> key."""
+    from ingest.store.keys import SqliteKeyStore
+    from rag.core.keys import new_key, parse_grants
+
+    home = tmp_path_factory.mktemp("people-home")
+    shutil.copytree(web_home / "indexes", home / "indexes")
+    store = SqliteKeyStore(home)
+    keys = {}
+    for name, role, indexes in (("ada", "admin", ["*"]), ("bob", "admin", ["*"]), ("rex", "reader", ["default"])):
+        record, keys[name] = new_key(name, parse_grants(role, indexes))
+        store.add(record)
+    store.close()
+    with server_process(settings, home, home / "serve.log", RAG_MAX_TOKENS=MAX_TOKENS) as base:
+        yield base, keys
+
+
+def sign_in(page, base: str, key: str, path: str = "/"):
+    """Open the page and give the key when it asks, as a person does."""
+    page.goto(base + path)
+    page.fill("#key-input", key)
+    page.click("#key-submit")
+    expect(page.locator("#key-dialog")).to_be_hidden()
+    expect(page.locator("#principal")).to_be_visible()
+    expect(page.locator("#status")).to_have_attribute("data-state", "ready", timeout=60_000)
+
+
+@pytest.mark.parametrize("size", ["desktop", "phone"])
+def test_layout_of_every_page_state(page, people, size: str):
+    """Geometry, not just the DOM: for each page state (empty chat, an answer, the answer with a source opened, a
+    refusal, the documents page, the keys page, a reader's documents page) no title wraps in a box narrower
+    than 120 px, nothing covers the ask box or sits under it, and the page never scrolls sideways. Each state's
+    screenshot is saved (test-artifacts/layout-*.png; tools/docs/screenshots.py copies them to docs/)."""
+    base, keys = people
+    page.set_viewport_size(DESKTOP if size == "desktop" else PHONE)
+    found: dict[str, list[str]] = {}
+
+    def state(name: str, focus: str | None = None):
+        page.wait_for_timeout(400)  # the smooth scroll to an opened source ends
+        found[name] = layout_problems(page, focus)
+        screenshot(page, f"layout-{size}-{name}.png")
+
+    sign_in(page, base, keys["ada"])
+    expect(page.locator("#chat-empty-index .empty-documents li")).to_have_count(3)
+    state("chat-empty")
+    turn = ask(page, ROLLO_QUESTION)
+    state("chat-answer", ".turn:last-child .answer-text")
+    turn.locator("a.cite").first.click()
+    expect(turn.locator("details.source[open]")).to_have_count(1)
+    state("chat-source-open", "details.source[open] summary")
+    page.click("#new-conversation")
+    refused = ask(page, OFF_TOPIC_QUESTION)
+    assert refused.get_attribute("data-abstained") == "true"
+    state("chat-refusal", ".turn:last-child .abstained")
+    page.click("#tab-documents")
+    expect(page.locator("#documents-body tr")).to_have_count(3)
+    state("documents")
+    page.click("#tab-keys")
+    expect(page.locator("#keys-body tr")).to_have_count(3)
+    state("keys")
+    page.evaluate("key => sessionStorage.setItem('rag.apiKey', key)", keys["rex"])
+    page.goto(base + "/documents")
+    expect(page.locator("#principal")).to_have_text("rex · reader")
+    expect(page.locator("#documents-body tr")).to_have_count(3)
+    state("reader-documents")
+    problems = {name: p for name, p in found.items() if p}
+    assert not problems, json.dumps(problems, indent=1)

@@ -322,8 +322,8 @@ export async function refreshSources() {
       }
     });
     const every = source.every_s ? `every ${seconds(source.every_s)}` : "on request";
-    return h("li", { class: "source", dataset: { id: source.id, status: source.last ? source.last.status : "new" } },
-      h("span", { class: "source-path" }, source.path + (source.glob ? ` (${source.glob})` : "")),
+    return h("li", { class: "folder", dataset: { id: source.id, status: source.last ? source.last.status : "new" } },
+      h("span", { class: "folder-path" }, source.path + (source.glob ? ` (${source.glob})` : "")),
       h("span", { class: "muted small" }, `${source.files} files · ${every} · ${lastSyncText(source)}`),
       button);
   }));
