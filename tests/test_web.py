@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -192,10 +193,9 @@ def test_answer_streams_into_the_page_with_sources_and_citations(page, server: s
     number = quote.locator("a.cite").get_attribute("data-source")
     marked = turn.locator(f"details.source[data-number='{number}'] mark.quote")
     assert marked.count() == 1 and marked.inner_text() in quote_text, "the quoted span is marked in its source"
-    # One relevance measure, in rank order; file names, never the server's absolute paths.
-    shown = [int(re.fullmatch(r"relevance (\d+)%", text).group(1))
-             for text in turn.locator("details.source .score").all_text_contents()]
-    assert len(shown) == 5 and shown == sorted(shown, reverse=True), shown
+    # The search's rank, never a percentage that reads as confidence; file names, never absolute paths.
+    assert turn.locator("details.source .score").all_text_contents() == ["1st match", "2nd match", "3rd match",
+                                                                       "4th match", "5th match"]
     for path in turn.locator(".source-path").all_text_contents():
         assert "/" not in path and "\\" not in path and path.endswith(".md"), path
 
@@ -269,6 +269,41 @@ def test_off_topic_question_shows_not_in_the_documents_with_closest_sources(page
     expect(turn.locator(".abstained")).to_contain_text("Not in the documents")
     expect(turn.locator(".sources-heading")).to_contain_text("Closest sources")
     assert turn.locator("details.source").count() >= 1
+
+
+def test_sources_of_a_refusal_show_a_rank_that_says_it_is_no_answer(page, server: str):
+    """Issue 37 item 5: a refused question listed unrelated passages at "relevance 100%, 98%, 97%", read as
+    confidence. Now each source shows its rank, and its tooltip says that none of them answers."""
+    open_ready(page, server)
+    turn = ask(page, OFF_TOPIC_QUESTION)
+    assert turn.get_attribute("data-abstained") == "true"
+    sources = turn.locator("details.source")
+    assert "%" not in turn.locator(".sources").inner_text()
+    ranks = sources.locator(".score")
+    assert ranks.all_text_contents()[:3] == ["1st match", "2nd match", "3rd match"]
+    expect(ranks.first).to_have_attribute("title", re.compile(r"^Ranked 1st of \d+ by the search.*"
+                                                              r"None of these passages answers the question"))
+
+
+def test_timing_line_is_the_same_for_every_answer_and_counts_in_plain_words(page, server: str):
+    """Issue 37 item 10: "1 tokens"; "first token …" on some answers only (a short answer arrives whole, with
+    the done event). Every finished answer says when its first words appeared; one token is "1 token"."""
+    open_ready(page, server)
+    short = ask(page, ROLLO_QUESTION)  # a verified short answer: it arrives whole
+    expect(short.locator(".meta")).to_contain_text(re.compile(r"first words \d+\.\d\d s · total"))
+    refused = ask(page, OFF_TOPIC_QUESTION)
+    expect(refused.locator(".meta")).to_contain_text("first words")
+
+    def one_token(route):  # the real server, asked for a one-token plain chat answer
+        body = route.request.post_data_json
+        route.continue_(post_data=json.dumps({**body, "max_tokens": 1, "use_context": False}))
+
+    page.route("**/v1/chat/stream", one_token)
+    one = ask(page, "Say hello.")
+    page.unroute("**/v1/chat/stream")
+    meta = one.locator(".meta").inner_text()
+    assert re.search(r"(^| · )1 token( · |$)", meta) and "1 tokens" not in meta, meta
+    assert "first words" in meta, meta
 
 
 def test_stop_cancels_the_generation(page, server: str):
@@ -872,7 +907,17 @@ def people(settings: Settings, web_home: Path, tmp_path_factory: pytest.TempPath
         store.add(record)
     store.close()
     with server_process(settings, home, home / "serve.log", RAG_MAX_TOKENS=MAX_TOKENS) as base:
-        yield base, keys
+        yield People(base, keys, home)
+
+
+@dataclass
+class People:
+    base: str
+    keys: dict[str, str]
+    home: Path
+
+    def headers(self, name: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.keys[name]}"}
 
 
 def sign_in(page, base: str, key: str, path: str = "/"):
@@ -891,7 +936,7 @@ def test_layout_of_every_page_state(page, people, size: str):
     refusal, the documents page, the keys page, a reader's documents page) no title wraps in a box narrower
     than 120 px, nothing covers the ask box or sits under it, and the page never scrolls sideways. Each state's
     screenshot is saved (test-artifacts/layout-*.png; tools/docs/screenshots.py copies them to docs/)."""
-    base, keys = people
+    base, keys = people.base, people.keys
     page.set_viewport_size(DESKTOP if size == "desktop" else PHONE)
     found: dict[str, list[str]] = {}
 
@@ -925,3 +970,45 @@ def test_layout_of_every_page_state(page, people, size: str):
     state("reader-documents")
     problems = {name: p for name, p in found.items() if p}
     assert not problems, json.dumps(problems, indent=1)
+
+
+def audit_events(home: Path) -> list[dict]:
+    return [json.loads(line) for path in sorted((home / "audit").rglob("*.jsonl"))
+            for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_a_readers_documents_page_asks_only_what_a_reader_may(page, people):
+    """Issue 37 item 6: a reader's documents page showed "Who may see new uploads" and called /v1/sources and
+    /v1/jobs (403 each), filling the audit trail with "refused" records on every visit."""
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url.removeprefix(people.base)))
+    sign_in(page, people.base, people.keys["rex"], "/documents")
+    expect(page.locator("#principal")).to_have_text("rex · reader")
+    expect(page.locator("#documents-body tr")).to_have_count(3)
+    expect(page.locator(".upload-groups")).to_be_hidden()
+    expect(page.locator("#dropzone")).to_be_hidden()
+    page.click("#tab-chat")
+    page.click("#tab-documents")  # a second visit
+    expect(page.locator("#documents-body tr")).to_have_count(3)
+    page.wait_for_timeout(1000)
+    assert "/v1/documents" in asked, asked
+    assert not [u for u in asked if u.startswith(("/v1/sources", "/v1/jobs"))], asked
+    refused = [e for e in audit_events(people.home) if e.get("principal") == "rex" and e.get("event") == "refused"]
+    assert refused == [], refused
+
+
+def test_dismissing_a_result_is_not_shown_as_danger(page, server: str):
+    """Issue 37 item 10: the × that dismisses a successful result turned red (the colour of deleting)."""
+    open_ready(page, server, "/documents")
+    upload_via_picker(page, "harbour-note.txt", b"The Ombrel harbour opens at nine every morning.\n")
+    row = page.locator(".upload", has_text="harbour-note.txt")
+    expect(row).to_have_attribute("data-state", "added", timeout=CHAT_TIMEOUT_MS)
+    dismiss = row.locator(".upload-dismiss")
+    dismiss.hover()
+    colour = dismiss.evaluate("el => getComputedStyle(el).color")
+    danger = page.evaluate("""() => { const probe = document.createElement('span');
+        probe.style.color = 'var(--danger)'; document.body.append(probe);
+        const colour = getComputedStyle(probe).color; probe.remove(); return colour; }""")
+    assert colour != danger, (colour, danger)
+    doc = next(d for d in httpx.get(f"{server}/v1/documents").json()["documents"] if d["path"].endswith("harbour-note.txt"))
+    assert httpx.delete(f"{server}/v1/documents/{doc['id']}").status_code == 200

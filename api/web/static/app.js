@@ -146,7 +146,9 @@ function initIndexPicker() {
 // The documents page: its list, the folders the index follows and the jobs still going (after a reload too).
 function openDocuments() {
   refreshDocuments();
-  refreshJobsAndSources();
+  // Folders and jobs are for those who may change the index: a reader's page does not ask (each refusal
+  // would be an audit record, on every visit).
+  if (document.body.dataset.canEdit !== "false") refreshJobsAndSources();
 }
 
 // ---------------------------------------------------------------- who is signed in (/v1/me)

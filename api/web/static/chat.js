@@ -176,12 +176,13 @@ function renderSources(turn, turnIndex) {
   const place = (s) => `${s.title}\u0000${sourceLocation(s)}`;
   const count = new Map();
   for (const s of sources) count.set(place(s), (count.get(place(s)) || 0) + 1);
-  const items = sources.map((source) => {
+  const items = sources.map((source, position) => {
     const text = source.text || source.snippet || "";
     const location = sourceLocation(source);
-    const relevance = typeof source.relevance === "number"
-      ? h("span", { class: "score", title: scoreTitle(source) }, `relevance ${Math.round(source.relevance * 100)}%`)
-      : null;
+    // The search's rank, not a percentage: a percentage reads as confidence, and the closest passages to a
+    // question the documents cannot answer still score near the top of any scale.
+    const rank = h("span", { class: "score", title: rankTitle(position + 1, sources.length, source, turn.abstained) },
+      `${ordinal(position + 1)} match`);
     const summary = h("summary", {},
       h("span", { class: "badge" }, `[${source.number}]`), " ",
       h("span", { class: "source-title" }, source.title || fileName(source.path) || "untitled"),
@@ -189,7 +190,7 @@ function renderSources(turn, turnIndex) {
       count.get(place(source)) > 1 ? h("span", { class: "preview" }, `“${preview(text)}”`) : null,
       cited.has(source.number) ? h("span", { class: "tag" }, "cited") : null,
       (source.highlights || []).length ? h("span", { class: "tag quiet", title: "Highlighted sentences were given to the model" }, "in context") : null,
-      relevance);
+      rank);
     // The evidence quoted from this source is marked exactly (its offsets); else the sentences the model saw.
     const quoted = (turn.evidence || []).filter((e) => e.source === source.number && source.text)
       .map((e) => [e.start, e.end]);
@@ -206,9 +207,22 @@ function renderSources(turn, turnIndex) {
     ...items);
 }
 
-function scoreTitle(source) {
-  // 100% = ranked first by every search; sources are listed in this order.
-  return source.found_by ? `found by ${source.found_by}` : "";
+function ordinal(n) {
+  const tens = n % 100;
+  const suffix = tens >= 11 && tens <= 13 ? "th" : { 1: "st", 2: "nd", 3: "rd" }[n % 10] || "th";
+  return `${n}${suffix}`;
+}
+
+function rankTitle(rank, count, source, abstained) {
+  const found = source.found_by ? ` (found by ${source.found_by})` : "";
+  const meaning = abstained
+    ? "None of these passages answers the question: they are only the closest the search found."
+    : "A rank, not a confidence: the search lists the passages closest to the question first.";
+  return `Ranked ${ordinal(rank)} of ${count} by the search${found}. ${meaning}`;
+}
+
+function plural(n, word) {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
 }
 
 function renderMeta(turn) {
@@ -216,9 +230,9 @@ function renderMeta(turn) {
   const parts = [];
   if (turn.state === "streaming") parts.push("answering…");
   if (turn.state === "stopped") parts.push("stopped");
-  if (t.firstTokenMs !== undefined) parts.push(`first token ${formatSeconds(t.firstTokenMs)}`);
+  if (t.firstTokenMs !== undefined && t.firstTokenMs >= 0) parts.push(`first words ${formatSeconds(t.firstTokenMs)}`);
   if (t.totalMs !== undefined) parts.push(`total ${formatSeconds(t.totalMs)}`);
-  if (t.outputTokens) parts.push(`${t.outputTokens} tokens`);
+  if (t.outputTokens) parts.push(plural(t.outputTokens, "token"));
   const title = t.serverTtftMs !== undefined
     ? `server: first token ${formatSeconds(t.serverTtftMs)}, total ${formatSeconds(t.serverTotalMs)}` : null;
   if (t.serverTtftMs) parts.push(`server ${formatSeconds(t.serverTtftMs)}`);
@@ -353,6 +367,11 @@ async function ask(question, started) {
         turn.timing.serverTtftMs = (m.ttft || 0) * 1000;
         turn.timing.serverTotalMs = (m.total_latency || 0) * 1000;
         turn.timing.outputTokens = m.output_tokens || 0;
+        // A short answer is verified before it is sent, so it arrives whole with this event: its first words
+        // are painted now (every answer's timing line says when its first words appeared).
+        if (turn.timing.firstTokenMs === undefined || turn.timing.firstTokenMs < 0) {
+          turn.timing.firstTokenMs = performance.now() - started;
+        }
         turn.state = "done";
         break;
       }
