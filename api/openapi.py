@@ -14,12 +14,13 @@ from litestar.openapi.plugins import JsonRenderPlugin, RedocRenderPlugin, Swagge
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Reference, RequestBody, Schema
 
 from api import protocol
-from api.protocol import (AskRequest, ChatCompletionRequest, ChatRequest, ErrorResponse, HealthResponse, JobStatus,
-                          KeyCreateRequest, RetrieveRequest, UploadResponse)
+from api.protocol import (AskRequest, ChatCompletionRequest, ChatRequest, ConversationRename, ConversationWrite,
+                          ErrorResponse, HealthResponse, JobStatus, KeyCreateRequest, RetrieveRequest, UploadResponse)
 from api.web import STATIC_PATH
 
 REF = "#/components/schemas/{name}"
-REQUEST_BODIES = (AskRequest, RetrieveRequest, ChatRequest, ChatCompletionRequest, KeyCreateRequest)
+REQUEST_BODIES = (AskRequest, RetrieveRequest, ChatRequest, ChatCompletionRequest, KeyCreateRequest, ConversationWrite,
+                  ConversationRename)
 EVENT_STREAM = "text/event-stream"
 ERRORS = {
     400: "Invalid request: a body that is not valid JSON (or not UTF-8, or nested too deeply), a field of the "
@@ -29,8 +30,8 @@ ERRORS = {
     403: "The key's role does not allow this on the index (`forbidden`; the same whether the index exists or "
          "not), a Host the server does not answer to (`forbidden_host`), or a cross-origin request that would "
          "change something (`cross_origin`)",
-    404: "No such index (`index_not_found`), document (`document_not_found`), source (`source_not_found`) or "
-         "job (`job_not_found`)",
+    404: "No such index (`index_not_found`), document (`document_not_found`), source (`source_not_found`), "
+         "job (`job_not_found`) or conversation of the caller's (`conversation_not_found`)",
     409: "The index is being written by another process (`index_locked`) or was built with another "
          "embedder (`embedder_mismatch`); a key of that name is active (`conflict`); a source another replica "
          "is syncing (`source_busy`); a job that cannot be run again (`job_state`); an index deleted without "
