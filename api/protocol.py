@@ -215,6 +215,8 @@ class DocumentInfo(msgspec.Struct):
     chunks: int
     ingested_at: str
     access_groups: str  # comma-separated document groups; "" = public
+    folder: str | None = None  # the followed folder it comes from (a sync adds it again); null: uploaded/ingested
+    source_id: str | None = None  # that folder's source id (/v1/sources)
 
     @classmethod
     def of(cls, record: DocumentRecord) -> "DocumentInfo":
