@@ -215,7 +215,8 @@ class DocumentInfo(msgspec.Struct):
     chunks: int
     ingested_at: str
     access_groups: str  # comma-separated document groups; "" = public
-    folder: str | None = None  # the followed folder it comes from (a sync adds it again); null: uploaded/ingested
+    origin: str = "ingest"  # upload (the web app or POST /v1/documents) | folder (a followed folder) | ingest (rag ingest)
+    folder: str | None = None  # the followed folder it comes from (a sync adds it again); null: not from one
     source_id: str | None = None  # that folder's source id (/v1/sources)
 
     @classmethod

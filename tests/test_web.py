@@ -1182,6 +1182,7 @@ def test_documents_say_where_they_come_from_and_open_their_original(page, server
     assert sorted(t.split(" · ")[0] for t in rows.locator(".path").all_text_contents()) == ["harbour-east.md",
                                                                                         "harbour-west.md"]
     expect(rows.first.locator(".doc-source")).to_have_text("uploaded")
+    expect(document_row(page, "normans.md").locator(".doc-source")).to_have_text("added on the server")  # rag ingest
     expect(page.locator("#documents-table th").nth(1)).to_have_text("Source")
 
     with page.expect_download() as download:

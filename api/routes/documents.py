@@ -23,7 +23,7 @@ from api.jobs import accepted, finished
 from api.state import AppState
 from ingest.formats.registry import FORMATS
 from ingest.pipeline import ATTACHMENT_SEP
-from ingest.records import DocumentRecord
+from ingest.records import DocumentRecord, normalise_path
 from ingest.sources import Source, index_sources
 from ingest.uploads import IncomingFile
 from rag.core.access import RequestContext
@@ -56,9 +56,12 @@ def folder_of(record: DocumentRecord, sources: list[Source]) -> Source | None:
     return None
 
 
-def document_info(record: DocumentRecord, sources: list[Source], context: RequestContext, index: str) -> DocumentInfo:
+def document_info(record: DocumentRecord, sources: list[Source], context: RequestContext, index: str,
+                  uploads: Path) -> DocumentInfo:
     info = DocumentInfo.of(record)
     source = folder_of(record, sources)
+    info.origin = "folder" if source is not None else (
+        "upload" if record.path.startswith(str(uploads).rstrip(os.sep) + os.sep) else "ingest")
     if source is not None:
         # Editors see the folder as it was added; readers (who do not see folders) only its name.
         shown = source.display_path if context.principal.may(index, "editor") else Path(source.display_path).name
@@ -125,7 +128,8 @@ class DocumentsController(Controller):
         if not target.exists():
             target.reader().close()  # the store's own "no index" error, with the names it has
         sources = await anyio.to_thread.run_sync(index_sources, target)
-        return DocumentList(index=target.name, documents=[document_info(d, sources, context, target.name)
+        uploads = Path(normalise_path(app.settings.uploads_path))
+        return DocumentList(index=target.name, documents=[document_info(d, sources, context, target.name, uploads)
                                                           for d in app.visible_documents(target, context)])
 
     @get("/{document_id:str}/original", summary="The document's original file, for readers who may see the "

@@ -62,7 +62,8 @@ function renderDocuments() {
     open.addEventListener("click", () => openOriginal(doc.id, fileName(doc.path), null, currentIndex(), message));
     const origin = doc.folder
       ? h("span", { class: "doc-folder", title: `Synced from the followed folder ${doc.folder}` }, `folder ${fileName(doc.folder) || doc.folder}`)
-      : h("span", { class: "muted" }, "uploaded");
+      : h("span", { class: "muted", title: doc.origin === "upload" ? "Uploaded here or over the API"
+        : "Added on the server (rag ingest)" }, doc.origin === "upload" ? "uploaded" : "added on the server");
     return h("tr", { dataset: { id: doc.id, folder: doc.folder || "" } },
       h("td", { class: "doc-title" },
         h("span", { class: "title" }, name),
