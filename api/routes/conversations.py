@@ -87,7 +87,7 @@ class ConversationsController(Controller):
         return summary(record)
 
     @get("/{conversation_id:str}", summary="One of the caller's conversations, with its turns; sources whose "
-         "document is gone are marked `deleted` (without their passage)", responses=errors(404))
+         "document is gone are marked `deleted` (without their passage)", responses=errors(400, 404))
     async def get_conversation(self, state: State, context: Context, conversation_id: ConversationId) -> Conversation:
         app: AppState = state.app
         record = await anyio.to_thread.run_sync(app.conversations.get, context.principal.name, conversation_id)
@@ -121,7 +121,7 @@ class ConversationsController(Controller):
         return summary(record)
 
     @delete("/{conversation_id:str}", status_code=200, summary="Delete one of the caller's conversations",
-            responses=errors(404))
+            responses=errors(400, 404))
     async def delete_conversation(self, state: State, context: Context,
                                   conversation_id: ConversationId) -> ConversationsDeleted:
         app: AppState = state.app
