@@ -2,24 +2,47 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-stamp
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
 .PHONY: serve test setup models examples check-windows
 
-# (Re)install whenever pyproject.toml changes.
-$(STAMP): pyproject.toml
-	@echo "setting up $(VENV): installing the dependencies (a few minutes the first time)..."
+RUNTIME := $(VENV)/.runtime-stamp
+DEV     := $(VENV)/.dev-stamp
+BUILD_VENV := .venv-build
+
+# `make serve` installs the runtime dependencies only (no torch, transformers, pytest, playwright, matplotlib);
+# `make test` adds the build, test and plotting extras. Each (re)installs whenever pyproject.toml changes.
+$(RUNTIME): pyproject.toml
+	@echo "setting up $(VENV): installing the runtime dependencies (a few minutes the first time)..."
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUNTIME)
+
+$(DEV): $(RUNTIME)
+	@echo "adding the build, test and plotting extras to $(VENV)..."
 	$(BIN)/python -m pip install --quiet -e ".[build,dev,plot]"
-	touch $(STAMP)
+	touch $(DEV)
 
-setup: $(STAMP)
+setup: $(RUNTIME)
 
-models: $(STAMP)
-	$(BIN)/rag models prepare
+# Building the default models needs torch and transformers (the build extra), once. With them in .venv (make
+# test) they are used; otherwise a throwaway venv holds them for the build and is removed after it, so a
+# serving install never keeps them. Models already built: nothing to do.
+models: $(RUNTIME)
+	@if $(BIN)/python -c "import torch, transformers" 2>/dev/null; then \
+		$(BIN)/rag models prepare; \
+	elif $(BIN)/rag models check >/dev/null 2>&1; then \
+		echo "models: already prepared"; \
+	else \
+		echo "building the models needs torch and transformers once: installing them in $(BUILD_VENV) (removed after)"; \
+		rm -rf $(BUILD_VENV); \
+		$(PYTHON) -m venv $(BUILD_VENV) && $(BUILD_VENV)/bin/python -m pip install --quiet --upgrade pip && \
+		$(BUILD_VENV)/bin/python -m pip install --quiet -e ".[build]" && $(BUILD_VENV)/bin/rag models prepare; \
+		status=$$?; rm -rf $(BUILD_VENV); \
+		exit $$status; \
+	fi
 
 examples: models
 	$(BIN)/rag ingest examples/docs/
@@ -28,10 +51,10 @@ serve: examples
 	$(BIN)/rag models check
 	$(BIN)/rag serve --host $(HOST) --port $(PORT)
 
-test: models
+test: $(DEV) models
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 
 # Every runtime dependency has a win_amd64 wheel for Python 3.11 and 3.12 (pip download; needs only PyPI).
-check-windows: $(STAMP)
+check-windows: $(RUNTIME)
 	$(BIN)/python tools/windows/check_wheels.py --python 3.11 --python 3.12 --extra postgres

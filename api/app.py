@@ -26,6 +26,7 @@ from api.requests import ApiRequest
 from api.routes.access import AccessController
 from api.routes.answers import AnswersController
 from api.routes.chat import ChatController
+from api.routes.conversations import ConversationsController
 from api.routes.documents import DocumentsController
 from api.routes.health import HealthController
 from api.routes.indexes import IndexesController
@@ -205,7 +206,7 @@ def create_app(settings: Settings | None = None, telemetry: bool = False) -> Lit
                        request_max_body_size=settings.max_upload_mb * 1024 * 1024 * 4)
     app = Litestar(
         route_handlers=[HealthController, AccessController, AnswersController, ChatController, OpenAIController,
-                        IndexesController, SourcesController, JobsController,
+                        IndexesController, SourcesController, JobsController, ConversationsController,
                         documents, *web_handlers()],
         lifespan=[lifespan],
         state=State({"app": app_state}),

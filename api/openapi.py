@@ -10,16 +10,17 @@ from typing import Any
 import msgspec
 from litestar import Litestar
 from litestar.openapi import OpenAPIConfig, ResponseSpec
-from litestar.openapi.plugins import JsonRenderPlugin, RedocRenderPlugin, SwaggerRenderPlugin
+from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Reference, RequestBody, Schema
 
 from api import protocol
-from api.protocol import (AskRequest, ChatCompletionRequest, ChatRequest, ErrorResponse, HealthResponse, JobStatus,
-                          KeyCreateRequest, RetrieveRequest, UploadResponse)
+from api.protocol import (AskRequest, ChatCompletionRequest, ChatRequest, ConversationRename, ConversationWrite,
+                          ErrorResponse, HealthResponse, JobStatus, KeyCreateRequest, RetrieveRequest, UploadResponse)
 from api.web import STATIC_PATH
 
 REF = "#/components/schemas/{name}"
-REQUEST_BODIES = (AskRequest, RetrieveRequest, ChatRequest, ChatCompletionRequest, KeyCreateRequest)
+REQUEST_BODIES = (AskRequest, RetrieveRequest, ChatRequest, ChatCompletionRequest, KeyCreateRequest, ConversationWrite,
+                  ConversationRename)
 EVENT_STREAM = "text/event-stream"
 ERRORS = {
     400: "Invalid request: a body that is not valid JSON (or not UTF-8, or nested too deeply), a field of the "
@@ -29,8 +30,8 @@ ERRORS = {
     403: "The key's role does not allow this on the index (`forbidden`; the same whether the index exists or "
          "not), a Host the server does not answer to (`forbidden_host`), or a cross-origin request that would "
          "change something (`cross_origin`)",
-    404: "No such index (`index_not_found`), document (`document_not_found`), source (`source_not_found`) or "
-         "job (`job_not_found`)",
+    404: "No such index (`index_not_found`), document (`document_not_found`), source (`source_not_found`), "
+         "job (`job_not_found`) or conversation of the caller's (`conversation_not_found`)",
     409: "The index is being written by another process (`index_locked`) or was built with another "
          "embedder (`embedder_mismatch`); a key of that name is active (`conflict`); a source another replica "
          "is syncing (`source_busy`); a job that cannot be run again (`job_state`); an index deleted without "
@@ -43,18 +44,65 @@ ERRORS = {
 
 
 
+DOCS_PAGE = """<!doctype html>
+<html lang="en">
+<head>
+  <meta charset="utf-8">
+  <meta name="viewport" content="width=device-width, initial-scale=1">
+  <title>API · Offline RAG</title>
+  <link rel="icon" href="data:,">
+  {styles}
+  <link rel="stylesheet" href="{static}/docs.css">
+  {scripts}
+  <script type="module" src="{static}/docs.js"></script>
+</head>
+<body data-viewer="{viewer}">
+  <header class="docs-bar">
+    <strong>Offline RAG · API</strong>
+    <nav><a href="/">Back to the app</a> <a href="/schema/swagger">Swagger UI (try it out)</a>
+      <a href="/schema/redoc">ReDoc (reading)</a> <a href="/schema/openapi.json">openapi.json</a></nav>
+  </header>
+  <form id="docs-key" class="docs-key" hidden autocomplete="off">
+    <p id="docs-message">Loading the API description…</p>
+    <label>API key <input type="password" id="docs-key-input" required></label>
+    <button type="submit" id="docs-key-submit">Show the API</button>
+    <p class="docs-hint">Kept in this browser tab only (session storage) and sent as a bearer token.</p>
+  </form>
+  <div id="docs-viewer"></div>
+</body>
+</html>
+"""
+
+
+class DocsPage(OpenAPIRenderPlugin):
+    """A docs page that carries no schema: its script fetches /schema/openapi.json with the key from this
+    tab (or asks for one), so the page itself opens without a key, as the app's does."""
+
+    def __init__(self, viewer: str, path: str | list[str]) -> None:
+        super().__init__(path=path)
+        self.viewer = viewer
+
+    def render(self, request, openapi_schema: dict[str, Any]) -> bytes:  # noqa: ANN001 - Litestar's signature
+        static = STATIC_PATH
+        if self.viewer == "swagger":
+            styles = f'<link rel="stylesheet" href="{static}/swagger-ui.css">'
+            scripts = (f'<script src="{static}/swagger-ui-bundle.js"></script>\n  '
+                       f'<script src="{static}/swagger-ui-standalone-preset.js"></script>')
+        else:
+            styles, scripts = "", f'<script src="{static}/redoc.standalone.js"></script>'
+        return DOCS_PAGE.format(static=static, styles=styles, scripts=scripts, viewer=self.viewer).encode()
+
+
 def docs_config() -> OpenAPIConfig:
     """The OpenAPI document and its two readers, Swagger UI and ReDoc, with their scripts served by the app
-    itself (api/web/static, vendored from npm with their licences): the docs render on a site with no internet."""
-    static = STATIC_PATH
-    no_favicon = "<link rel='icon' href='data:,'>"  # not the CDN-hosted one Litestar links by default
+    itself (api/web/static, vendored from npm with their licences): the docs render on a site with no internet.
+    Their pages open without a key and ask for one; the schema itself (openapi.json) needs it."""
     return OpenAPIConfig(title="Offline RAG", version="0.1.0", path="/schema", render_plugins=[
-        RedocRenderPlugin(js_url=f"{static}/redoc.standalone.js", google_fonts=False, favicon=no_favicon,
-                          path=["/redoc", "/"]),
-        SwaggerRenderPlugin(js_url=f"{static}/swagger-ui-bundle.js", css_url=f"{static}/swagger-ui.css",
-                            standalone_preset_js_url=f"{static}/swagger-ui-standalone-preset.js", favicon=no_favicon),
+        DocsPage("redoc", ["/redoc", "/"]),
+        DocsPage("swagger", "/swagger"),
         JsonRenderPlugin(),
     ])
+
 
 def errors(*statuses: int) -> dict[int, ResponseSpec]:
     """The documented error responses for ``statuses`` (401, 403 and 500 are added: every route can answer

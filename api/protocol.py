@@ -215,6 +215,9 @@ class DocumentInfo(msgspec.Struct):
     chunks: int
     ingested_at: str
     access_groups: str  # comma-separated document groups; "" = public
+    origin: str = "ingest"  # upload (the web app or POST /v1/documents) | folder (a followed folder) | ingest (rag ingest)
+    folder: str | None = None  # the followed folder it comes from (a sync adds it again); null: not from one
+    source_id: str | None = None  # that folder's source id (/v1/sources)
 
     @classmethod
     def of(cls, record: DocumentRecord) -> "DocumentInfo":
@@ -479,3 +482,84 @@ class KeyCreated(KeyInfo):
 
 class KeyList(msgspec.Struct):
     keys: list[KeyInfo]
+
+
+# --------------------------------------------------------------------------- conversations (the web app's)
+ShortText = Annotated[str, msgspec.Meta(max_length=2_000)]
+ConversationTitle = Annotated[str, msgspec.Meta(max_length=200)]
+
+
+class SavedSource(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+    """A source of a saved answer, as the web app showed it. ``deleted`` is set by the server when it is read
+    back: the document is no longer in the index (or no longer visible to the reader), so its passage is not
+    sent again."""
+
+    number: Annotated[int, msgspec.Meta(ge=0, le=1000)]
+    document_id: Annotated[str, msgspec.Meta(max_length=200)] = ""
+    path: ShortText = ""
+    title: ShortText = ""
+    page: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    section: ShortText | None = None
+    text: Text = ""
+    snippet: Text = ""
+    highlights: Annotated[list[Text], msgspec.Meta(max_length=50)] = []
+    found_by: Annotated[str, msgspec.Meta(max_length=100)] = ""
+    deleted: bool = False
+
+
+class SavedEvidence(msgspec.Struct, forbid_unknown_fields=True):
+    source: Annotated[int, msgspec.Meta(ge=0, le=1000)]
+    quote: Text
+    start: Annotated[int, msgspec.Meta(ge=0)]
+    end: Annotated[int, msgspec.Meta(ge=0)]
+
+
+class SavedTurn(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+    """One question and its answer as the web app shows it (the answer itself is made by /v1/chat/stream)."""
+
+    question: Text
+    answer: Text = ""
+    state: Annotated[str, msgspec.Meta(pattern=r"^(done|stopped|error)$")] = "done"
+    error: ShortText | None = None
+    abstained: bool = False
+    abstain_reason: Annotated[str, msgspec.Meta(max_length=100)] | None = None
+    index: IndexName | None = None  # the index it was asked of (null: the server's default)
+    citations: Annotated[list[Annotated[int, msgspec.Meta(ge=0, le=1000)]], msgspec.Meta(max_length=100)] = []
+    sources: Annotated[list[SavedSource], msgspec.Meta(max_length=50)] = []
+    evidence: Annotated[list[SavedEvidence], msgspec.Meta(max_length=50)] = []
+    timing: dict[Annotated[str, msgspec.Meta(max_length=40)], Annotated[float, msgspec.Meta(ge=0)]] = {}
+
+
+class ConversationWrite(msgspec.Struct, forbid_unknown_fields=True):
+    """A new conversation (POST), or all of one (PUT): its title and turns."""
+
+    title: ConversationTitle = ""
+    turns: Annotated[list[SavedTurn], msgspec.Meta(max_length=500)] = []
+
+
+class ConversationRename(msgspec.Struct, forbid_unknown_fields=True):
+    title: Annotated[str, msgspec.Meta(min_length=1, max_length=200, extra_json_schema={"pattern": NOT_BLANK})]
+
+
+class ConversationSummary(msgspec.Struct):
+    id: str
+    title: str
+    created: float
+    updated: float
+    turns: int  # how many
+
+
+class Conversation(msgspec.Struct):
+    id: str
+    title: str
+    created: float
+    updated: float
+    turns: list[SavedTurn]
+
+
+class ConversationList(msgspec.Struct):
+    conversations: list[ConversationSummary]  # the caller's own, the last changed first
+
+
+class ConversationsDeleted(msgspec.Struct):
+    deleted: int

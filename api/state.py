@@ -19,6 +19,7 @@ from ingest.jobs import INTERRUPTED, Job, JobRunner, JobStore, Outcome, Running,
 from ingest.records import DocumentRecord
 from ingest.sources import due_sources, index_sources
 from ingest.store import Store, StoredIndex
+from ingest.store.conversations import ConversationStore
 from ingest.store.keys import KeyStore
 from ingest.uploads import IncomingFile, Uploads
 from ingest.parameters import IngestParameters
@@ -32,7 +33,7 @@ from rag.core.errors import (DocumentNotFoundError, ForbiddenError, JobNotFoundE
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
 from rag.generation.scheduler import GenerationScheduler
-from rag.runtime import (Models, answer_service, generation_backend, open_audit, open_jobs,
+from rag.runtime import (Models, answer_service, generation_backend, open_audit, open_conversations, open_jobs,
                          open_keys, open_store, open_uploads)
 
 log = logging.getLogger("rag.api")
@@ -59,6 +60,7 @@ class AppState:
     auth: Authenticator | None = None
     audit: AuditLog | None = None
     jobs: JobStore | None = None
+    conversations: ConversationStore | None = None
     runner: JobRunner | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
     busy_until: dict[str, float] = field(default_factory=dict)  # source id -> when to try a busy source again
@@ -79,6 +81,7 @@ class AppState:
         self.keys = open_keys(self.settings)
         self.auth = Authenticator.from_settings(self.settings, self.keys)
         self.audit = open_audit(self.settings)
+        self.conversations = open_conversations(self.settings)
         self.metrics.watch(self.index_figures)
 
     def index_figures(self) -> IndexFigures:
@@ -241,6 +244,8 @@ class AppState:
             self.store.close()
         if self.keys is not None:
             self.keys.close()
+        if self.conversations is not None:
+            self.conversations.close()
         if self.audit is not None:
             self.audit.close()
 

@@ -15,6 +15,7 @@ from typing import Iterator
 from ingest.embedder import Embedder
 from ingest.store import Store, StoredIndex
 from ingest.store.embedded import EmbeddedStore
+from ingest.store.conversations import ConversationStore, PostgresConversationStore, SqliteConversationStore
 from ingest.store.keys import KeyStore, PostgresKeyStore, SqliteKeyStore
 from ingest.jobs import JobStore
 from ingest.uploads import Uploads
@@ -83,6 +84,16 @@ def open_keys(settings: Settings) -> KeyStore:
         except ImportError as exc:
             raise postgres_packages_missing(exc.name) from exc
     return SqliteKeyStore(settings.home)
+
+
+def open_conversations(settings: Settings) -> ConversationStore:
+    """The web app's conversations, per principal: in the PostgreSQL store with ``store_url``, else in the home."""
+    if settings.store_url:
+        try:
+            return PostgresConversationStore(settings.store_url)
+        except ImportError as exc:
+            raise postgres_packages_missing(exc.name) from exc
+    return SqliteConversationStore(settings.home)
 
 
 @contextmanager

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import mimetypes
+import os
+from pathlib import Path
 from typing import Annotated
 
 import anyio.to_thread
 from litestar import Controller, Request, Response, delete, get, post
+from litestar.response import File
 from litestar.datastructures import State
+from litestar.openapi import ResponseSpec
 from litestar.params import FromPath, QueryParameter
 
 from api.auth import Context
@@ -17,8 +22,12 @@ from api.requests import uploaded_files
 from api.jobs import accepted, finished
 from api.state import AppState
 from ingest.formats.registry import FORMATS
+from ingest.pipeline import ATTACHMENT_SEP
+from ingest.records import DocumentRecord, normalise_path
+from ingest.sources import Source, index_sources
 from ingest.uploads import IncomingFile
-from rag.core.errors import RagError
+from rag.core.access import RequestContext
+from rag.core.errors import DocumentNotFoundError, RagError
 from rag.core.names import INDEX_NAME_PATTERN
 
 # The index name's pattern, in the schema and checked by Litestar (the long fuzzing run found that the schema
@@ -32,6 +41,46 @@ GroupsQuery = Annotated[str | None, QueryParameter(
     name="groups", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}(,[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}){0,31}$",
     description="comma-separated access groups for the uploaded documents: only readers in one of them (or "
                 "unrestricted) see them; left out, a new document is public and a replaced one keeps its groups")]
+
+
+# Opened in the browser's own viewer (a PDF at the cited page); every other type is downloaded, never shown inline
+# (an HTML document opened from this origin could run its scripts here).
+INLINE_TYPES = {".pdf": "application/pdf"}
+
+
+def folder_of(record: DocumentRecord, sources: list[Source]) -> Source | None:
+    """The followed folder a document comes from (a sync adds it again while its file is there), if any."""
+    for source in sources:
+        if record.path.startswith(source.path.rstrip(os.sep) + os.sep):
+            return source
+    return None
+
+
+def document_info(record: DocumentRecord, sources: list[Source], context: RequestContext, index: str,
+                  uploads: Path) -> DocumentInfo:
+    info = DocumentInfo.of(record)
+    source = folder_of(record, sources)
+    info.origin = "folder" if source is not None else (
+        "upload" if record.path.startswith(str(uploads).rstrip(os.sep) + os.sep) else "ingest")
+    if source is not None:
+        # Editors see the folder as it was added; readers (who do not see folders) only its name.
+        shown = source.display_path if context.principal.may(index, "editor") else Path(source.display_path).name
+        info.folder, info.source_id = shown, source.id
+    return info
+
+
+def original_file(record: DocumentRecord) -> Path:
+    """Where the document's original file is now (an upload's kept copy, or the file it was ingested from)."""
+    if ATTACHMENT_SEP in Path(record.path).name:
+        parent = record.display_path.split(ATTACHMENT_SEP)[0]
+        raise DocumentNotFoundError(f"{record.display_path} is an attachment inside {Path(parent).name}: open that "
+                                    "document to get it")
+    for spelled in (record.display_path, record.path):
+        path = Path(spelled)
+        if path.is_file():
+            return path
+    raise DocumentNotFoundError(f"the original file of {Path(record.display_path).name} is no longer where it was "
+                                "ingested from (moved or deleted on the server); its passages are still in the index")
 
 
 class DocumentsController(Controller):
@@ -78,8 +127,30 @@ class DocumentsController(Controller):
         target = app.index(app.authorize(context, index, "reader", "/v1/documents"))
         if not target.exists():
             target.reader().close()  # the store's own "no index" error, with the names it has
-        return DocumentList(index=target.name,
-                            documents=[DocumentInfo.of(d) for d in app.visible_documents(target, context)])
+        sources = await anyio.to_thread.run_sync(index_sources, target)
+        uploads = Path(normalise_path(app.settings.uploads_path))
+        return DocumentList(index=target.name, documents=[document_info(d, sources, context, target.name, uploads)
+                                                          for d in app.visible_documents(target, context)])
+
+    @get("/{document_id:str}/original", summary="The document's original file, for readers who may see the "
+         "document: a PDF to view (open it at #page=N), any other type as a download", media_type="application/pdf",
+         responses={**errors(400, 404), 200: ResponseSpec(bytes, media_type="application/octet-stream",
+                                                          description="the file as it was ingested (or as it is "
+                                                                      "now in its folder)", generate_examples=False)})
+    async def original(self, state: State, context: Context, document_id: FromPath[str],
+                       index: IndexQuery = None) -> File:
+        app: AppState = state.app
+        target = app.index(app.authorize(context, index, "reader", "/v1/documents/{document_id}/original"))
+        record = await anyio.to_thread.run_sync(app.visible_document, target, context, document_id)
+        path = await anyio.to_thread.run_sync(original_file, record)
+        app.record(context, "original", route="/v1/documents/{document_id}/original", index=target.name,
+                   outcome="sent", document_id=record.id, path=record.display_path)
+        media_type = INLINE_TYPES.get(path.suffix.lower())
+        return File(path, filename=path.name, media_type=media_type or mimetypes.guess_type(path.name)[0]
+                    or "application/octet-stream", content_disposition_type="inline" if media_type else "attachment",
+                    headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store",
+                             "Content-Security-Policy": "sandbox; default-src 'none'"} if not media_type else
+                    {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"})
 
     @delete("/{document_id:str}", status_code=200, summary="Remove a document and its vectors",
             responses=errors(400, 404, 409))

@@ -21,6 +21,8 @@ STATIC_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/htm
                 ".png": "image/png", ".ico": "image/x-icon", ".json": "application/json",
                 ".txt": "text/plain; charset=utf-8"}  # the vendored viewers' LICENSE and NOTICE files
 PAGE_PATHS = ("/", "/documents", "/keys")  # client-side views of the one page
+# The API docs pages (api.openapi.DocsPage): they carry no schema and ask for the key as the app does.
+DOCS_PAGES = ("/schema", "/schema/redoc", "/schema/swagger")
 # The page runs only its own scripts and talks only to this server, whatever a document or a reply contains.
 PAGE_HEADERS = {
     "Content-Security-Policy": ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -34,7 +36,8 @@ PAGE_HEADERS = {
 
 def is_open(method: str, path: str) -> bool:
     """Whether a request is for the page or its assets (served without the API key): GET or HEAD only."""
-    return method in ("GET", "HEAD") and (path in PAGE_PATHS or path.startswith(STATIC_PATH + "/"))
+    return method in ("GET", "HEAD") and (path in PAGE_PATHS or path in DOCS_PAGES
+                                          or path.startswith(STATIC_PATH + "/"))
 
 
 class PageController(Controller):
@@ -61,4 +64,4 @@ def web_handlers() -> list:
     return [PageController, static_file]
 
 
-__all__ = ["PAGE_PATHS", "STATIC_DIR", "is_open", "web_handlers"]
+__all__ = ["DOCS_PAGES", "PAGE_PATHS", "STATIC_DIR", "is_open", "web_handlers"]

@@ -1,76 +1,52 @@
-"""Refresh the README screenshots in docs/: a real `rag serve` over examples/docs, a headless Chromium.
+"""Refresh the README screenshots in docs/ from the browser tests' own: a real `rag serve`, headless Chromium.
 
-    python tools/docs/screenshots.py [--chromium /usr/bin/chromium] [--port 8765]
+    python tools/docs/screenshots.py [--no-run]
 
-Ingests examples/docs into a scratch index ("screenshots"), asks one question on the chat page (desktop and
-phone sizes), then shows the documents page and the offline API docs; deletes the scratch index at the end.
+Runs the tests that take them (tests/test_web.py: the layout test of every page state at 1280x900 and 390x844,
+the conversation list, the API docs with a key), which save them under test-artifacts/ only once their
+geometry checks passed, then copies the README's ones to docs/. --no-run copies what the last run left.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
-from playwright.sync_api import expect, sync_playwright
-
 ROOT = Path(__file__).resolve().parents[2]
-INDEX = "screenshots"
-QUESTION = "When did the Normans conquer England?"
-
-
-def rag(*args: str, env: dict[str, str]) -> None:
-    subprocess.run([sys.executable, "-m", "rag.cli", *args], cwd=ROOT, env=env, check=True)
+ARTIFACTS = ROOT / "test-artifacts"
+TESTS = ("test_layout_of_every_page_state or test_two_people_on_one_browser or "
+         "test_api_docs_ask_for_the_key or test_documents_say_where_they_come_from")
+# docs/ name <- test-artifacts/ name
+SHOTS = {
+    "screenshot-chat.png": "layout-desktop-chat-answer.png",
+    "screenshot-chat-source.png": "layout-desktop-chat-source-open.png",
+    "screenshot-chat-phone.png": "layout-phone-chat-source-open.png",
+    "screenshot-chat-refusal.png": "layout-desktop-chat-refusal.png",
+    "screenshot-chat-empty.png": "layout-desktop-chat-empty.png",
+    "screenshot-conversations.png": "conversations-list.png",
+    "screenshot-documents.png": "layout-desktop-documents.png",
+    "screenshot-reader.png": "layout-phone-reader-documents.png",
+    "screenshot-keys.png": "layout-desktop-keys.png",
+    "screenshot-api-docs.png": "api-docs-keyed.png",
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--chromium", default="/usr/bin/chromium")
-    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--no-run", action="store_true", help="only copy what test-artifacts/ holds")
     args = parser.parse_args()
-    env = {**os.environ, "RAG_INDEX": INDEX, "RAG_PORT": str(args.port)}
-    rag("ingest", str(ROOT / "examples" / "docs"), "--index", INDEX, env=env)
-    server = subprocess.Popen([sys.executable, "-m", "rag.cli", "serve"], cwd=ROOT, env=env)
-    base = f"http://127.0.0.1:{args.port}"
-    try:
-        for _ in range(240):
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).json().get("status") == "ready":
-                    break
-            except (httpx.HTTPError, ValueError):
-                pass
-            time.sleep(0.5)
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=args.chromium)
-            for name, viewport in (("screenshot-chat.png", {"width": 1280, "height": 860}),
-                                   ("screenshot-chat-phone.png", {"width": 390, "height": 844})):
-                page = browser.new_page(viewport=viewport)
-                page.goto(base + "/")
-                expect(page.locator("#status")).to_have_attribute("data-state", "ready", timeout=60_000)
-                if name == "screenshot-chat.png":
-                    page.screenshot(path=str(ROOT / "docs" / "screenshot-chat-empty.png"))
-                page.fill("#question", QUESTION)
-                page.press("#question", "Enter")
-                expect(page.locator(".turn").first).to_have_attribute("data-state", "done", timeout=60_000)
-                page.screenshot(path=str(ROOT / "docs" / name))
-                page.close()
-            page = browser.new_page(viewport={"width": 1280, "height": 860})
-            page.goto(base + "/documents")
-            expect(page.locator("#status")).to_have_attribute("data-state", "ready", timeout=60_000)
-            page.wait_for_timeout(1000)
-            page.screenshot(path=str(ROOT / "docs" / "screenshot-documents.png"))
-            page.goto(base + "/schema/swagger")
-            page.wait_for_timeout(2000)
-            page.screenshot(path=str(ROOT / "docs" / "screenshot-api-docs.png"))
-            browser.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        rag("index", "delete", INDEX, "--yes", env=env)
+    if not args.no_run:
+        subprocess.run([sys.executable, "-m", "pytest", "tests/test_web.py", "-q", "-k", TESTS], cwd=ROOT,
+                       check=True)
+    missing = [source for source in SHOTS.values() if not (ARTIFACTS / source).is_file()]
+    if missing:
+        sys.exit(f"not in {ARTIFACTS}: {', '.join(missing)} (run without --no-run)")
+    for name, source in SHOTS.items():
+        shutil.copyfile(ARTIFACTS / source, ROOT / "docs" / name)
+        print(f"docs/{name} <- test-artifacts/{source}")
 
 
 if __name__ == "__main__":

@@ -187,3 +187,30 @@ export function uploadFile(file, index, onProgress, groups = "") {
     }
   })();
 }
+
+// Open a document's original file (GET /v1/documents/{id}/original, the same access check as its passages): a
+// PDF in a new tab at `page`, anything else downloaded. The key goes in a header, so the file is fetched here
+// and handed to the browser as a blob. `report(text)` shows why not.
+export async function openOriginal(documentId, name, page, index, report) {
+  const query = index ? `?index=${encodeURIComponent(index)}` : "";
+  // A PDF opens in a tab of its own, opened on the click (later, a popup blocker would stop it).
+  const opened = /\.pdf$/i.test(name || "") ? window.open("", "_blank") : null;
+  try {
+    const response = await apiFetch(`/v1/documents/${encodeURIComponent(documentId)}/original${query}`);
+    const type = response.headers.get("Content-Type") || "";
+    const url = URL.createObjectURL(await response.blob());
+    if (type.startsWith("application/pdf") && opened) {
+      opened.location.href = page ? `${url}#page=${page}` : url;
+      return;
+    }
+    if (opened) opened.close();
+    const link = Object.assign(document.createElement("a"), { href: url, download: name || "document" });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60_000);
+  } catch (err) {
+    if (opened) opened.close();
+    report(`Cannot open the original of ${name}: ${err.message}`);
+  }
+}

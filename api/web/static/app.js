@@ -1,7 +1,7 @@
 // The page: views (chat at /, documents at /documents), server status, index picker, API key prompt.
 
 import { apiKey, getJSON, setKeyPrompt, useSiteSignIn, whoAmI } from "./api.js";
-import { initChat, refreshChatEmpty } from "./chat.js";
+import { forgetConversations, initChat, loadConversations, refreshChatEmpty } from "./chat.js";
 import { clearUploads, initDocuments, refreshDocuments, refreshJobsAndSources } from "./documents.js";
 import { initKeys, refreshKeys } from "./keys.js";
 
@@ -43,7 +43,7 @@ function route() {
 }
 
 function initTabs() {
-  for (const tab of document.querySelectorAll(".tabs a")) {
+  for (const tab of document.querySelectorAll(".tabs a[data-view]")) {
     tab.addEventListener("click", (event) => {
       if (event.ctrlKey || event.metaKey || event.shiftKey || event.button !== 0) return;
       event.preventDefault();
@@ -146,7 +146,9 @@ function initIndexPicker() {
 // The documents page: its list, the folders the index follows and the jobs still going (after a reload too).
 function openDocuments() {
   refreshDocuments();
-  refreshJobsAndSources();
+  // Folders and jobs are for those who may change the index: a reader's page does not ask (each refusal
+  // would be an audit record, on every visit).
+  if (document.body.dataset.canEdit !== "false") refreshJobsAndSources();
 }
 
 // ---------------------------------------------------------------- who is signed in (/v1/me)
@@ -174,6 +176,16 @@ function showPrincipal() {
   label.hidden = !me.authenticated;
   label.textContent = `${me.name} · ${role || "no access"}`;
   label.title = signedInBySite ? "signed in by the site" : "signed in with an API key";
+  // Signed in with a key typed here: sign out (or in with another key). The site's own sign-in ends at the site.
+  document.getElementById("sign-out").hidden = !(me.authenticated && !signedInBySite && apiKey());
+}
+
+// Sign out: this tab forgets the key and the open conversation, and the page starts again at the key prompt.
+function signOut() {
+  forgetConversations();
+  sessionStorage.clear();
+  localStorage.removeItem("rag.conversations.v1");
+  location.assign(location.pathname);
 }
 
 // Before any request can be refused: who does the server take this page for? Behind a reverse proxy that adds
@@ -235,10 +247,12 @@ initIndexPicker();
 initChat({ currentIndex: selectedIndex, onAnswered: () => {} });
 initDocuments({ currentIndex: selectedIndex, onChanged: () => { refreshIndexes(); pollHealth(); } });
 initKeys();
-window.addEventListener("rag:key", () => setTimeout(refreshIndexes, 500)); // what a refused request could not list
+window.addEventListener("rag:key", () => setTimeout(() => refreshIndexes().then(loadConversations), 500)); // what a refused request could not list
+document.getElementById("sign-out").addEventListener("click", signOut);
 window.addEventListener("rag:indexes", () => refreshIndexes()); // an index was deleted on the admin page
 route();
 pollHealth();
 identify().then(refreshIndexes).then(() => {
   if (document.body.dataset.view === "documents") openDocuments();
+  loadConversations();
 });

@@ -1,113 +1,232 @@
-// The chat view: conversations (kept in localStorage), streaming answers, citations and sources.
+// The chat view: conversations (kept on the server, per person: /v1/conversations), streaming answers,
+// citations and sources. The browser keeps only the open conversation's id, for this tab, until sign-out.
 
-import { ApiError, getJSON, streamEvents } from "./api.js";
+import { ApiError, apiFetch, getJSON, openOriginal, sendJSON, streamEvents } from "./api.js";
 import { formatSeconds, h, highlighted, markedRanges } from "./dom.js";
 
-const STORAGE = "rag.conversations.v1";
-const MAX_CONVERSATIONS = 30;
+const OLD_STORAGE = "rag.conversations.v1"; // where conversations were kept before: removed, never read
+const CURRENT = "rag.conversation"; // sessionStorage: the open conversation's id
 const HISTORY_TURNS = 8; // earlier turns sent with a follow-up question
 const MAX_MESSAGE_CHARS = 8000;
 const CITATION = /\[(\d{1,2}(?:\s*,\s*\d{1,2})*)\]/g;
 
-let state = { current: null, conversations: [] };
+let list = []; // [{id, title, created, updated, turns}] from the server, the last changed first
+let active = { id: null, title: "", turns: [] }; // the open conversation (id null: not saved yet)
 let els = {};
 let running = null; // {controller, turn, conversation}
 let currentIndex = () => null;
 let onAnswered = () => {};
+let saving = Promise.resolve();
+let loaded = false;
 
-function newId() {
-  return `${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
+function listMessage(text) {
+  els.conversationMessage.hidden = !text;
+  els.conversationMessage.textContent = text || "";
 }
 
-function load() {
-  try {
-    const saved = JSON.parse(localStorage.getItem(STORAGE) || "null");
-    if (saved && Array.isArray(saved.conversations)) state = saved;
-  } catch (_) {
-    /* a broken entry: start afresh */
+// ---------------------------------------------------------------- the server's copy
+const SOURCE_FIELDS = ["number", "document_id", "path", "title", "page", "section", "text", "snippet", "highlights",
+  "found_by", "deleted"];
+
+function pick(object, fields) {
+  const picked = {};
+  for (const field of fields) {
+    if (object[field] !== undefined && object[field] !== null) picked[field] = object[field];
   }
-  for (const conversation of state.conversations) {
-    for (const turn of conversation.turns) {
-      if (turn.state === "streaming") turn.state = "stopped"; // the page was closed while it streamed
-    }
-  }
+  return picked;
 }
 
-function save() {
-  for (;;) {
+function toServer(turn) {
+  const timing = {};
+  for (const [name, value] of Object.entries(turn.timing || {})) {
+    if (typeof value === "number" && value >= 0) timing[name] = value;
+  }
+  return {
+    question: turn.question,
+    answer: turn.answer || "",
+    state: turn.state === "streaming" ? "stopped" : turn.state,
+    ...(turn.error ? { error: String(turn.error).slice(0, 2000) } : {}),
+    abstained: Boolean(turn.abstained),
+    ...(turn.abstainReason ? { abstain_reason: turn.abstainReason } : {}),
+    ...(turn.index ? { index: turn.index } : {}),
+    citations: turn.citations || [],
+    sources: (turn.sources || []).map((s) => pick(s, SOURCE_FIELDS)),
+    evidence: (turn.evidence || []).map((e) => pick(e, ["source", "quote", "start", "end"])),
+    timing,
+  };
+}
+
+function fromServer(turn) {
+  return { ...turn, abstainReason: turn.abstain_reason || null, sources: turn.sources || [], timing: turn.timing || {} };
+}
+
+function summaryOf(conversation) {
+  return list.find((c) => c.id === conversation.id);
+}
+
+// Saves the open conversation after each answer: the first save creates it on the server.
+function save(conversation) {
+  const body = { title: conversation.title, turns: conversation.turns.map(toServer) };
+  saving = saving.then(async () => {
     try {
-      localStorage.setItem(STORAGE, JSON.stringify(state));
-      return;
+      if (conversation.id) {
+        const saved = await (await sendJSON("PUT", `/v1/conversations/${encodeURIComponent(conversation.id)}`, body)).json();
+        list = [saved, ...list.filter((c) => c.id !== saved.id)];
+      } else {
+        const saved = await (await sendJSON("POST", "/v1/conversations", body)).json();
+        conversation.id = saved.id;
+        conversation.title = saved.title;
+        list = [saved, ...list];
+        if (conversation === active) sessionStorage.setItem(CURRENT, saved.id);
+      }
+      listMessage("");
     } catch (err) {
-      // Storage full: forget the oldest conversations, never the one in use.
-      const oldest = state.conversations.findLastIndex((c) => c.id !== state.current);
-      if (oldest < 0) return;
-      state.conversations.splice(oldest, 1);
+      listMessage(`This conversation could not be saved: ${err.message}`);
     }
-  }
+    renderConversationList();
+  });
+  return saving;
 }
 
-function current() {
-  let conversation = state.conversations.find((c) => c.id === state.current);
-  if (!conversation) {
-    conversation = { id: newId(), title: "", created: new Date().toISOString(), turns: [] };
-    state.conversations.unshift(conversation);
-    state.current = conversation.id;
+// The person's conversations, once the server knows who they are; opens the one this tab had open.
+export async function loadConversations() {
+  let body;
+  try {
+    body = await getJSON("/v1/conversations");
+  } catch (err) {
+    listMessage(err instanceof ApiError && err.status === 401 ? "" : `Cannot list your conversations: ${err.message}`);
+    return;
   }
-  return conversation;
+  list = body.conversations || [];
+  listMessage("");
+  const wanted = sessionStorage.getItem(CURRENT);
+  if (!loaded && !active.turns.length && wanted && list.some((c) => c.id === wanted)) {
+    loaded = true;
+    await selectConversation(wanted);
+    return;
+  }
+  loaded = true;
+  renderConversationList();
 }
 
 function newConversation() {
   if (running) return;
-  const existing = state.conversations.find((c) => c.id === state.current);
-  if (!existing || existing.turns.length) {
-    state.current = null;
-    current();
+  active = { id: null, title: "", turns: [] };
+  sessionStorage.removeItem(CURRENT);
+  render();
+  els.question.focus();
+}
+
+async function selectConversation(id) {
+  if (running) return;
+  try {
+    const conversation = await getJSON(`/v1/conversations/${encodeURIComponent(id)}`);
+    active = { id: conversation.id, title: conversation.title, turns: conversation.turns.map(fromServer) };
+    sessionStorage.setItem(CURRENT, id);
+    listMessage("");
+  } catch (err) {
+    listMessage(`Cannot open that conversation: ${err.message}`);
+    return;
   }
-  state.conversations = state.conversations.slice(0, MAX_CONVERSATIONS);
-  save();
   render();
-  els.question.focus();
+  if (els.turns.lastElementChild) reveal(els.turns.lastElementChild);
 }
 
-function selectConversation(id) {
-  if (running) return;
-  state.current = id;
-  save();
-  render();
-}
-
-function deleteConversation(id) {
+async function deleteConversation(id) {
   if (running && running.conversation.id === id) return;
-  state.conversations = state.conversations.filter((c) => c.id !== id);
-  if (state.current === id) state.current = state.conversations[0]?.id || null;
-  save();
-  render();
+  try {
+    await apiFetch(`/v1/conversations/${encodeURIComponent(id)}`, { method: "DELETE" });
+  } catch (err) {
+    if (!(err instanceof ApiError && err.status === 404)) {
+      listMessage(`Could not delete the conversation: ${err.message}`);
+      return;
+    }
+  }
+  list = list.filter((c) => c.id !== id);
+  if (active.id === id) newConversation();
+  else renderConversationList();
 }
 
-function clearConversations() {
+function startRename(item, conversation) {
+  const input = h("input", { type: "text", class: "conversation-title-input", maxlength: "200",
+    "aria-label": "New name of the conversation", value: conversation.title || "" });
+  item.replaceChildren(input);
+  input.focus();
+  input.select();
+  let done = false;
+  const finish = async (keep) => {
+    if (done) return;
+    done = true;
+    const title = input.value.trim();
+    if (keep && title && title !== conversation.title) {
+      try {
+        const saved = await (await sendJSON("PATCH", `/v1/conversations/${encodeURIComponent(conversation.id)}`, { title })).json();
+        list = list.map((c) => (c.id === saved.id ? saved : c));
+        if (active.id === saved.id) active.title = saved.title;
+        listMessage("");
+      } catch (err) {
+        listMessage(`Could not rename the conversation: ${err.message}`);
+      }
+    }
+    renderConversationList();
+  };
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter") {
+      event.preventDefault();
+      finish(true);
+    } else if (event.key === "Escape") {
+      event.preventDefault();
+      finish(false);
+    }
+  });
+  input.addEventListener("blur", () => finish(true));
+}
+
+async function clearConversations() {
   if (running) return;
-  if (!window.confirm("Delete all conversations kept in this browser?")) return;
-  state = { current: null, conversations: [] };
-  save();
-  render();
-  els.question.focus();
+  if (!window.confirm("Delete all your conversations? They are deleted on the server, for every browser.")) return;
+  try {
+    await apiFetch("/v1/conversations", { method: "DELETE" });
+  } catch (err) {
+    listMessage(`Could not delete your conversations: ${err.message}`);
+    return;
+  }
+  list = [];
+  newConversation();
+}
+
+// Signed out: nothing of the person stays in this page (the storage is cleared by the caller).
+export function forgetConversations() {
+  list = [];
+  active = { id: null, title: "", turns: [] };
+  sessionStorage.removeItem(CURRENT);
+  if (els.turns) render();
 }
 
 // ---------------------------------------------------------------- rendering
 function renderConversationList() {
-  const items = state.conversations.filter((c) => c.turns.length || c.id === state.current).map((c) => {
-    const active = c.id === state.current;
-    const open = h("button", { type: "button", class: "conversation-open", "aria-current": active ? "true" : null,
+  // The saved conversations, and the open one while its first answer is on its way (not saved yet).
+  const shown = [...list];
+  if (!active.id && active.turns.length) shown.unshift({ id: null, title: active.title, turns: active.turns.length });
+  const items = shown.map((c) => {
+    const isActive = c.id === active.id;
+    const open = h("button", { type: "button", class: "conversation-open", "aria-current": isActive ? "true" : null,
       title: c.title || "New conversation" }, c.title || "New conversation");
-    open.addEventListener("click", () => selectConversation(c.id));
-    const remove = h("button", { type: "button", class: "conversation-delete icon",
-      "aria-label": `Delete conversation: ${c.title || "new"}` }, "×");
-    remove.addEventListener("click", () => deleteConversation(c.id));
-    return h("li", { class: active ? "active" : null }, open, c.turns.length ? remove : null);
+    const item = h("li", { class: isActive ? "active" : null, dataset: { id: c.id || "" } }, open);
+    if (c.id) {
+      open.addEventListener("click", () => selectConversation(c.id));
+      const rename = h("button", { type: "button", class: "conversation-rename icon",
+        "aria-label": `Rename conversation: ${c.title || "new"}`, title: "Rename" }, "✎");
+      rename.addEventListener("click", () => startRename(item, c));
+      const remove = h("button", { type: "button", class: "conversation-delete icon",
+        "aria-label": `Delete conversation: ${c.title || "new"}`, title: "Delete" }, "×");
+      remove.addEventListener("click", () => deleteConversation(c.id));
+      item.append(rename, remove);
+    }
+    return item;
   });
   els.conversationList.replaceChildren(...items);
-  els.clearConversations.hidden = !state.conversations.some((c) => c.turns.length);
+  els.clearConversations.hidden = list.length === 0;
 }
 
 function citationLinks(text, turnIndex, sources = []) {
@@ -176,29 +295,43 @@ function renderSources(turn, turnIndex) {
   const place = (s) => `${s.title}\u0000${sourceLocation(s)}`;
   const count = new Map();
   for (const s of sources) count.set(place(s), (count.get(place(s)) || 0) + 1);
-  const items = sources.map((source) => {
+  const items = sources.map((source, position) => {
     const text = source.text || source.snippet || "";
     const location = sourceLocation(source);
-    const relevance = typeof source.relevance === "number"
-      ? h("span", { class: "score", title: scoreTitle(source) }, `relevance ${Math.round(source.relevance * 100)}%`)
-      : null;
+    // The search's rank, not a percentage: a percentage reads as confidence, and the closest passages to a
+    // question the documents cannot answer still score near the top of any scale.
+    const rank = h("span", { class: "score", title: rankTitle(position + 1, sources.length, source, turn.abstained) },
+      `${ordinal(position + 1)} match`);
     const summary = h("summary", {},
       h("span", { class: "badge" }, `[${source.number}]`), " ",
       h("span", { class: "source-title" }, source.title || fileName(source.path) || "untitled"),
       location ? h("span", { class: "location" }, location) : null,
       count.get(place(source)) > 1 ? h("span", { class: "preview" }, `“${preview(text)}”`) : null,
       cited.has(source.number) ? h("span", { class: "tag" }, "cited") : null,
+      source.deleted ? h("span", { class: "tag gone" }, "deleted") : null,
       (source.highlights || []).length ? h("span", { class: "tag quiet", title: "Highlighted sentences were given to the model" }, "in context") : null,
-      relevance);
+      rank);
     // The evidence quoted from this source is marked exactly (its offsets); else the sentences the model saw.
     const quoted = (turn.evidence || []).filter((e) => e.source === source.number && source.text)
       .map((e) => [e.start, e.end]);
-    const passage = h("blockquote", { class: "passage" },
-      ...(quoted.length ? markedRanges(text, quoted) : highlighted(text, source.highlights)));
+    const passage = source.deleted
+      ? h("p", { class: "passage gone" }, "This document is no longer in the index (it was deleted, or you may no "
+        + "longer see it), so its passage is not shown. The answer above was made from it when you asked.")
+      : h("blockquote", { class: "passage" },
+        ...(quoted.length ? markedRanges(text, quoted) : highlighted(text, source.highlights)));
     const isSnippet = !source.text && text.length && source.snippet === text;
+    let open = null;
+    if (!source.deleted && source.document_id) {
+      const where = source.page !== null && source.page !== undefined && /\.pdf$/i.test(fileName(source.path)) ? ` at page ${source.page}` : "";
+      open = h("button", { type: "button", class: "link-button open-original" }, `open the original${where}`);
+      open.addEventListener("click", () => openOriginal(source.document_id, fileName(source.path), source.page,
+        turn.index || currentIndex(), (text) => { open.textContent = text; open.classList.add("error"); }));
+    }
     return h("details", { class: "source", id: `src-${turnIndex}-${source.number}`, dataset: { number: source.number } },
       summary, passage,
-      h("p", { class: "source-path muted small" }, fileName(source.path), isSnippet ? " (first lines of the passage)" : ""));
+      h("p", { class: "source-foot muted small" },
+        h("span", { class: "source-path" }, fileName(source.path), isSnippet ? " (first lines of the passage)" : ""),
+        open ? " · " : null, open));
   });
   const heading = turn.abstained ? "Closest sources" : "Sources";
   return h("div", { class: "sources" },
@@ -206,9 +339,22 @@ function renderSources(turn, turnIndex) {
     ...items);
 }
 
-function scoreTitle(source) {
-  // 100% = ranked first by every search; sources are listed in this order.
-  return source.found_by ? `found by ${source.found_by}` : "";
+function ordinal(n) {
+  const tens = n % 100;
+  const suffix = tens >= 11 && tens <= 13 ? "th" : { 1: "st", 2: "nd", 3: "rd" }[n % 10] || "th";
+  return `${n}${suffix}`;
+}
+
+function rankTitle(rank, count, source, abstained) {
+  const found = source.found_by ? ` (found by ${source.found_by})` : "";
+  const meaning = abstained
+    ? "None of these passages answers the question: they are only the closest the search found."
+    : "A rank, not a confidence: the search lists the passages closest to the question first.";
+  return `Ranked ${ordinal(rank)} of ${count} by the search${found}. ${meaning}`;
+}
+
+function plural(n, word) {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
 }
 
 function renderMeta(turn) {
@@ -216,9 +362,9 @@ function renderMeta(turn) {
   const parts = [];
   if (turn.state === "streaming") parts.push("answering…");
   if (turn.state === "stopped") parts.push("stopped");
-  if (t.firstTokenMs !== undefined) parts.push(`first token ${formatSeconds(t.firstTokenMs)}`);
+  if (t.firstTokenMs !== undefined && t.firstTokenMs >= 0) parts.push(`first words ${formatSeconds(t.firstTokenMs)}`);
   if (t.totalMs !== undefined) parts.push(`total ${formatSeconds(t.totalMs)}`);
-  if (t.outputTokens) parts.push(`${t.outputTokens} tokens`);
+  if (t.outputTokens) parts.push(plural(t.outputTokens, "token"));
   const title = t.serverTtftMs !== undefined
     ? `server: first token ${formatSeconds(t.serverTtftMs)}, total ${formatSeconds(t.serverTotalMs)}` : null;
   if (t.serverTtftMs) parts.push(`server ${formatSeconds(t.serverTtftMs)}`);
@@ -293,10 +439,9 @@ function reveal(li) {
 }
 
 export function render() {
-  const conversation = current();
   renderConversationList();
-  els.turns.replaceChildren(...conversation.turns.map(renderTurn));
-  els.empty.hidden = conversation.turns.length > 0;
+  els.turns.replaceChildren(...active.turns.map(renderTurn));
+  els.empty.hidden = active.turns.length > 0;
   setRunning(Boolean(running));
 }
 
@@ -319,21 +464,20 @@ function historyMessages(conversation) {
 }
 
 async function ask(question, started) {
-  const conversation = current();
+  const conversation = active;
   const messages = [...historyMessages(conversation), { role: "user", content: question }];
-  const turn = { question, answer: "", state: "streaming", sources: [], citations: [], timing: {} };
+  const index = currentIndex();
+  const turn = { question, answer: "", state: "streaming", sources: [], citations: [], timing: {}, index };
   conversation.turns.push(turn);
-  if (!conversation.title) conversation.title = question.slice(0, 80);
+  if (!conversation.title) conversation.title = question.replace(/\s+/g, " ").slice(0, 80);
   const turnIndex = conversation.turns.length - 1;
   const controller = new AbortController();
   running = { controller, turn, conversation };
-  save();
   render();
   const li = els.turns.lastElementChild;
   li.dataset.requestMessages = String(messages.length); // what this turn sent (read by tests)
   reveal(li);
   const body = { messages };
-  const index = currentIndex();
   if (index) body.index = index;
   try {
     let finished = false;
@@ -353,6 +497,11 @@ async function ask(question, started) {
         turn.timing.serverTtftMs = (m.ttft || 0) * 1000;
         turn.timing.serverTotalMs = (m.total_latency || 0) * 1000;
         turn.timing.outputTokens = m.output_tokens || 0;
+        // A short answer is verified before it is sent, so it arrives whole with this event: its first words
+        // are painted now (every answer's timing line says when its first words appeared).
+        if (turn.timing.firstTokenMs === undefined || turn.timing.firstTokenMs < 0) {
+          turn.timing.firstTokenMs = performance.now() - started;
+        }
         turn.state = "done";
         break;
       }
@@ -364,6 +513,7 @@ async function ask(question, started) {
         if (turn.timing.firstTokenMs === undefined) {
           turn.timing.firstTokenMs = -1; // measured once the token is painted
           requestAnimationFrame(() => {
+            if (turn.timing.firstTokenMs !== -1) return; // the answer was complete first (measured at its end)
             turn.timing.firstTokenMs = performance.now() - started;
             li.dataset.firstTokenMs = String(Math.round(turn.timing.firstTokenMs));
           });
@@ -383,10 +533,12 @@ async function ask(question, started) {
   } finally {
     if (turn.timing.firstTokenMs === -1) delete turn.timing.firstTokenMs;
     running = null;
-    save();
+    save(conversation);
     const follow = atBottom();
-    fillTurn(li, turn, turnIndex);
-    if (follow || turn.state === "error") reveal(li);
+    if (conversation === active) {
+      fillTurn(li, turn, turnIndex);
+      if (follow || turn.state === "error") reveal(li);
+    }
     setRunning(false);
     if (!document.activeElement || document.activeElement === document.body) els.question.focus();
     onAnswered(turn);
@@ -409,11 +561,12 @@ export function initChat(options) {
     stop: document.getElementById("stop"),
     newConversation: document.getElementById("new-conversation"),
     conversationList: document.getElementById("conversation-list"),
+    conversationMessage: document.getElementById("conversation-message"),
     clearConversations: document.getElementById("clear-conversations"),
     emptyIndex: document.getElementById("chat-empty-index"),
   };
   els.clearConversations.addEventListener("click", clearConversations);
-  load();
+  localStorage.removeItem(OLD_STORAGE); // conversations once kept in the browser: a shared browser showed them
   els.form.addEventListener("submit", (event) => {
     const started = performance.now(); // timings are from the click (or Enter) to what the page shows
     event.preventDefault();

@@ -2,7 +2,7 @@
 // syncs followed as jobs (progress bar, cancel, run again; picked up again after a reload), the folders the
 // index follows with "Sync now", list, filter, delete.
 
-import { ApiError, apiFetch, getJSON, uploadFile } from "./api.js";
+import { ApiError, apiFetch, getJSON, openOriginal, uploadFile } from "./api.js";
 import { formatDate, h } from "./dom.js";
 
 let els = {};
@@ -52,18 +52,28 @@ function renderDocuments() {
   els.table.hidden = shown.length === 0;
   if (documents.length && !shown.length) message(`No document matches “${filter}”.`);
   else if (documents.length) message("");
+  // Two documents with one title are told apart by their file names, always shown under the title.
   els.body.replaceChildren(...shown.map((doc) => {
-    const remove = h("button", { type: "button", class: "danger-outline small-button", "aria-label": `Delete ${doc.title || fileName(doc.path)}` }, "Delete");
+    const name = doc.title || fileName(doc.path);
+    const remove = h("button", { type: "button", class: "danger-outline small-button", "aria-label": `Delete ${name} (${fileName(doc.path)})` }, "Delete");
     remove.addEventListener("click", () => confirmDelete(doc));
-    return h("tr", { dataset: { id: doc.id } },
+    const open = h("button", { type: "button", class: "secondary small-button open-original",
+      "aria-label": `Open the original of ${name} (${fileName(doc.path)})` }, "Open");
+    open.addEventListener("click", () => openOriginal(doc.id, fileName(doc.path), null, currentIndex(), message));
+    const origin = doc.folder
+      ? h("span", { class: "doc-folder", title: `Synced from the followed folder ${doc.folder}` }, `folder ${fileName(doc.folder) || doc.folder}`)
+      : h("span", { class: "muted", title: doc.origin === "upload" ? "Uploaded here or over the API"
+        : "Added on the server (rag ingest)" }, doc.origin === "upload" ? "uploaded" : "added on the server");
+    return h("tr", { dataset: { id: doc.id, folder: doc.folder || "" } },
       h("td", { class: "doc-title" },
-        h("span", { class: "title" }, doc.title || fileName(doc.path)),
+        h("span", { class: "title" }, name),
         h("span", { class: "muted small path" }, `${fileName(doc.path)} · ${doc.kind || ""}`)),
+      h("td", { "data-label": "Source", class: "doc-source" }, origin),
       h("td", { "data-label": "Pages" }, doc.pages ?? "—"),
       h("td", { "data-label": "Chunks" }, doc.chunks),
       h("td", { "data-label": "Groups", class: "doc-groups" }, doc.access_groups ? doc.access_groups.split(",").join(", ") : "everyone"),
       h("td", { "data-label": "Added" }, h("time", { datetime: doc.ingested_at }, formatDate(doc.ingested_at))),
-      h("td", { class: "actions" }, remove));
+      h("td", { class: "actions" }, open, " ", remove));
   }));
 }
 
@@ -71,7 +81,11 @@ function confirmDelete(doc) {
   const dialog = els.confirm;
   els.confirmMessage.replaceChildren(
     "Delete ", h("strong", {}, doc.title || fileName(doc.path)), ` (${fileName(doc.path)})? `,
-    `Its ${chunks(doc.chunks)} will be removed from the index.`);
+    `Its ${chunks(doc.chunks)} will be removed from the index.`,
+    // A followed folder's file comes back with the next sync: say so before, not after.
+    doc.folder ? h("span", { class: "folder-warning" }, h("br"), h("br"),
+      "It comes from the followed folder ", h("strong", {}, doc.folder), ": the next sync adds it again. ",
+      "To remove it for good, delete or move the file in that folder (or stop following the folder).") : null);
   dialog.returnValue = "";
   dialog.addEventListener("close", async () => {
     if (dialog.returnValue !== "ok") return;
@@ -322,8 +336,8 @@ export async function refreshSources() {
       }
     });
     const every = source.every_s ? `every ${seconds(source.every_s)}` : "on request";
-    return h("li", { class: "source", dataset: { id: source.id, status: source.last ? source.last.status : "new" } },
-      h("span", { class: "source-path" }, source.path + (source.glob ? ` (${source.glob})` : "")),
+    return h("li", { class: "folder", dataset: { id: source.id, status: source.last ? source.last.status : "new" } },
+      h("span", { class: "folder-path" }, source.path + (source.glob ? ` (${source.glob})` : "")),
       h("span", { class: "muted small" }, `${source.files} files · ${every} · ${lastSyncText(source)}`),
       button);
   }));

@@ -38,12 +38,12 @@ export async function refreshKeys() {
       refreshKeys();
     });
     return h("tr", { dataset: { key: key.name } },
-      h("td", {}, key.name),
-      h("td", {}, key.roles.map((g) => `${g.index}=${g.role}`).join(", ")),
-      h("td", {}, key.groups ? key.groups.join(", ") : "all"),
-      h("td", {}, when(key.expires)),
-      h("td", { class: "key-state" }, key.state),
-      h("td", {}, revoke));
+      h("td", { class: "key-name" }, key.name),
+      h("td", { "data-label": "Roles" }, key.roles.map((g) => `${g.index}=${g.role}`).join(", ")),
+      h("td", { "data-label": "Groups" }, key.groups ? key.groups.join(", ") : "all"),
+      h("td", { "data-label": "Expires" }, when(key.expires)),
+      h("td", { class: "key-state", "data-label": "State" }, key.state),
+      h("td", { class: "actions" }, revoke));
   }));
 }
 
@@ -66,7 +66,8 @@ export async function refreshIndexList() {
     const remove = h("button", { type: "button", class: "danger-outline small-button", "aria-label": `Delete index ${index.name}` }, "Delete");
     remove.addEventListener("click", () => confirmIndexDelete(index));
     return h("tr", { dataset: { index: index.name } },
-      h("td", {}, index.name), h("td", {}, index.documents), h("td", {}, index.chunks), h("td", {}, remove));
+      h("td", { class: "index-name" }, index.name), h("td", { "data-label": "Documents" }, index.documents),
+      h("td", { "data-label": "Chunks" }, index.chunks), h("td", { class: "actions" }, remove));
   }));
 }
 
