@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import IO, Callable, Sequence
 
 from ingest.parameters import IngestParameters
-from rag.answering.evidence import CITATION, first_sentence
+from rag.answering.evidence import CITATION, cuts_a_clause, dangles, first_sentence, glued
 from rag.answering.prompt import refers_back
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, AnswerService, PreparedAnswer, options_from
@@ -60,15 +60,21 @@ def off_topic_questions() -> list[str]:
     return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
 
 
+# A gold answer this short or shorter ("-X", "128", "ro") must stand as a whole word: "x" is in most answers.
+SHORT_GOLD_CHARS = 4
+
+
 def contains_answer(text: str, answers: list[str]) -> bool:
     haystack = normalise_answer(text)
-    return any(gold and gold in haystack for gold in map(normalise_answer, answers))
+    return any(gold and (re.search(rf"(?<!\S){re.escape(gold)}(?!\S)", haystack) if len(gold) <= SHORT_GOLD_CHARS
+                         else gold in haystack)
+               for gold in map(normalise_answer, answers))
 
 
 def holds_gold(path: str, text: str, question: dict) -> bool:
     """A retrieved chunk (its document path and text) is a gold passage for ``question``: from the
     question's document (when it names one) and containing one of its answers."""
-    return _from_document(path, question.get("document")) and contains_answer(text, question["answers"])
+    return _from_document(path, question.get("document")) and supports(text, question)
 
 
 def answerable(questions: list[dict]) -> list[dict]:
@@ -91,7 +97,7 @@ def load_questions(path: Path) -> list[dict]:
 
 def evaluate(settings: Settings, questions_file: Path, docs: Path, index: str | None, top_k: int,
              answers: int, seed: int, log: Callable[..., None] = print, followups: int = 0,
-             distractors: Sequence[Path] = (), dump: Path | None = None) -> dict:
+             distractors: Sequence[Path] = (), dump: Path | None = None, off_topic: bool = True) -> dict:
     questions = load_questions(questions_file)
     models = Models.load(settings)
     parameters = IngestParameters.from_settings(settings, models.embedder)
@@ -111,7 +117,8 @@ def evaluate(settings: Settings, questions_file: Path, docs: Path, index: str | 
                 report.update(followup_report(service.retriever(), followup_pairs(questions, followups, seed), top_k))
             if answers > 0:
                 report.update(answer_report(service, questions, top_k, answers, seed, log, dump_to))
-                report.update(off_topic_report(service, questions, top_k, seed, dump_to))
+                if off_topic:
+                    report.update(off_topic_report(service, questions, top_k, seed, dump_to))
             if distractors:
                 if index:
                     raise BadRequestError("--distractors adds documents to the scratch index: leave out --index")
@@ -172,72 +179,32 @@ def answer_report(service: AnswerService, questions: list[dict], top_k: int, n: 
     sample_u = rng.sample(unanswerable, min(n, len(unanswerable)))
     options = options_from(service.settings, top_k=top_k)
     service.ask(AnswerRequest(question="warm-up question?", options=options))
-    counts = collections.Counter()
-    f1s, words = [], []
-    funnel = {"chunks": 0, "prompt": 0, "best_sentence": 0}
+    verdicts: list[dict] = []
     ttft, total, output_tokens, failures = [], [], [], []
     for i, q in enumerate(sample_a + sample_u, 1):
-        prepared = service.prepare(AnswerRequest(question=q["question"], options=options))
+        prepared = service.prepare(AnswerRequest.conversation(conversation_of(service, q, options), options=options))
         result = service.ask_prepared(prepared)
         total.append(result.metrics.total_ms)
         if result.metrics.output_tokens:
             ttft.append(result.metrics.ttft_ms)
             output_tokens.append(result.metrics.output_tokens)
-        checks = citation_checks(result)
-        counts["quotes"] += checks["quotes"]
-        counts["quotes_verified"] += checks["quotes_verified"]
-        counts["answers_cited"] += not result.abstained
-        counts["mislabelled"] += checks["mislabelled"]
-        counts["cut"] += result.finish_reason == "length"
-        verdict: dict = {"abstained": result.abstained, **checks}
-        if q["unanswerable"]:
-            counts["abstain_u"] += result.abstained
-        else:
-            for stage, found in evidence_funnel(prepared, q).items():
-                funnel[stage] += found
-            answer = "" if result.abstained else without_labels(result.answer)
-            verdict.update(f1=round(token_f1(answer, q["answers"]), 3), em=exact_match(answer, q["answers"]),
-                           gold_in_answer=bool(answer) and contains_answer(answer, q["answers"]),
-                           gold_in_first_sentence=bool(answer) and contains_answer(first_sentence(answer),
-                                                                                      q["answers"]),
-                           gold_in_evidence=any(contains_answer(e.quote, q["answers"]) for e in result.evidence))
-            f1s.append(verdict["f1"])
-            counts["em"] += verdict["em"]
-            counts["false_abstain"] += result.abstained
-            counts["gold"] += verdict["gold_in_answer"]
-            counts["gold_first"] += verdict["gold_in_first_sentence"]
-            counts["gold_evidence"] += verdict["gold_in_evidence"]
-            if answer:
-                words.append(len(answer.split()))
-            if not result.abstained and not verdict["gold_in_answer"]:
-                failures.append({"question": q["question"], "gold": q["answers"], "answer": result.answer})
+        verdict = answer_verdict(q, prepared, result)
+        verdicts.append(verdict)
+        if not q["unanswerable"] and not result.abstained and not verdict["gold_in_answer"]:
+            failures.append({"question": q["question"], "gold": q["answers"], "answer": result.answer})
         if dump is not None:
             dump.write(json.dumps(dump_record(q, result, verdict, label), ensure_ascii=False) + "\n")
         if i % 50 == 0:
             log(f"answered {i}/{len(sample_a) + len(sample_u)}")
-    na, nu = max(1, len(sample_a)), max(1, len(sample_u))
-    answered = max(1, len(sample_a) + len(sample_u))
     sampling = options.sampling
+    report = {"answered_answerable": len(sample_a), "answered_unanswerable": len(sample_u),
+              **answer_figures(verdicts, top_k)}
+    report["answerability_curve"] = refusal_curve(verdicts)
+    types = sorted({v["type"] for v in verdicts})
+    if len(types) > 1:
+        report["by_type"] = {t: answer_figures([v for v in verdicts if v["type"] == t], top_k) for t in types}
     return {
-        "answered_answerable": len(sample_a), "answered_unanswerable": len(sample_u),
-        # What a reader sees, on the answer with its [n] labels removed (an abstention is an empty answer).
-        "answer_f1": sum(f1s) / na, "answer_em": counts["em"] / na,
-        "gold_in_answer": counts["gold"] / na, "gold_in_first_sentence": counts["gold_first"] / na,
-        "gold_in_evidence": counts["gold_evidence"] / na,
-        "answer_words_median": statistics.median(words) if words else 0,
-        "answer_words_mean": sum(words) / len(words) if words else 0.0,
-        "cut_by_token_limit": counts["cut"] / answered,
-        # Every evidence quote is the source's text at its offsets; an answer is mislabelled when it cites a
-        # source that does not hold what it says.
-        "citation_precision": counts["quotes_verified"] / counts["quotes"] if counts["quotes"] else 1.0,
-        "mislabelled_answers": counts["mislabelled"],
-        "accuracy": counts["gold"] / na,  # the old containment figure, kept as one figure among others
-        "false_abstention": counts["false_abstain"] / na, "abstention_unanswerable": counts["abstain_u"] / nu,
-        # Where gold answers are lost, over the answerable sample: retrieved (a top-k chunk of the question's
-        # document holds it) -> in the compressed context -> in the top-scored sentence (evidence@1) -> in the
-        # answer.
-        f"gold_in_top{top_k}_chunks": funnel["chunks"] / na, "gold_in_prompt": funnel["prompt"] / na,
-        "evidence@1": funnel["best_sentence"] / na, "gold_in_reply": counts["gold"] / na,
+        **report,
         "output_tokens_mean": sum(output_tokens) / len(output_tokens) if output_tokens else 0.0,
         "ttft_ms_p50": percentile(ttft, 50) or 0.0, "ttft_ms_p95": percentile(ttft, 95) or 0.0,
         "total_ms_p50": percentile(total, 50) or 0.0, "total_ms_p95": percentile(total, 95) or 0.0,
@@ -245,6 +212,138 @@ def answer_report(service: AnswerService, questions: list[dict], top_k: int, n: 
         "max_tokens": sampling.max_tokens, "temperature": sampling.temperature, "seed": seed,
         "sample_failures": failures[:10],
     }
+
+
+def conversation_of(service: AnswerService, question: dict, options) -> list[dict[str, str]]:
+    """The messages that ask ``question``: its earlier turns (``history``, each answered by the service, so the
+    conversation is a real one), then the question itself."""
+    messages: list[dict[str, str]] = []
+    for turn in question.get("history", ()):
+        messages.append({"role": "user", "content": turn})
+        reply = service.ask(AnswerRequest.conversation(messages, options=options))
+        messages.append({"role": "assistant", "content": reply.answer})
+    return [*messages, {"role": "user", "content": question["question"]}]
+
+
+def answer_verdict(question: dict, prepared: PreparedAnswer, result: AnswerResult) -> dict:
+    """What a reader gets for one question: the answer line against the gold, the quotes, the refusal."""
+    checks = citation_checks(result)
+    verdict: dict = {"type": question.get("type") or ("unanswerable" if question["unanswerable"] else "answerable"),
+                     "unanswerable": question["unanswerable"], "abstained": result.abstained,
+                     "reason": result.abstain_reason,
+                     "cut": result.finish_reason == "length", "signals": dict(prepared.signals), **checks}
+    if question["unanswerable"]:
+        return verdict
+    answer = "" if result.abstained else without_labels(result.answer)
+    gold = question["answers"]
+    verdict["hit_if_answered"] = answer_hit(question, answer or without_labels(prepared.withheld or ""))
+    ranked = [text for _, text in prepared.ranked]
+    verdict.update(
+        f1=round(token_f1(answer, gold), 3), em=exact_match(answer, gold), gold_in_answer=answer_hit(question, answer),
+        gold_in_first_sentence=bool(answer) and contains_answer(first_sentence(answer), gold),
+        gold_in_evidence=any(supports(e.quote, question) for e in result.evidence),
+        fragment=bool(answer) and is_fragment(answer, result),
+        words=len(answer.split()) if answer else 0,
+        **{f"evidence@{k}": any(supports(text, question) for text in ranked[:k]) for k in (1, 3)},
+        **evidence_funnel(prepared, question))
+    return verdict
+
+
+def supports(text: str, question: dict) -> bool:
+    """``text`` (a quote, an evidence sentence) holds the gold answer; for a yes/no question, whose gold "Yes" or
+    "No" no sentence spells, it holds the gold supporting sentence (its first 60 characters, normalised)."""
+    if question.get("type") == "yesno" and question.get("evidence"):
+        return normalise_answer(question["evidence"])[:60] in normalise_answer(text)
+    return contains_answer(text, question["answers"])
+
+
+def refusal_curve(verdicts: list[dict], steps: int = 20) -> list[dict]:
+    """What each answerability threshold would give on these answers: the share of unanswerable questions
+    refused, of answerable ones refused (false refusals), and of answerable ones answered right. A question
+    refused before any score (no evidence, off the topic) counts as refused at every threshold."""
+    def refused(v: dict, threshold: float) -> bool:
+        if v["abstained"] and v.get("reason") != "unanswerable":
+            return True
+        score = v["signals"].get("score")
+        return score is not None and score < threshold
+
+    answerable_ = [v for v in verdicts if not v["unanswerable"]]
+    unanswerable_ = [v for v in verdicts if v["unanswerable"]]
+    curve = []
+    for step in range(steps + 1):
+        threshold = step / steps
+        curve.append({
+            "threshold": threshold,
+            "refused_unanswerable": sum(refused(v, threshold) for v in unanswerable_) / max(1, len(unanswerable_)),
+            "false_refusal": sum(refused(v, threshold) for v in answerable_) / max(1, len(answerable_)),
+            "answer_hit": sum(v.get("hit_if_answered", False) and not refused(v, threshold) for v in answerable_)
+            / max(1, len(answerable_))})
+    return curve
+
+
+def answer_hit(question: dict, answer: str) -> bool:
+    """The answer line holds the gold answer: every item of a list question, the "Yes" / "No" of a yes/no
+    question as its first word, else any one of the accepted answers."""
+    if not answer:
+        return False
+    if question.get("items"):
+        return all(contains_answer(answer, [item]) for item in question["items"])
+    if question.get("type") == "yesno":
+        return normalise_answer(answer).split()[:1] == normalise_answer(question["answers"][0]).split()[:1]
+    return contains_answer(answer, question["answers"])
+
+
+def is_fragment(answer: str, result: AnswerResult) -> bool:
+    """A short answer that ends (or starts) inside a technical token of the quote it comes from ("/etc/rsyslog"
+    of "/etc/rsyslog.conf", "net" of "net.ifnames=0") or ends inside a clause ("each file that a user", "If the
+    Web can"). Answers made of whole cited sentences are never fragments."""
+    if CITATION.search(result.answer) or answer.strip() in ("Yes", "No"):
+        return False
+    if dangles(answer):
+        return True
+    cut = []
+    for evidence in result.evidence:  # every place the quote holds the answer: cut at each of them?
+        for found in re.finditer(re.escape(answer), evidence.quote, re.IGNORECASE):
+            before, after = evidence.quote[:found.start()], evidence.quote[found.end():]
+            cut.append(glued(after) or glued(before[::-1]) or cuts_a_clause(answer, after))
+    return bool(cut) and all(cut)
+
+
+def answer_figures(verdicts: list[dict], top_k: int) -> dict:
+    """The answer figures over ``verdicts`` (answerable and unanswerable questions mixed)."""
+    answered = [v for v in verdicts if not v["unanswerable"]]
+    refused = [v for v in verdicts if v["unanswerable"]]
+    na, nu, n = max(1, len(answered)), max(1, len(refused)), max(1, len(verdicts))
+
+    def share(key: str, rows: list[dict] = answered) -> float:
+        return sum(bool(v.get(key)) for v in rows) / max(1, len(rows))
+
+    words = [v["words"] for v in answered if v.get("words")]
+    quotes = sum(v["quotes"] for v in verdicts)
+    figures = {
+        "questions_answerable": len(answered), "questions_unanswerable": len(refused),
+        # What a reader sees, on the answer with its [n] labels removed (an abstention is an empty answer).
+        "answer_f1": sum(v["f1"] for v in answered) / na if answered else 0.0, "answer_em": share("em"),
+        "gold_in_answer": share("gold_in_answer"), "gold_in_first_sentence": share("gold_in_first_sentence"),
+        "gold_in_evidence": share("gold_in_evidence"),
+        "evidence@1": share("evidence@1"), "evidence@3": share("evidence@3"),
+        # Where gold answers are lost, over the answerable sample: retrieved (a top-k chunk of the question's
+        # document holds it) -> in the compressed context -> in the top-scored sentence -> in the answer.
+        f"gold_in_top{top_k}_chunks": share("chunks"), "gold_in_prompt": share("prompt"),
+        "gold_in_reply": share("gold_in_answer"),
+        "fragments": sum(bool(v.get("fragment")) for v in answered),
+        "answer_words_median": statistics.median(words) if words else 0,
+        "answer_words_mean": sum(words) / len(words) if words else 0.0,
+        "cut_by_token_limit": sum(v["cut"] for v in verdicts) / n,
+        # Every evidence quote is the source's text at its offsets; an answer is mislabelled when it cites a
+        # source that does not hold what it says.
+        "citation_precision": sum(v["quotes_verified"] for v in verdicts) / quotes if quotes else 1.0,
+        "mislabelled_answers": sum(v["mislabelled"] for v in verdicts),
+        "accuracy": share("gold_in_answer"),  # the old containment figure, kept as one figure among others
+        "false_abstention": share("abstained"),
+        "abstention_unanswerable": sum(v["abstained"] for v in refused) / nu if refused else 0.0,
+    }
+    return figures
 
 
 def citation_checks(result: AnswerResult) -> dict:
@@ -311,13 +410,10 @@ def off_topic_report(service: AnswerService, questions: list[dict], top_k: int, 
 
 def evidence_funnel(prepared: PreparedAnswer, question: dict) -> dict[str, bool]:
     """Whether an answerable question's gold answer survived each step before generation."""
-    gold = question["answers"]
     hits = prepared.retrieval.hits if prepared.retrieval is not None else []
     return {
-        "chunks": any(_from_document(h.chunk.path, question.get("document")) and contains_answer(h.chunk.text, gold)
-                      for h in hits),
-        "prompt": contains_answer(" ".join(p.text for p in prepared.passages), gold),
-        "best_sentence": contains_answer(prepared.best_sentence or "", gold),
+        "chunks": any(holds_gold(h.chunk.path, h.chunk.text, question) for h in hits),
+        "prompt": supports(" ".join(p.text for p in prepared.passages), question),
     }
 
 

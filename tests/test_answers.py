@@ -363,3 +363,77 @@ def test_sentences_break_at_blank_lines_and_not_after_titles():
     assert split_sentences(text) == ["Zorblax Widget Notes", "The widget was invented by Dr. Mira Quell in 1998.",
                                      "It weighs 340 grams."]
     assert sentence_quote(1, text, "The widget was invented by Dr. Mira Quell in 1998.").start == 22
+
+
+# --------------------------------------------------------------------------- technical tokens, question kinds
+def span_ends(generator, sentence: str, question: str) -> set[str]:
+    return {generator.decode(span.tokens[:k]) for span in candidate_spans(sentence, question, generator.encode)
+            for k in span.ends}
+
+
+def test_answers_never_end_inside_a_technical_token_or_a_clause(generator):
+    ends = span_ends(generator, 'The rules are read from "/etc/rsyslog.conf" at start.', "Which file holds the rules?")
+    assert '"/etc/rsyslog.conf' in ends or "/etc/rsyslog.conf" in {e.strip('"') for e in ends}
+    assert not {e.strip('"') for e in ends} & {"/etc/rsyslog", "/etc", "/etc/rsyslog.conf\" at"}
+    ends = span_ends(generator, "Boot with net.ifnames=0 on the kernel command line.", "Which parameter to boot with?")
+    assert "net.ifnames=0" in ends and "net" not in ends and "net.ifnames" not in ends
+    ends = span_ends(generator, "Access is controlled by /etc/cron.allow and /etc/cron.deny files.",
+                     "What controls access?")
+    assert not any(e.endswith(("/etc/cron", "cron.allow and /etc/cron")) for e in ends)
+    ends = span_ends(generator, "If the Web can not be reached you can set a proxy for each file that a user opens.",
+                     "What can be set?")
+    assert not any(e.split()[-1] in {"can", "that", "a", "each", "you", "If"} for e in ends), ends
+    # "IT" of "the IT Security team" is an acronym, not the pronoun: the answer may start there
+    ends = span_ends(generator, "Contractors need the approval of the IT Security team before they get access.",
+                     "Who approves access for contractors?")
+    assert "IT Security team" in ends
+
+
+def test_fragment_checker_of_eval():
+    def result(answer: str, quote: str) -> AnswerResult:
+        return AnswerResult(question="q", answer=answer, abstained=False, abstain_reason=None, citations=[1],
+                            evidence=[{"source": 1, "quote": quote, "start": 0, "end": len(quote)}], sources=[],
+                            context=[], model="m", finish_reason="stop", metrics={})
+    from rag.evaluate import is_fragment
+    import msgspec
+    convert = lambda r: msgspec.convert(msgspec.to_builtins(r), AnswerResult)
+    assert is_fragment("/etc/rsyslog", convert(result("/etc/rsyslog", "Edit /etc/rsyslog.conf now.")))
+    assert is_fragment("net", convert(result("net", "Set net.ifnames=0 there.")))
+    assert is_fragment("each file that a user", convert(result("each file that a user", "each file that a user opens")))
+    assert not is_fragment("/etc/rsyslog.conf", convert(result("/etc/rsyslog.conf", "Edit /etc/rsyslog.conf.")))
+    assert not is_fragment("No", convert(result("No", "Alcohol is never reimbursed.")))
+
+
+def test_question_kinds_and_commands():
+    from rag.answering.evidence import commands_in, is_howto, is_yes_no
+    assert is_yes_no("Is alcohol reimbursed?") and is_yes_no("Can I write Pin: release a=sid?")
+    assert not is_yes_no("Is it stable or testing?") and not is_yes_no("What is reimbursed?")
+    assert is_howto("How do I purge removed packages?") and is_howto("Which option makes pg_dump compress?")
+    assert not is_howto("How does the vacuum daemon work?")
+    assert commands_in('Use "sudo -H aptitude …" instead of "sudo aptitude …".') == ["sudo -H aptitude", "sudo aptitude"]
+    assert commands_in("# dpkg --configure -a") == ["dpkg --configure -a"]
+    assert commands_in("$ sudo systemctl stop exim4 $ sudo dpkg-reconfigure exim4-config") == [
+        "sudo systemctl stop exim4", "sudo dpkg-reconfigure exim4-config"]
+    assert commands_in('Uncomment "start_smartd=yes" in the "/etc/default/smartmontools" file.') == [
+        "start_smartd=yes", "/etc/default/smartmontools"]
+    assert commands_in('Melbourne is described as the "sporting capital of Australia".') == []
+
+
+def test_followups_resolve_against_the_most_recent_subject():
+    from rag.answering.prompt import resolve_elliptical, subject_questions
+    rate = "What is the maximum hotel rate per night in London?"
+    assert resolve_elliptical("And in Berlin?", [rate]) == "What is the maximum hotel rate per night in Berlin?"
+    assert resolve_elliptical("What about Berlin?", [rate]) == "What is the maximum hotel rate per night in Berlin?"
+    assert resolve_elliptical("And in Paris?", [rate, "And in Berlin?"]) == rate.replace("London", "Paris")
+    assert resolve_elliptical("And when did it end?", [rate]) == "And when did it end?"  # asks its own question
+    assert subject_questions(["Who led the Normans?", "Where is Victoria?", "When was it first settled?"]) == (
+        "Where is Victoria?", "When was it first settled?")
+    ten = [f"Question {i} about topic {i}?" for i in range(9)] + ["Who approves VPN access for contractors?"]
+    assert subject_questions(ten) == ("Who approves VPN access for contractors?",)
+
+
+def test_a_technical_token_ending_in_a_short_word_is_whole(generator):
+    ends = span_ends(generator, 'One can restrict su by enabling the line with "pam_wheel.so" in "/etc/pam.d/su".',
+                     "Which module restricts su?")
+    assert "pam_wheel.so" in {e.strip('"') for e in ends}
+    assert "pam_wheel" not in {e.strip('"') for e in ends}

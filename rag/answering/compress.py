@@ -24,6 +24,7 @@ LEXICAL_WEIGHT = 0.5
 # Added to a sentence that says what a definition question's subject is ("Who was Rollo?"): without it the
 # README's own example quoted "Before Rollo's arrival, its populations did not differ from Picardy…".
 DEFINITION_BONUS = 0.3
+HISTORY_WEIGHT = 0.3  # a follow-up's earlier questions' words, against the question's own
 RANK_WEIGHT = 0.05  # slight preference for sentences from higher-ranked chunks
 LABEL_TOKENS = 4  # "[n] " label and line break around each passage
 
@@ -49,12 +50,18 @@ def candidate_sentences(chunks: Sequence[str]) -> list[Sentence]:
 
 
 def score_sentences(question: str, question_vector: np.ndarray, sentences: Sequence[Sentence],
-                    sentence_vectors: np.ndarray | None) -> np.ndarray:
-    """Cosine to the question (if vectors are given) + lexical overlap + a small rank prior."""
-    wanted = {stem(w) for w in content_words(question)}
+                    sentence_vectors: np.ndarray | None, history: str = "") -> np.ndarray:
+    """Cosine to the question (if vectors are given) + lexical overlap + a small rank prior. A follow-up's
+    earlier questions (``history``) count for their words too, at ``HISTORY_WEIGHT`` of the question's own:
+    "When does it expire?" after a question on contractors' VPN access quotes the sentence that says when it
+    expires, not the one about contractors."""
+    own = {stem(w) for w in content_words(question)}
+    earlier = {stem(w) for w in content_words(history)} - own
+    wanted = own | earlier
     held = [{stem(w) for w in content_words(s.text)} & wanted for s in sentences]
     frequency = collections.Counter(w for words in held for w in words)
-    weight = {w: math.log(1 + len(sentences) / (1 + frequency[w])) for w in wanted}
+    weight = {w: math.log(1 + len(sentences) / (1 + frequency[w])) * (HISTORY_WEIGHT if w in earlier else 1.0)
+              for w in wanted}
     total = sum(weight.values())
     scores = np.zeros(len(sentences), dtype=np.float32)
     for i, sentence in enumerate(sentences):

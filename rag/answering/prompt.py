@@ -29,10 +29,60 @@ REFERS_BACK = re.compile(
     r"\b(?:in|from|to|at|near) there\b|^\s*(?:and|but|also|so|what about|how about)\b")
 
 
+# "it" standing for nothing: "How long does it take …?", "Is it possible to …?", "it is …".
+EXPLETIVE_IT = re.compile(r"(?i)\b(?:does|did|will|would|can|could|should)\s+it\s+(?:take|takes|took|cost|costs|mean|matter)\b|"
+                          r"\bis\s+it\s+(?:possible|necessary|true|safe|ok|okay|allowed|better|worth|wise|a good idea)\b|"
+                          r"\bit\s+(?:is|was)\s+(?:possible|necessary|true)\b")
+
+
 def refers_back(question: str) -> bool:
-    """Whether ``question`` needs the conversation to be understood (then retrieval folds it in): a pronoun,
-    "in there", an opening "and / what about", or a question of one or two words ("Why?", "Since when?")."""
-    return bool(REFERS_BACK.search(question)) or len(question.split()) <= 2
+    """Whether ``question`` needs the conversation to be understood (then retrieval folds it in): a pronoun
+    (not the "it" of "How long does it take …?"), "in there", an opening "and / what about", or a question of
+    one or two words ("Why?", "Since when?")."""
+    return bool(REFERS_BACK.search(EXPLETIVE_IT.sub(" ", question))) or len(question.split()) <= 2
+
+
+# At most this many earlier questions make up the subject a follow-up refers to.
+SUBJECT_QUESTIONS = 3
+# "And in Berlin?", "What about contractors?": a question that only names what changes.
+ELLIPTICAL = re.compile(
+    r"(?i)^\s*(?:and|but|what about|how about)\s+(?:(in|for|at|on|with|of|from|to|during|by|under)\s+)?"
+    r"(?!(?:what|when|where|who|whom|whose|which|why|how|is|are|was|were|do|does|did|can|could)\b)([^?]+?)\s*\?*\s*$")
+NAME = re.compile(r"(?<!^)(?<![.!?]\s)\b[A-Z][\w.-]*(?:\s+[A-Z][\w.-]*)*")
+
+
+def subject_questions(earlier: Sequence[str]) -> tuple[str, ...]:
+    """The earlier questions that name what a follow-up refers to: the most recent question that does not
+    refer back itself, with the follow-ups asked after it ("Who approves VPN access for contractors?", "When
+    does it expire?"), at most ``SUBJECT_QUESTIONS``. An older subject is left out, so the fifth or tenth turn
+    is read against the most recent one, not the first."""
+    chain: list[str] = []
+    for question in reversed(earlier):
+        chain.insert(0, question)
+        if len(chain) >= SUBJECT_QUESTIONS or not refers_back(question):
+            break
+    return tuple(chain)
+
+
+def resolve_elliptical(question: str, earlier: Sequence[str]) -> str:
+    """A follow-up that only names what changes, as the whole question it stands for: "And in Berlin?" after
+    "What is the hotel rate in London?" is "What is the hotel rate in Berlin?" (the phrase with the same
+    preposition, else the last name, swapped). Any other question comes back as it is."""
+    match = ELLIPTICAL.match(question)
+    if not match or not earlier:
+        return question
+    preposition, replacement = match.group(1), match.group(2).strip()
+    previous = resolve_elliptical(earlier[-1], earlier[:-1])
+    if preposition:
+        phrases = list(re.finditer(rf"(?i)\b{preposition}\s+(?:the\s+|an?\s+)?[\w.-]+(?:\s+[A-Z][\w.-]*)*", previous))
+        if phrases:
+            last = phrases[-1]
+            return f"{previous[:last.start()]}{preposition} {replacement}{previous[last.end():]}"
+    names = list(NAME.finditer(previous))
+    if names:
+        last = names[-1]
+        return f"{previous[:last.start()]}{replacement}{previous[last.end():]}"
+    return question
 
 
 def build_messages(question: str, passages: Sequence[Passage]) -> list[dict[str, str]]:

@@ -16,7 +16,6 @@ from rag.core.errors import DocumentNotFoundError
 
 RRF_K = 60  # the usual constant from Cormack et al.; rank differences matter, scores don't
 CANDIDATES_PER_SIDE = 4  # each side proposes k * this many before fusion
-HISTORY_QUESTIONS = 2  # earlier user questions folded into a follow-up's retrieval query
 
 
 @dataclass(frozen=True)
@@ -88,7 +87,7 @@ class Retriever:
                 return Retrieval([], 0.0, 0.0, 0.0, self.embedder.embed_query(question), question, self.reader.name)
         queries = [question]
         if history:
-            queries.append(" ".join([*history[-HISTORY_QUESTIONS:], question]))
+            queries.append(" ".join([*history, question]))
         vectors = self.embed_queries(queries)
         embedded = time.perf_counter()
         pool = max(k * CANDIDATES_PER_SIDE, 20)

@@ -20,13 +20,16 @@ import numpy as np
 
 from ingest.embedder import Embedder
 from ingest.store import Store
+from rag.answering.answerability import (answerable_score, lexical_signals, shares_a_word, stems, telling_words,
+                                         weights_for)
 from rag.answering.compress import (Passage, Sentence, candidate_sentences, defining_sentences, score_sentences,
                                     select_passages)
 from rag.answering.evidence import (MAX_SPAN_TOKENS, Quote, align, align_part, candidate_spans, clean_reply, cut_cleanly,
-                                    definition_subject, holds_the_asked_type, is_explanatory, sentence_quote,
-                                    short_answer_messages)
+                                    DECLINE_REPLY, command_spans, commands_in, definition_subject, holds_the_asked_type,
+                                    introduces_code, is_explanatory, is_howto, is_yes_no, sentence_quote,
+                                    short_answer_messages, yes_no_messages, yes_no_spans)
 from rag.answering.prompt import (ABSTENTION_MESSAGE, MODEL_ABSTENTION, drop_repeated_tail, grounded_share,
-                                  model_abstained, refers_back)
+                                  model_abstained, refers_back, resolve_elliptical, subject_questions)
 from rag.answering.result import AnswerResult, Evidence, Metrics, Source
 from rag.answering.retrieval import Retrieval, Retriever
 from rag.answering.tracing import ChatTrace
@@ -35,7 +38,6 @@ from rag.core.access import RequestContext
 from rag.core.errors import BadRequestError
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
-from rag.core.text import content_words, stem
 from rag.generation.base import GenerationStats, Generator, Message, Prompt, SamplingOptions
 
 SNIPPET_CHARS = 240
@@ -43,6 +45,7 @@ EXPLANATION_SENTENCES = 2  # the evidence sentences an explain / describe / why 
 # A hit the dense side scored this far below the best one, or found only by keywords, gives no evidence
 # sentence: an unrelated document sharing a rare word must not supply the answer (``--distractors``).
 TRUSTED_DENSE_MARGIN = 0.15
+SENTENCE_RANK_PRIOR = 1.0  # subtracted from the answer starts of the n-th best sentence, times n
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,9 @@ class AnswerOptions:
     abstain_threshold: float = Settings.abstain_threshold
     sentence_vectors: bool = Settings.sentence_vectors  # score sentences by embedding too (else lexical only)
     min_grounding: float = Settings.min_grounding
+    answerable_threshold: float = Settings.answerable_threshold  # answers scored below are refused
     answer_examples: bool = Settings.answer_examples  # worked examples before a factoid question
+    answer_sentences: int = Settings.answer_sentences  # the best sentences a short answer may come from
     documents: tuple[str, ...] | None = None
     sampling: SamplingOptions = SamplingOptions()
 
@@ -62,6 +67,10 @@ class AnswerOptions:
             raise BadRequestError("top_k must be between 1 and 50")
         if not 16 <= self.context_tokens <= 4000:
             raise BadRequestError("context_tokens must be between 16 and 4000")
+        if not 0.0 <= self.answerable_threshold <= 1.0:
+            raise BadRequestError("answerable_threshold must be between 0 and 1")
+        if not 1 <= self.answer_sentences <= 5:
+            raise BadRequestError("answer_sentences must be between 1 and 5")
         if not 0.0 <= self.min_grounding <= 1.0:
             raise BadRequestError("min_grounding must be between 0 and 1")
         self.sampling.validate()
@@ -84,7 +93,9 @@ def options_from(settings: Settings, **overrides: Any) -> AnswerOptions:
         abstain_threshold=pick("abstain_threshold", settings.abstain_threshold),
         sentence_vectors=pick("sentence_vectors", settings.sentence_vectors),
         min_grounding=pick("min_grounding", settings.min_grounding),
+        answerable_threshold=pick("answerable_threshold", settings.answerable_threshold),
         answer_examples=pick("answer_examples", settings.answer_examples),
+        answer_sentences=pick("answer_sentences", settings.answer_sentences),
         documents=tuple(documents) if documents else None, sampling=sampling)
     if overrides:
         raise TypeError(f"unknown answer options: {', '.join(sorted(overrides))}")
@@ -104,7 +115,7 @@ class AnswerRequest:
 
     @property
     def history(self) -> tuple[str, ...]:
-        """The conversation's earlier user questions (retrieval folds a follow-up into them)."""
+        """The conversation's earlier user questions."""
         users = [m["content"] for m in self.messages if m["role"] == "user" and m["content"].strip()]
         return tuple(users[:-1])
 
@@ -132,6 +143,14 @@ class PreparedAnswer:
     # first; explanatory questions are answered with the first few; replies are aligned against all.
     ranked: tuple[tuple[int, str], ...] = ()
     explanatory: bool = False
+    yes_no: bool = False  # answered "Yes" or "No" with the best sentence as the quote
+    # A how-to question's candidate commands, best sentence first: (command, (source, sentence), and the
+    # sentence announcing it when the command stands on a line of its own).
+    commands: tuple[tuple[str, tuple[int, str], tuple[int, str] | None], ...] = ()
+    # What the answerability decision weighs, by name (the evidence's coverage of the question, the model's
+    # inclination to decline): filled while preparing and generating, read by ``rag eval``.
+    signals: dict[str, float] = field(default_factory=dict)
+    withheld: str | None = None  # the answer refused for its answerability score (``rag eval``'s curve reads it)
 
     @property
     def abstain_early(self) -> bool:
@@ -208,12 +227,14 @@ class AnswerService:
         question = self.validate_question(request.question)
         # Answerability is decided on the question as asked; the conversation is searched too only when the
         # question refers back to it ("When was it built?"), so "Who won the 2018 World Cup?" asked third in a
-        # conversation about the documents is refused as it would be alone.
-        history = request.history if refers_back(question) else ()
+        # conversation about the documents is refused as it would be alone. A follow-up that only names what
+        # changes ("And in Berlin?") is answered as the whole question it stands for.
+        question = resolve_elliptical(question, request.history)
+        history = subject_questions(request.history) if refers_back(question) else ()
         retrieval = self.traced_retrieve(request.index, question, options.top_k, options.documents, history,
                                          request.context.groups)
         with observe.start_span("compression", {"rag.context_tokens": options.context_tokens}) as span:
-            prepared = self._compose(request, question, retrieval, options, started)
+            prepared = self._compose(request, question, retrieval, options, started, history)
             if span.is_recording():
                 span.set_attributes({"rag.compression.passages": len(prepared.passages),
                                      "rag.compression.evidence_sentences": len(prepared.ranked),
@@ -224,7 +245,7 @@ class AnswerService:
         return prepared
 
     def _compose(self, request: AnswerRequest, question: str, retrieval: Retrieval, options: AnswerOptions,
-                 started: float) -> PreparedAnswer:
+                 started: float, history: Sequence[str] = ()) -> PreparedAnswer:
         """Evidence sentences and the prompt from the retrieved chunks, or an early abstention."""
         t0 = time.perf_counter()
         if not retrieval.hits or retrieval.best_dense < options.abstain_threshold:
@@ -240,10 +261,10 @@ class AnswerService:
         sentences = candidate_sentences(texts)
         vectors = self.embedder.embed([s.text for s in sentences]) if options.sentence_vectors and sentences \
             else None
-        scores = score_sentences(retrieval.query, retrieval.query_vector, sentences, vectors)
+        scores = score_sentences(question, retrieval.query_vector, sentences, vectors, " ".join(history))
         passages = select_passages(sentences, scores, self.generator.count_tokens, options.context_tokens)
-        ranked = tuple((sentences[int(i)].source + 1, sentences[int(i)].text)
-                       for i in np.argsort(-scores, kind="stable")[:8])
+        order = [int(i) for i in np.argsort(-scores, kind="stable")]
+        ranked = tuple((sentences[i].source + 1, sentences[i].text) for i in order[:8])
         best = ranked[0][1] if ranked else None
         if best and not shares_a_word(question, best):
             # Evidence that says nothing the question itself asks about: found through the conversation only
@@ -253,7 +274,8 @@ class AnswerService:
             # off-topic each) this refuses that off-topic question and changes no other answer.
             return PreparedAnswer(request, question, retrieval, passages, None, started,
                                   (time.perf_counter() - t0) * 1000, options.sampling)
-        explanatory = is_explanatory(question)
+        commands = commands_for(sentences, order, question)
+        explanatory = is_explanatory(question) and not commands
         if best and not explanatory and not holds_the_asked_type(best, question):
             # No number where one is asked for: a close runner-up that holds one and every telling word of the
             # question answers it ("two Major League Soccer teams in Los Angeles"), else nothing does.
@@ -265,16 +287,39 @@ class AnswerService:
                                       (time.perf_counter() - t0) * 1000, options.sampling)
             ranked = (ranked[runner_up], *ranked[:runner_up], *ranked[runner_up + 1:])
             best = ranked[0][1]
+        signals = lexical_signals(question, best, retrieval.hits[ranked[0][0] - 1].chunk.text, texts,
+                                  retrieval.best_dense) if best else {}
         prompt, sampling = None, options.sampling
-        if best and not explanatory:
-            prompt = self.generator.prompt(short_answer_messages(question, best, options.answer_examples))
-            spans = candidate_spans(best, question, self.generator.encode)
+        decline = tuple(int(t) for t in self.generator.encode(DECLINE_REPLY))
+        yes_no = bool(best) and not explanatory and not commands and is_yes_no(question)
+        if commands:
+            context = " ".join(dict.fromkeys(text for _, (_, text), intro in commands
+                                             for text in ((intro[1],) if intro else ()) + (text,)))
+            prompt = self.generator.prompt(short_answer_messages(question, context, options.answer_examples, history))
+            spans = command_spans([(rank, command) for rank, (command, _, _) in enumerate(commands)],
+                                  self.generator.encode)
+            sampling = dataclasses.replace(sampling, spans=tuple(spans), copy_bias=0.0, decline=decline,
+                                           max_tokens=min(sampling.max_tokens, max(len(s.tokens) for s in spans) + 1))
+        elif yes_no:
+            prompt = self.generator.prompt(yes_no_messages(question, best, history))
+            sampling = dataclasses.replace(sampling, spans=tuple(yes_no_spans(best, question, self.generator.encode)),
+                                           copy_bias=0.0, max_tokens=min(sampling.max_tokens, 4), decline=decline)
+        elif best and not explanatory:
+            # The model picks the phrase, and so the sentence, among the best ``answer_sentences`` ones that
+            # hold the type asked for; a lower-ranked sentence's starts are less likely.
+            chosen = [text for _, text in ranked[:options.answer_sentences]
+                      if text == best or holds_the_asked_type(text, question)]
+            prompt = self.generator.prompt(short_answer_messages(question, " ".join(chosen), options.answer_examples,
+                                                                 history))
+            spans = [dataclasses.replace(span, prior=span.prior - SENTENCE_RANK_PRIOR * rank)
+                     for rank, text in enumerate(chosen) for span in candidate_spans(text, question, self.generator.encode)]
             # Declining is not offered as a span: on 60 dev questions the small model then declined 38% of
-            # answerable questions (10% without); answerability is the retrieval threshold's call.
+            # answerable questions (10% without); it is measured (``decline``) for the answerability decision.
             sampling = dataclasses.replace(sampling, spans=tuple(spans), copy_bias=0.0,
-                                           max_tokens=min(sampling.max_tokens, MAX_SPAN_TOKENS + 1))
+                                           max_tokens=min(sampling.max_tokens, MAX_SPAN_TOKENS + 1), decline=decline)
         return PreparedAnswer(request, question, retrieval, passages, prompt, started,
-                              (time.perf_counter() - t0) * 1000, sampling, best, ranked, explanatory)
+                              (time.perf_counter() - t0) * 1000, sampling, best, ranked, explanatory, yes_no,
+                              commands, signals)
 
     async def stream(self, request: AnswerRequest,
                      stats: GenerationStats | None = None) -> AsyncIterator[str | AnswerResult]:
@@ -318,6 +363,8 @@ class AnswerService:
             finally:
                 await tokens.aclose()
                 trace.end(stats, "".join(pieces), error)
+        if stats.decline_margin is not None:
+            prepared.signals["decline_margin"] = stats.decline_margin
         result = self.finish(prepared, "".join(pieces), None if prepared.prompt is None else stats)
         observe.record_outcome(result.abstained, result.abstain_reason, len(result.citations), len(result.evidence))
         if prepared.retrieval is not None and not result.abstained:
@@ -370,6 +417,12 @@ class AnswerService:
             finish_reason = "stop"  # a verified span or a whole quote: never a cut reply
             for stop in options.sampling.stop:  # the caller's stop strings hold for the answer it gets
                 answer = answer.split(stop)[0].rstrip() if answer.find(stop) > 0 else answer
+        if r is not None and not abstained and prepared.signals:
+            score = answerable_score(prepared.signals, weights_for(self.generator.model_id))
+            prepared.signals["score"] = score
+            if score < options.answerable_threshold:  # evidence found, but it does not answer this question
+                prepared.withheld = answer
+                answer, abstained, reason, quotes = ABSTENTION_MESSAGE, True, "unanswerable", []
         embed_ms, search_ms = (r.embed_ms, r.search_ms) if r is not None else (0.0, 0.0)
         gen_start_ms = embed_ms + search_ms + prepared.compress_ms
         metrics = Metrics(
@@ -398,6 +451,14 @@ class AnswerService:
         if min_grounding and text and grounded_share(text, prepared.question, prepared.passages) < min_grounding:
             return ABSTENTION_MESSAGE, True, "ungrounded", []
         r = prepared.retrieval
+        command = next((c for c in prepared.commands if c[0] == text), None) if text else None
+        if command is not None:
+            quotes = [self._quote(r, *where) for where in (command[2], command[1]) if where is not None]
+            return command[0], False, None, [q for q in quotes if q is not None]
+        if prepared.yes_no and text in ("Yes", "No"):
+            source, sentence = prepared.ranked[0]
+            quote = self._quote(r, source, sentence)
+            return text, False, None, [quote] if quote is not None else []
         found = (align(text, prepared.ranked) or align_part(text, prepared.ranked, prepared.question)) if text \
             else None
         if found is not None:
@@ -416,6 +477,30 @@ class AnswerService:
         return sentence_quote(source, retrieval.hits[source - 1].chunk.text, sentence)
 
 
+COMMAND_SENTENCES = 3  # the best-ranked sentences whose commands a how-to question may be answered with
+
+
+def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: str
+                 ) -> tuple[tuple[str, tuple[int, str], tuple[int, str] | None], ...]:
+    """A how-to question's candidate commands from its best sentences (``order``: sentence indices, best first):
+    the code each shows, or the code line right under a sentence that announces one ("…the following command."
+    then "# dpkg --configure -a"). Empty for any other question."""
+    if not is_howto(question):
+        return ()
+    following = {(s.source, s.position): s for s in sentences}
+    found: dict[str, tuple[tuple[int, str], tuple[int, str] | None]] = {}
+    for i in order[:COMMAND_SENTENCES]:
+        sentence = sentences[i]
+        where = (sentence.source + 1, sentence.text)
+        for command in commands_in(sentence.text):
+            found.setdefault(command, (where, None))
+        after = following.get((sentence.source, sentence.position + 1))
+        if after is not None and introduces_code(sentence.text):
+            for command in commands_in(after.text):
+                found.setdefault(command, ((after.source + 1, after.text), where))
+    return tuple((command, where, intro) for command, (where, intro) in found.items())
+
+
 def empty_index_message(index: str) -> str:
     """What an answer from an index without documents says (the web app, `rag ask`, the API alike)."""
     return (f"There are no documents in index {index!r} yet, so there is nothing to answer from. Add some on the "
@@ -431,29 +516,6 @@ async def final_result(events: AsyncIterator[str | AnswerResult]) -> AnswerResul
     finally:
         await events.aclose()
     raise AssertionError("the answer stream ended without a result")
-
-
-# Words too common to tie evidence to a question ("How long does it take light to reach Earth?" and a sentence
-# on a war "long before the First Crusade").
-GENERIC_WORDS = frozenset("long take took many much first last time times year years people name named called "
-                          "used use make made new one two number known large small high best most part area type "
-                          "kind way also still later early".split())
-
-
-def telling_words(question: str) -> set[str]:
-    """The stems of the question's content words, the too-common ones aside."""
-    return stems(" ".join(content_words(question) - GENERIC_WORDS))
-
-
-def stems(text: str) -> set[str]:
-    return {stem(w) for w in content_words(text)}
-
-
-def shares_a_word(question: str, sentence: str) -> bool:
-    """The sentence holds one of the question's telling words, in any form ("settled" ~ "settlement"; any
-    word, when the question has none: "Why?")."""
-    asked = telling_words(question)
-    return not asked or bool(asked & stems(sentence))
 
 
 def sources(retrieval: Retrieval, passages: Sequence[Passage] = ()) -> list[Source]:

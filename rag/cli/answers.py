@@ -111,13 +111,16 @@ def metrics_line(result) -> str:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--distractors", type=click.Path(exists=True, path_type=Path), multiple=True,
               help="Then add these unrelated documents to the same index and answer the same questions again.")
+@click.option("--off-topic/--no-off-topic", default=True, show_default=True,
+              help="With --answers: also ask the built-in off-topic questions, alone and as a third turn.")
 @click.option("--dump", type=click.Path(dir_okay=False, writable=True, path_type=Path),
               help="Write every question, answer, evidence, sources and verdict here (JSON Lines).")
 @json_option()
 @click.pass_context
 @handle_errors
 def eval_cmd(ctx: click.Context, questions: Path, docs: Path, index: str | None, top_k: int, answers: int,
-             followups: int, seed: int, distractors: tuple[Path, ...], dump: Path | None, as_json: bool) -> None:
+             followups: int, seed: int, distractors: tuple[Path, ...], off_topic: bool, dump: Path | None,
+             as_json: bool) -> None:
     """Retrieval recall@k, and what a reader sees of the answers: F1 / EM, gold in the answer, length,
     citation precision, abstention, off-topic refusal (alone and in a conversation), latency."""
     from rag.evaluate import evaluate
@@ -126,7 +129,7 @@ def eval_cmd(ctx: click.Context, questions: Path, docs: Path, index: str | None,
     with traced(settings, "eval"):
         report = evaluate(settings, questions, docs, index, top_k, answers, seed,
                           log=progress, followups=followups,
-                          distractors=distractors, dump=dump)
+                          distractors=distractors, dump=dump, off_topic=off_topic)
     if as_json:
         print_json(report)
         return
@@ -138,5 +141,24 @@ def eval_cmd(ctx: click.Context, questions: Path, docs: Path, index: str | None,
             table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value),
                           "" if other is None else f"{other:.3f}" if isinstance(other, float) else str(other))
     out.print(table)
+    if report.get("by_type"):
+        out.print(type_table(report["by_type"]))
+
+
+def type_table(by_type: dict[str, dict]) -> Table:
+    """The answer figures per question type (a typed set such as tests/data/debian-docs)."""
+    columns = (("questions", None), ("answer hit", "gold_in_answer"), ("quote hit", "gold_in_evidence"),
+               ("evidence@1", "evidence@1"), ("evidence@3", "evidence@3"), ("false refusal", "false_abstention"),
+               ("refused", "abstention_unanswerable"), ("fragments", "fragments"))
+    table = Table("type", *(name for name, _ in columns), title="by question type")
+    for kind, figures in by_type.items():
+        unanswerable = not figures["questions_answerable"]
+        cells = [str(figures["questions_unanswerable"] if unanswerable else figures["questions_answerable"])]
+        for _, key in columns[1:]:
+            value = figures[key]
+            shown = (key == "abstention_unanswerable") == unanswerable
+            cells.append("" if not shown else str(value) if isinstance(value, int) else f"{value:.0%}")
+        table.add_row(kind, *cells)
+    return table
 
 

@@ -77,9 +77,16 @@ class Settings:
     abstain_threshold: float = field(
         default=0.35, metadata={"doc": "best dense score under which the answer is an abstention"}
     )
+    answerable_threshold: float = field(
+        default=0.5, metadata={"doc": "an answer whose answerability score (0-1: how likely the documents answer "
+                                      "the question, from the evidence's coverage and the model's own judgement) is "
+                                      "below this is refused (0 = never refuse on it)"})
     answer_examples: bool = field(
         default=True, metadata={"doc": "show the model three worked examples before a factoid question (the "
                                        "default 135M model needs them; a 1.5B model answers as well without)"})
+    answer_sentences: int = field(
+        default=1, metadata={"doc": "the best evidence sentences a short answer may be copied from (the model "
+                                    "picks among them)"})
     min_grounding: float = field(
         default=0.0, metadata={"doc": "share of the reply's own content words that must occur in the passages, "
                                       "else the answer is an abstention (0 = off)"})

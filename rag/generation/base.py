@@ -34,6 +34,9 @@ class SamplingOptions:
     # (the answering layer's candidate answers, copied from the passages). A generator without a logits step
     # (a remote server, the batching engine) ignores it; the answering layer verifies the reply either way.
     spans: tuple[TokenSpan, ...] = ()
+    # The tokens of the reply the prompt offers for "the context does not say" (with ``spans``): measured at the
+    # first step, never picked; the margin lands in ``GenerationStats.decline_margin``.
+    decline: tuple[int, ...] = ()
 
     def validate(self) -> "SamplingOptions":
         if not 1 <= self.max_tokens <= 4096:
@@ -63,6 +66,9 @@ class GenerationStats:
     total_s: float = 0.0
     cached_tokens: int = 0  # prompt tokens whose KV cache was reused, not prefilled
     finish_reason: str = "length"  # "stop" (EOS, stop string, loop) | "length" | "cancelled"
+    # Constrained answers: the decline reply's first-token logit minus the best answer start's (None when the
+    # generator has no logits step or no decline was offered).
+    decline_margin: float | None = None
 
     @property
     def tpot_s(self) -> float:

@@ -61,12 +61,18 @@ class SpanConstraint:
     reply ends. The model still chooses, by its own logits, where in the passages its answer starts and
     how long it runs; it cannot write a word the passages do not hold, nor stop mid-word."""
 
-    def __init__(self, spans: Sequence[TokenSpan], eos_ids: Iterable[int], stop_ids: Iterable[int] = ()) -> None:
+    def __init__(self, spans: Sequence[TokenSpan], eos_ids: Iterable[int], stop_ids: Iterable[int] = (),
+                 decline: Sequence[int] = ()) -> None:
         self.spans = list(spans)
         self.eos = np.asarray(sorted(eos_ids), dtype=np.int64)
         self.stops = np.asarray(sorted({*eos_ids, *stop_ids}), dtype=np.int64)
         self.live = list(range(len(self.spans)))
         self.step = 0
+        # The first token of the reply the prompt offers for a question the context does not answer: never
+        # picked, only measured. ``decline_margin`` is its logit minus the best allowed first token's (priors
+        # included): how much more the model would rather decline than answer.
+        self.decline = int(decline[0]) if len(decline) else None
+        self.decline_margin: float | None = None
 
     def apply(self, logits: np.ndarray) -> np.ndarray:
         """``logits`` (``[..., vocab]``) masked to what may come next."""
@@ -89,6 +95,9 @@ class SpanConstraint:
         if can_end or not len(allowed):
             end = logits[..., self.stops].max(axis=-1, keepdims=True) + np.float32(END_BONUS)
             masked[..., self.eos] = end if len(allowed) else 0.0
+        if self.step == 0 and self.decline is not None and len(allowed):
+            self.decline_margin = float(logits.reshape(-1, logits.shape[-1])[0, self.decline]
+                                        - masked.reshape(-1, masked.shape[-1])[0, allowed].max())
         return masked
 
     def advance(self, token: int) -> None:

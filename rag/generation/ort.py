@@ -327,7 +327,7 @@ class GenerationSession:
         self._prompt_tokens = prompt_tokens
         # EOS is biased with the passages' tokens: copying must not make stopping less likely than it was.
         self._bias = LogitBias.of(options.copy_tokens, options.copy_bias, also=owner.eos_token_ids)
-        self._constraint = SpanConstraint(options.spans, owner.eos_token_ids, owner.period_ids) \
+        self._constraint = SpanConstraint(options.spans, owner.eos_token_ids, owner.period_ids, options.decline) \
             if options.spans else None
         cache = owner.prefix_cache
         self._cache = cache if cache.fits(prompt_tokens, options.max_tokens, options.sampling) else None
@@ -351,6 +351,8 @@ class GenerationSession:
         self._healthy = False
         token = next_token(generator, self._bias, self._constraint)
         self._healthy = True
+        if self._constraint is not None and stats.output_tokens == 0:
+            stats.decline_margin = self._constraint.decline_margin
         piece = self._recorder.add(token)
         if piece is None:
             return self._close()

@@ -1,0 +1,97 @@
+"""Answerability: whether the evidence found answers the question asked, from signals measured on it.
+
+Pure functions. The signals are computed while an answer is prepared (how much of the question the evidence
+covers, whether names the question asks about occur in what was retrieved) and generated (how much the model
+would rather reply "unknown" than pick an answer); ``decide`` weighs them into one score.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Mapping, Sequence
+
+from rag.core.text import content_words, stem
+
+# Words too common to tie evidence to a question ("How long does it take light to reach Earth?" and a sentence
+# on a war "long before the First Crusade").
+GENERIC_WORDS = frozenset("long take took many much first last time times year years people name named called "
+                          "used use make made new one two number known large small high best most part area type "
+                          "kind way also still later early".split())
+# A name or a number the question asks about: a capitalised word not opening the question, a word with a digit
+# ("Paris", "PostgreSQL 15", "1975"), a path or an option ("/etc/fstab", "--verbose").
+NAME_TOKEN = re.compile(r"[\w./=+:-]*[\w/]")
+
+
+def telling_words(question: str) -> set[str]:
+    """The stems of the question's content words, the too-common ones aside."""
+    return stems(" ".join(content_words(question) - GENERIC_WORDS))
+
+
+def stems(text: str) -> set[str]:
+    return {stem(w) for w in content_words(text)}
+
+
+def shares_a_word(question: str, sentence: str) -> bool:
+    """The sentence holds one of the question's telling words, in any form ("settled" ~ "settlement"; any
+    word, when the question has none: "Why?")."""
+    asked = telling_words(question)
+    return not asked or bool(asked & stems(sentence))
+
+
+def names(question: str) -> list[str]:
+    """The names, numbers and technical tokens the question asks about, lower-cased: "Paris" of "What is the
+    hotel rate in Paris?", "15" of "…in PostgreSQL 15?", "/etc/fstab"."""
+    found = []
+    for i, match in enumerate(NAME_TOKEN.finditer(question)):
+        token = match.group()
+        technical = any(c in token for c in "/=") or token.startswith("-")
+        if token == "I":  # the asker, not a name
+            continue
+        if technical or any(c.isdigit() for c in token) or (i > 0 and token[:1].isupper()):
+            found.append(token.lower())
+    return list(dict.fromkeys(found))
+
+
+def coverage(question: str, text: str) -> float:
+    """The share of the question's telling words that ``text`` holds, in any form (1.0 when it has none)."""
+    asked = telling_words(question)
+    return len(asked & stems(text)) / len(asked) if asked else 1.0
+
+
+def lexical_signals(question: str, best: str, chunk: str, retrieved: Sequence[str], best_dense: float) -> dict:
+    """The signals read off the evidence before generation: the question's coverage by the best sentence and by
+    its chunk, and how many of the question's names no retrieved chunk holds."""
+    everything = " ".join(retrieved).lower()
+    missing = sum(not re.search(rf"(?<!\w){re.escape(name)}(?!\w)", everything) for name in names(question))
+    return {"coverage_sentence": coverage(question, best), "coverage_chunk": coverage(question, chunk),
+            "names_missing": float(missing),
+            "best_dense": best_dense}
+
+
+def logistic(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, x))))
+
+
+def answerable_score(signals: Mapping[str, float], weights: Mapping[str, float]) -> float:
+    """The chance the documents answer the question, by a logistic model over ``signals`` (weights by signal
+    name, "bias" for the intercept); a signal the answer lacks (no decline margin from a remote generator)
+    counts as its ``default:`` weight, else 0."""
+    total = weights.get("bias", 0.0)
+    for name, weight in weights.items():
+        if name == "bias" or name.startswith("default:"):
+            continue
+        total += weight * signals.get(name, weights.get(f"default:{name}", 0.0))
+    return logistic(total)
+
+
+# Logistic weights by generator (its model id), fitted on the dev sets (tests/data/debian-docs and squad2-dev,
+# tools/answers/fit_answerability.py); a generator without its own row gets "default", which weighs only what
+# every generator gives (the evidence's coverage of the question; no decline margin).
+WEIGHTS: dict[str, dict[str, float]] = {
+    "default": {"bias": 2.0, "names_missing": -3.0, "coverage_sentence": 0.0},
+}
+
+
+def weights_for(model_id: str) -> dict[str, float]:
+    return WEIGHTS.get(model_id, WEIGHTS["default"])
