@@ -442,3 +442,37 @@ def test_rag_info_sees_the_cpu_flags_and_gpus_windows_reports(monkeypatch: pytes
     facts = diagnostics.cpu_facts(cpuinfo="")
     assert facts["instruction_sets"] == ["AVX2"]
     assert facts["int8_path"].startswith("AVX2 (u8 x s8 pairs summed in int16")
+
+
+# ==================================================================== issue 35: the second Windows pass
+# ------------------------------------------------------------- 1. click expands the command line on Windows
+def test_the_command_line_arrives_as_typed_on_windows(tmp_path: Path, settings, monkeypatch: pytest.MonkeyPatch):
+    """click >= 8 globs, expands ~ and variables in every argument when ``os.name == "nt"`` (what cmd.exe and
+    PowerShell leave to the program): ``--glob "*.txt"`` in a folder holding a.txt and b.txt would arrive as
+    ``--glob a.txt b.txt``. The entry point (and ``python -m rag.cli``) calls ``main`` without that."""
+    import os
+    import sys
+    import types
+
+    import click.core
+
+    import rag.cli
+
+    (tmp_path / "a.txt").write_bytes(WOMBAT)
+    (tmp_path / "b.txt").write_bytes(QUOKKA)
+    (tmp_path / "share").mkdir()
+    (tmp_path / "share" / "report.txt").write_bytes(WOMBAT)
+    (tmp_path / "share" / "notes.md").write_bytes(QUOKKA)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(click.core, "os", types.SimpleNamespace(name="nt", environ=os.environ, path=os.path))
+    monkeypatch.setenv("RAG_EMBEDDER_DIR", str(settings.embedder_path))
+    monkeypatch.setattr(sys, "argv", ["rag", "--home", str(tmp_path / "home"), "ingest", "share", "--glob",
+                                      "*.txt", "--json"])
+    with pytest.raises(SystemExit) as exited:
+        rag.cli.main()  # what the console script `rag` calls
+    assert exited.value.code == 0
+    reader = EmbeddedStore(tmp_path / "home" / "indexes").index("default").reader()
+    try:
+        assert [Path(d.path).name for d in reader.documents()] == ["report.txt"]  # expanded: --glob a.txt, b.txt
+    finally:
+        reader.close()
