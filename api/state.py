@@ -32,7 +32,7 @@ from rag.core.errors import (DocumentNotFoundError, ForbiddenError, JobNotFoundE
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
 from rag.generation.scheduler import GenerationScheduler
-from rag.runtime import (Models, answer_service, generation_backend, open_audit, open_jobs,
+from rag.runtime import (Models, answer_service, delete_index, generation_backend, open_audit, open_jobs,
                          open_keys, open_store, open_uploads)
 
 log = logging.getLogger("rag.api")
@@ -112,6 +112,8 @@ class AppState:
         another process is running holds the index's writer: this one waits for the next round."""
         pruned_at = time.monotonic()
         while not self.stopping.wait(SOURCE_POLL_S):
+            if self.answers is not None:
+                self.answers.forget(None)  # an index another process deleted: let go of its files
             if time.monotonic() - pruned_at > PRUNE_EVERY_S:
                 assert self.jobs is not None
                 self.jobs.prune()
@@ -253,6 +255,13 @@ class AppState:
         self.service()
         assert self.models is not None
         return self.models
+
+    def delete_index(self, name: str) -> None:
+        """Delete an index, its own retriever closed first (Windows removes no file a process holds)."""
+        assert self.store is not None
+        if self.answers is not None:
+            self.answers.forget(name)
+        delete_index(self.settings, self.store, name)
 
     def index(self, name: str | None) -> StoredIndex:
         assert self.store is not None

@@ -6,6 +6,7 @@ service from here, so each component is chosen by settings in exactly one place.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from rag.answering.evidence import short_answer_messages
 from rag.answering.service import AnswerService
 from rag.core import observe
 from rag.core.audit import AuditLog, AuditTrail
-from rag.core.errors import ConfigError
+from rag.core.errors import ConfigError, IndexBusyError
 from rag.core.files import remove_tree
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
@@ -112,8 +113,17 @@ def open_uploads(settings: Settings) -> Uploads:
 def delete_index(settings: Settings, store: Store, name: str) -> None:
     """Delete an index and the uploaded originals kept for it (``uploads/<index>/``)."""
     index = store.index(name)
-    store.delete(index.name)
-    remove_tree(open_uploads(settings).folder(index.name))
+    busy: IndexBusyError | None = None
+    try:
+        store.delete(index.name)
+    except IndexBusyError as exc:  # deleted, its folder held elsewhere: its uploads go all the same
+        busy = exc
+    try:
+        remove_tree(open_uploads(settings).folder(index.name))
+    except OSError as exc:  # one held file: nothing reads that folder now, a new upload replaces what it needs
+        logging.getLogger("rag").warning("the uploads of deleted index %s were not all removed: %s", index.name, exc)
+    if busy is not None:
+        raise busy
 
 
 def open_jobs(settings: Settings) -> JobStore:

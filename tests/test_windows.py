@@ -476,3 +476,81 @@ def test_the_command_line_arrives_as_typed_on_windows(tmp_path: Path, settings, 
         assert [Path(d.path).name for d in reader.documents()] == ["report.txt"]  # expanded: --glob a.txt, b.txt
     finally:
         reader.close()
+
+
+# ------------------------------------------------------------------ 2. deleting an index that has answered
+def _retrieve(client, index: str):
+    return client.post("/v1/retrieve", json={"query": "Where do quokkas live and what do wombats dig?",
+                                             "index": index, "top_k": 1})
+
+
+@pytest.mark.parametrize("windows", [False, True], ids=["linux", "windows"])
+def test_a_deleted_index_stops_answering_and_its_name_serves_the_new_index(
+        tmp_path: Path, settings, embedder, windows: bool, request: pytest.FixtureRequest):
+    """The app caches one retriever per index, which holds ``store.sqlite`` open: Windows refused to rename the
+    folder (500), and elsewhere the deleted index kept answering and a new one of its name was served stale."""
+    import time
+
+    from litestar.testing import TestClient
+
+    from api.app import create_app
+
+    if windows:
+        request.getfixturevalue("windows_rules")
+    home = tmp_path / "home"
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "wombat.txt").write_bytes(WOMBAT)
+    ingest_paths([tmp_path / "docs"], EmbeddedStore(home / "indexes").index("docs"), embedder)
+    with TestClient(create_app(settings.replace(home=home)), base_url="http://127.0.0.1", timeout=120) as client:
+        while client.get("/healthz").json()["status"] == "loading":
+            time.sleep(0.1)
+        assert "Wombats" in _retrieve(client, "docs").json()["chunks"][0]["text"]
+        deleted = client.delete("/v1/indexes/docs", params={"confirm": "docs"})
+        assert deleted.status_code == 200, deleted.text
+        gone = _retrieve(client, "docs")
+        assert (gone.status_code, gone.json()["error"]["type"]) == (404, "index_not_found"), gone.text
+        (tmp_path / "docs" / "wombat.txt").unlink()
+        (tmp_path / "docs" / "quokka.txt").write_bytes(QUOKKA)
+        ingest_paths([tmp_path / "docs"], EmbeddedStore(home / "indexes").index("docs"), embedder)
+        assert "Quokkas" in _retrieve(client, "docs").json()["chunks"][0]["text"]
+    assert sorted(p.name for p in (home / "indexes").iterdir()) == ["docs"]
+
+
+def test_deleting_an_index_another_process_reads_waits_for_it_or_says_index_busy(
+        tmp_path: Path, settings, embedder, windows_rules: WindowsRules):
+    """A `rag serve` that answered from an index holds its files (to Windows: a sharing violation for our
+    rename): the tombstone makes it let go within a poll, and the delete goes through. A process that never lets
+    go gets 409 ``index_busy``: the index is deleted all the same, and its folder goes once it is free."""
+    import httpx
+    from click.testing import CliRunner
+
+    from helpers import server_process
+    from rag.cli.main import main as cli
+    from rag.core.errors import IndexBusyError
+    from rag.runtime import delete_index
+
+    home = tmp_path / "home"
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "wombat.txt").write_bytes(WOMBAT)
+    store = EmbeddedStore(home / "indexes")
+    for name in ("docs", "kept"):
+        ingest_paths([tmp_path / "docs"], store.index(name), embedder)
+    with server_process(settings, home, tmp_path / "serve.log") as base:
+        answered = httpx.post(f"{base}/v1/retrieve", json={"query": "What do wombats dig?", "index": "docs"})
+        assert answered.status_code == 200, answered.text
+        deleted = CliRunner().invoke(cli, ["--home", str(home), "index", "delete", "docs", "--yes"])
+        assert deleted.exit_code == 0, deleted.output
+        assert any("open in process" in r for r in windows_rules.refused), windows_rules.refused  # it waited
+        gone = httpx.post(f"{base}/v1/retrieve", json={"query": "What do wombats dig?", "index": "docs"})
+        assert (gone.status_code, gone.json()["error"]["type"]) == (404, "index_not_found")
+
+    database = home / "indexes" / "kept" / "store.sqlite"
+    holder = windows_rules.hold(database)  # a backup tool, say, that never lets go
+    with pytest.raises(IndexBusyError, match="another process"):
+        delete_index(settings.replace(home=home), store, "kept")
+    assert store.names() == [] and not store.index("kept").exists()
+    busy = CliRunner().invoke(cli, ["--home", str(home), "index", "delete", "kept", "--yes"])
+    assert busy.exit_code == 2 and "does not exist" in busy.output  # deleted already
+    windows_rules.release(holder)
+    ingest_paths([tmp_path / "docs"], store.index("kept"), embedder)  # the old folder goes first
+    assert store.names() == ["kept"] and sorted(p.name for p in (home / "indexes").iterdir()) == ["kept"]

@@ -357,6 +357,9 @@ class PostgresReader:
     def close(self) -> None:
         """Nothing to release: connections go back to the store's pool after each query."""
 
+    def gone(self) -> bool:
+        return not self.store.query("SELECT 1 FROM rag.indexes WHERE id = %s", (self.index_id,))
+
     def check_embedder(self, identity: str) -> None:
         if self.embedder_identity and self.embedder_identity != identity:
             raise EmbedderMismatchError(
