@@ -227,7 +227,11 @@ class JobStore:
         removed = []
         for job in self.list(limit=10**9):
             if job.state not in ACTIVE and now - (job.finished_at or job.created_at) > KEEP_FINISHED_S:
-                remove_tree(self.folder / job.id)
+                try:
+                    remove_tree(self.folder / job.id)
+                except OSError as exc:  # a scanner or a backup holds one of its files: next time
+                    log.warning("old job %s was not removed: %s", job.id, exc)
+                    continue
                 removed.append(job.id)
         return removed
 

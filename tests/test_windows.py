@@ -4,10 +4,13 @@ case-insensitive names, Office lock files, hidden files, junctions, device names
 
 from __future__ import annotations
 
+import json
+
 import faiss
 import numpy as np
 import pytest
 
+from contextlib import contextmanager
 from pathlib import Path
 
 from ingest.pipeline import ingest_paths
@@ -554,3 +557,94 @@ def test_deleting_an_index_another_process_reads_waits_for_it_or_says_index_busy
     windows_rules.release(holder)
     ingest_paths([tmp_path / "docs"], store.index("kept"), embedder)  # the old folder goes first
     assert store.names() == ["kept"] and sorted(p.name for p in (home / "indexes").iterdir()) == ["kept"]
+
+
+# -------------------------------------------------- 3. folders left by a delete or a restore; 6. scheduled syncs
+@contextmanager
+def _app(settings):
+    """The app in-process (its background loops included), once its models are loaded."""
+    import time
+
+    from litestar.testing import TestClient
+
+    from api.app import create_app
+
+    with TestClient(create_app(settings), base_url="http://127.0.0.1", timeout=120) as client:
+        while client.get("/healthz").json()["status"] == "loading":
+            time.sleep(0.1)
+        yield client
+
+
+def _scheduled_source(home: Path, tmp_path: Path, embedder) -> Path:
+    from ingest.sources import add_source
+
+    folder = tmp_path / "share"
+    folder.mkdir()
+    (folder / "wombat.txt").write_bytes(WOMBAT)
+    add_source(EmbeddedStore(home / "indexes").index("docs"), embedder, folder, every_s=3600)  # due at once
+    return folder
+
+
+def _synced(home: Path) -> bool:
+    from ingest.sources import index_sources
+
+    return all(s.last is not None and s.last.status == "ok"
+               for s in index_sources(EmbeddedStore(home / "indexes").index("docs")))
+
+
+def test_folders_left_by_a_delete_or_a_restore_break_no_list_and_no_sync(tmp_path: Path, settings, embedder,
+                                                                        windows_rules: WindowsRules):
+    """A scanner held a file while ``rmtree(ignore_errors=True)`` ran: ``indexes/.deleted-*`` stayed, and its
+    name (no index name) failed GET /v1/indexes (400), `rag index list`, and every scheduled sync round."""
+    import os
+    import shutil
+    import time
+
+    from click.testing import CliRunner
+
+    from rag.cli.main import main as cli
+    from windows import wait_until
+
+    home = tmp_path / "home"
+    _scheduled_source(home, tmp_path, embedder)
+    indexes = home / "indexes"
+    for leftover in (".deleted-1a2b3c4d", ".restore-5e6f7a8b", ".deleted-99999999"):
+        (indexes / leftover).mkdir()
+        shutil.copyfile(indexes / "docs" / "store.sqlite", indexes / leftover / "store.sqlite")
+    for path in (indexes / ".restore-5e6f7a8b" / "store.sqlite", indexes / ".restore-5e6f7a8b"):
+        os.utime(path, (time.time() - 7200, time.time() - 7200))  # a restore that stopped two hours ago
+    held = windows_rules.hold(indexes / ".deleted-99999999" / "store.sqlite")  # still held: left for next time
+    listed = CliRunner().invoke(cli, ["--home", str(home), "index", "list", "--json"])
+    assert listed.exit_code == 0 and [i["name"] for i in json.loads(listed.output)] == ["docs"], listed.output
+    with _app(settings.replace(home=home)) as client:
+        assert sorted(p.name for p in indexes.iterdir()) == [".deleted-99999999", "docs"]  # swept at start
+        response = client.get("/v1/indexes")
+        assert response.status_code == 200 and [i["name"] for i in response.json()["indexes"]] == ["docs"]
+        assert wait_until(lambda: _synced(home), 30)  # the scheduled sync ran
+    windows_rules.release(held)
+
+
+def test_a_job_that_cannot_be_removed_stops_no_scheduled_sync(tmp_path: Path, settings, embedder,
+                                                             windows_rules: WindowsRules,
+                                                             monkeypatch: pytest.MonkeyPatch):
+    """Pruning old jobs ran outside the scheduler loop's ``try``: one file held by a scanner (PermissionError)
+    ended the thread, silently, and no scheduled sync ran again until a restart."""
+    import time
+
+    import api.state
+    from ingest.jobs import DONE, JobStore
+    from windows import wait_until
+
+    home = tmp_path / "home"
+    _scheduled_source(home, tmp_path, embedder)
+    jobs = JobStore(settings.replace(home=home).jobs_path)
+    old = [jobs.create("sync", "docs", "schedule") for _ in range(2)]
+    for job in old:
+        job.state, job.finished_at = DONE, time.time() - 8 * 24 * 3600
+        jobs.save(job)
+    monkeypatch.setattr(api.state, "PRUNE_EVERY_S", 0.0)  # every round
+    with windows_rules.held_elsewhere(jobs.folder / old[0].id / "job.json"):
+        assert jobs.prune() == [old[1].id]  # the held one is left for the next time
+        with _app(settings.replace(home=home)):
+            assert wait_until(lambda: _synced(home), 30)
+    assert jobs.prune() == [old[0].id]

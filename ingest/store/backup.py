@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ingest.store.copy import ReEmbedder, copy_index
-from ingest.store.embedded import DB_NAME, EmbeddedIndex, EmbeddedStore, read_faiss, vectors_file
+from ingest.store.embedded import DB_NAME, RESTORE_PREFIX, EmbeddedIndex, EmbeddedStore, read_faiss, vectors_file
 from rag.core.errors import BadRequestError, EmbedderMismatchError, InvalidBackupError
 from rag.core.names import index_not_found
 
@@ -171,7 +171,7 @@ def restore_index(path: Path, store: EmbeddedStore, name: str | None, embedder_i
             raise BadRequestError(f"index {target.name!r} exists already: restore with --as NEW_NAME, or delete it "
                                   f"first (rag index delete {target.name} --yes)")
         as_backed_up = Path(scratch) / "restored" / target.name if other_embedder else target.root
-        staging = as_backed_up.with_name(f".restore-{uuid.uuid4().hex[:8]}")
+        staging = as_backed_up.with_name(f"{RESTORE_PREFIX}{uuid.uuid4().hex[:8]}")
         staging.mkdir(parents=True)
         try:
             shutil.copyfile(Path(scratch) / DATABASE, staging / DB_NAME)

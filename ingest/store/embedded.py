@@ -46,6 +46,8 @@ DB_NAME = "store.sqlite"
 # their next look and close. Windows removes no folder while a process holds a file in it.
 TOMBSTONE = "deleted"
 ASIDE_PREFIX = ".deleted-"
+RESTORE_PREFIX = ".restore-"  # a restore's staging folder (ingest/store/backup.py)
+RESTORE_STALE_S = 3600.0  # one untouched this long belongs to no running restore
 # How long a delete waits for other processes' readers to let go (a server looks every 2 s).
 RELEASE_WAIT_S = 6.0
 SCHEMA = """
@@ -713,6 +715,27 @@ class EmbeddedStore:
         return sorted(p.name for p in self.indexes_dir.iterdir() if EmbeddedIndex.is_index_folder(p)
                       and EmbeddedIndex(p).exists())
 
+    def sweep(self) -> list[str]:
+        """Remove what deletes and restores left behind (a file held by a scanner kept them): folders renamed
+        aside, indexes deleted while another process held them, restores that stopped an hour ago. What is
+        still held stays for the next sweep. The names of what went."""
+        if not self.indexes_dir.is_dir():
+            return []
+        removed = []
+        for path in self.indexes_dir.iterdir():
+            try:
+                if path.name.startswith(ASIDE_PREFIX) or (path.name.startswith(RESTORE_PREFIX)
+                                                          and time.time() - _newest_mtime(path) > RESTORE_STALE_S):
+                    remove_tree(path)
+                elif EmbeddedIndex.is_index_folder(path) and (path / TOMBSTONE).exists():
+                    remove_index_folder(path, wait_s=0.0)
+                else:
+                    continue
+            except (OSError, IndexBusyError):
+                continue
+            removed.append(path.name)
+        return removed
+
     def delete(self, name: str) -> None:
         """Remove an index: marked deleted (readers anywhere let go of it), then its folder renamed aside (so a
         failure midway leaves no half index under its name) and removed. IndexBusyError when another process
@@ -722,6 +745,10 @@ class EmbeddedStore:
             raise index_not_found(index.name, self.names())
         mark_deleted(index.root)
         remove_index_folder(index.root)
+
+
+def _newest_mtime(folder: Path) -> float:
+    return max([folder.stat().st_mtime, *(p.stat().st_mtime for p in folder.iterdir())])
 
 
 def mark_deleted(root: Path) -> None:

@@ -268,6 +268,10 @@ class PostgresStore:
     def names(self) -> list[str]:
         return [r[0] for r in self.query("SELECT name FROM rag.indexes ORDER BY name")]
 
+    def sweep(self) -> list[str]:
+        """Nothing is left behind: a delete is one transaction."""
+        return []
+
     def delete(self, name: str) -> None:
         if not self.drop(validate_index_name(name)):
             raise index_not_found(name, self.names())
