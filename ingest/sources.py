@@ -31,6 +31,7 @@ from ingest.records import Chunk, DocumentRecord, FolderGroups, display_path, do
 from ingest.store import IndexWriter, StoredIndex
 from rag.core import observe
 from rag.core.errors import BadRequestError, SourceBusyError, SourceNotFoundError, SourceUnavailableError
+from rag.core.files import read_with_stat
 from rag.core.names import access_groups
 
 
@@ -340,8 +341,7 @@ def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Sou
             to_ingest.append(path)
             continue
         try:
-            data = path.read_bytes()
-            stat = path.stat()
+            data, stat = read_with_stat(path)
         except OSError:
             to_ingest.append(path)
             continue
@@ -371,19 +371,16 @@ def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Sou
         summary.outcomes.append(FileOutcome(record.display_path, "removed", record.id, record.chunks))
     done_before = len(files) - len(to_ingest)
     notify("sync:unchanged", done_before, 0)
+    read_stats: dict[Path, os.stat_result] = {}
     ingest_into(writer, loader, to_ingest, summary, embedder, chunk_tokens, overlap, notify, source.groups,
-                first=done_before, folder_groups=folder_groups, display=shown)
+                first=done_before, folder_groups=folder_groups, display=shown, read_stats=read_stats)
     for path in to_ingest:
         norm = normalise_path(path)
         outcome = next((o for o in summary.outcomes if o.path == shown(path)), None)
         if outcome is None or outcome.status not in ("added", "updated", "unchanged"):
             continue  # failed or skipped: looked at again next time
-        record = writer.document(document_id(path))
-        try:
-            stat = path.stat()
-        except OSError:
-            continue
-        if record is not None:
+        record, stat = writer.document(document_id(path)), read_stats.get(path)
+        if record is not None and stat is not None:  # as it was when read, not as it is now
             states[norm] = FileState(stat.st_size, stat.st_mtime_ns, record.sha256)
     return states
 

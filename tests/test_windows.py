@@ -648,3 +648,35 @@ def test_a_job_that_cannot_be_removed_stops_no_scheduled_sync(tmp_path: Path, se
         with _app(settings.replace(home=home)):
             assert wait_until(lambda: _synced(home), 30)
     assert jobs.prune() == [old[0].id]
+
+
+# ------------------------------------------------------------------------ 7. an edit while a sync runs
+def test_a_file_edited_while_a_sync_runs_is_read_again_by_the_next_sync(tmp_path: Path, embedder):
+    """A sync remembered size and mtime as they were after its whole ingest, the content hash as it was
+    before: a file saved in between looked unchanged to every later sync. Now it remembers the stat of the
+    handle the bytes came from."""
+    import hashlib
+    import os
+
+    from ingest.sources import add_source, index_sources, sync_source
+
+    folder = tmp_path / "share"
+    folder.mkdir()
+    (folder / "notes.txt").write_bytes(WOMBAT)
+    index = EmbeddedStore(tmp_path / "indexes").index("docs")
+    add_source(index, embedder, folder)
+
+    def save_meanwhile(event: str, files_done: int, chunks_done: int) -> None:
+        if event.endswith("notes.txt") and (folder / "notes.txt").read_bytes() == WOMBAT:  # read, not yet recorded
+            (folder / "notes.txt").write_bytes(QUOKKA)
+            os.utime(folder / "notes.txt", ns=(os.stat(folder / "notes.txt").st_mtime_ns + 10**9,) * 2)
+
+    first = sync_source(index, index_sources(index)[0], embedder, progress=save_meanwhile)
+    assert first.ingest.count("added") == 1 and (folder / "notes.txt").read_bytes() == QUOKKA
+    second = sync_source(index, index_sources(index)[0], embedder)
+    assert [o.status for o in second.ingest.outcomes] == ["updated"]
+    reader = index.reader()
+    try:
+        assert [d.sha256 for d in reader.documents()] == [hashlib.sha256(QUOKKA).hexdigest()]
+    finally:
+        reader.close()

@@ -54,6 +54,14 @@ def replace_file(source: Path, target: Path) -> None:
     retry_locked(lambda: os.replace(source, target))
 
 
+def read_with_stat(path: Path) -> tuple[bytes, os.stat_result]:
+    """The bytes of ``path`` and the stat of the handle they were read from, taken before reading: a change
+    saved meanwhile leaves a newer mtime on disk than the one returned, so it is seen the next time."""
+    with path.open("rb") as handle:
+        stat_result = os.fstat(handle.fileno())
+        return handle.read(), stat_result
+
+
 def unlink_file(path: Path) -> None:
     """Delete ``path`` if it is there, retried while a lock refuses it."""
     retry_locked(lambda: path.unlink(missing_ok=True))
