@@ -680,3 +680,48 @@ def test_a_file_edited_while_a_sync_runs_is_read_again_by_the_next_sync(tmp_path
         assert [d.sha256 for d in reader.documents()] == [hashlib.sha256(QUOKKA).hexdigest()]
     finally:
         reader.close()
+
+
+# ------------------------------------------------------------------ 4. every rename retries a held file
+def test_every_rename_goes_through_the_lock_retrying_helper():
+    """On Windows a scanner or an indexer opens each new file for a moment, and a rename then fails: every
+    ``os.replace``/``os.rename``/``Path.replace``/``Path.rename`` of the product goes through
+    ``rag.core.files`` (``replace_file`` retries, ``try_replace`` is for what can wait for a later try)."""
+    import ast
+
+    from rag.core.settings import PROJECT_ROOT
+
+    bare = []
+    for package in ("rag", "ingest", "api"):
+        for path in sorted((PROJECT_ROOT / package).rglob("*.py")):
+            if path == PROJECT_ROOT / "rag" / "core" / "files.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                    continue
+                name, owner = node.func.attr, node.func.value
+                if (name in ("replace", "rename", "renames") and isinstance(owner, ast.Name) and owner.id == "os") \
+                        or name == "rename" or (name == "replace" and len(node.args) == 1 and not node.keywords):
+                    bare.append(f"{path.relative_to(PROJECT_ROOT)}:{node.lineno}")  # Path.replace(target)
+    assert bare == []
+
+
+def test_a_backup_and_a_restore_survive_a_scanner_on_their_renames_and_temp_files(tmp_path: Path, embedder,
+                                                                                   windows_rules: WindowsRules):
+    """The backup's ``partial.replace(target)`` and the restore's ``staging.replace`` did not retry, and the
+    temporary folder's clean-up raised after a backup that had succeeded (a scanner in %TEMP%)."""
+    from ingest.store.backup import backup_index, restore_index
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "wombat.txt").write_bytes(WOMBAT)
+    store = EmbeddedStore(tmp_path / "indexes")
+    ingest_paths([tmp_path / "docs"], store.index("docs"), embedder)
+    windows_rules.fail_next(1, ".partial")  # the scanner opens the finished zip as it is renamed
+    windows_rules.fail_next(100, "rag-backup-")  # and holds the temporary copy of the database for good
+    manifest = backup_index(store.index("docs"), tmp_path / "docs.zip", "test")
+    assert manifest.documents == 1 and (tmp_path / "docs.zip").is_file()
+    windows_rules.fail_next(1, ".restore-")
+    restore_index(tmp_path / "docs.zip", store, "copy", embedder.config.identity)
+    assert store.names() == ["copy", "docs"] and any(".partial" in r for r in windows_rules.refused)
+    assert any(".restore-" in r for r in windows_rules.refused)
+    windows_rules.injected.clear()

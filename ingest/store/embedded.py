@@ -36,7 +36,7 @@ from rag.core.errors import (
     IndexBusyError,
     IndexLockedError,
 )
-from rag.core.files import remove_tree, replace_file, retry_locked
+from rag.core.files import remove_tree, replace_file
 from rag.core.names import index_not_found, validate_index_name
 from rag.core.text import content_terms
 
@@ -775,7 +775,7 @@ def remove_index_folder(root: Path, wait_s: float = RELEASE_WAIT_S) -> None:
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            retry_locked(lambda: os.replace(root, aside))
+            replace_file(root, aside)
             break
         except FileNotFoundError:
             return

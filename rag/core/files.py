@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, TypeVar
 
 T = TypeVar("T")
 
@@ -49,9 +51,34 @@ def retry_locked(operation: Callable[[], T], retries: int = LOCK_RETRIES, delay_
     raise AssertionError("unreachable")
 
 
-def replace_file(source: Path, target: Path) -> None:
-    """``os.replace(source, target)``, retried while a lock on either refuses it."""
+def replace_file(source: Path | str, target: Path | str) -> None:
+    """``os.replace(source, target)``, retried while a lock on either refuses it. Every rename of the product
+    goes through here or ``try_replace`` (tests/test_windows.py checks)."""
     retry_locked(lambda: os.replace(source, target))
+
+
+def try_replace(source: Path | str, target: Path | str) -> bool:
+    """``os.replace(source, target)`` once, for what can wait for a later try (a log rotation): False when
+    it was refused."""
+    try:
+        os.replace(source, target)
+    except OSError:
+        return False
+    return True
+
+
+@contextmanager
+def scratch_folder(prefix: str, parent: Path | None = None) -> Iterator[Path]:
+    """A temporary folder, removed at the end; a file a scanner still holds then (common in %TEMP%) leaves
+    it behind rather than failing what succeeded."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        yield folder
+    finally:
+        try:
+            remove_tree(folder)
+        except OSError:
+            pass
 
 
 def read_with_stat(path: Path) -> tuple[bytes, os.stat_result]:

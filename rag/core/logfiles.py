@@ -6,6 +6,8 @@ import logging
 import logging.handlers
 import os
 
+from rag.core.files import try_replace
+
 
 class SharedRotatingFileHandler(logging.handlers.RotatingFileHandler):
     """A rotating log file that several server processes (``rag serve --workers N``) write at once.
@@ -32,21 +34,13 @@ class SharedRotatingFileHandler(logging.handlers.RotatingFileHandler):
             self.stream = None  # type: ignore[assignment]
         base = self.baseFilename
         aside = f"{base}.{os.getpid()}.rotating"
-        try:
-            os.rename(base, aside)
-        except OSError:  # held by another process: keep appending; the next record tries again
+        if not try_replace(base, aside):  # held by another process: keep appending; the next record tries again
             self.stream = self._open()
             return
         for i in range(self.backupCount - 1, 0, -1):
             if os.path.exists(f"{base}.{i}"):
-                try:
-                    os.replace(f"{base}.{i}", f"{base}.{i + 1}")
-                except OSError:
-                    pass  # a reader holds an old backup: it is overwritten next time
-        try:
-            os.replace(aside, f"{base}.1" if self.backupCount else aside)
-        except OSError:
-            pass
+                try_replace(f"{base}.{i}", f"{base}.{i + 1}")  # a reader holds an old backup: overwritten next time
+        try_replace(aside, f"{base}.1" if self.backupCount else aside)
         if not self.backupCount:
             os.remove(aside)
         self.stream = self._open()
