@@ -26,6 +26,7 @@ from ingest.records import DocumentRecord, normalise_path
 from ingest.store import StoredIndex
 from rag.core.errors import BadRequestError
 from rag.core.files import WINDOWS_DEVICE_NAMES, replace_file, unlink_file
+from rag.core.paths import fold_case
 
 UNSAFE_CHARACTERS = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]')  # reserved on Windows, or control characters
 # ext4 and most file systems allow 255 bytes; staged copies get short names of their own (".incoming-<12 hex>"),
@@ -121,7 +122,7 @@ class Uploads:
 
     def _lock(self, index: str) -> threading.Lock:
         with self._guard:  # "Docs" and "docs" are one folder on Windows
-            return self._locks.setdefault(index.casefold(), threading.Lock())
+            return self._locks.setdefault(fold_case(index), threading.Lock())
 
     def remove_stale_staged(self, now: float | None = None) -> list[Path]:
         """Remove staged uploads left behind by a killed server (the index never saw them); the removed paths."""
@@ -147,7 +148,7 @@ class Uploads:
         folder = self.folder(index)
         stored = [safe_filename(f.name) for f in files]
         names = _spelled_as_stored(folder, stored) if folder.is_dir() else stored
-        folded = [n.casefold() for n in names]  # one file on Windows and macOS: "Report.pdf", "report.pdf"
+        folded = [fold_case(n) for n in names]  # one file on Windows and macOS: "Report.pdf", "report.pdf"
         repeated = sorted({n for n, f in zip(names, folded) if folded.count(f) > 1})
         if repeated:
             raise BadRequestError(f"one upload holds several files named {', '.join(repeated)} (letter case "
@@ -206,8 +207,8 @@ class Uploads:
 def _spelled_as_stored(folder: Path, names: list[str]) -> list[str]:
     """``names``, each spelled as the file already stored under it with other letter case ("report.pdf" updates
     "Report.pdf"), so a name is one document on every platform, as it is one file on Windows."""
-    stored = {p.name.casefold(): p.name for p in folder.iterdir() if not p.name.startswith(".")}
-    return [stored.get(n.casefold(), n) for n in names]
+    stored = {fold_case(p.name): p.name for p in folder.iterdir() if not p.name.startswith(".")}
+    return [stored.get(fold_case(n), n) for n in names]
 
 
 def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedder, chunk_tokens: int,

@@ -725,3 +725,18 @@ def test_a_backup_and_a_restore_survive_a_scanner_on_their_renames_and_temp_file
     assert store.names() == ["copy", "docs"] and any(".partial" in r for r in windows_rules.refused)
     assert any(".restore-" in r for r in windows_rules.refused)
     windows_rules.injected.clear()
+
+
+# ------------------------------------------------------------------ 9. names fold as NTFS folds them
+def test_upload_names_fold_letter_case_as_ntfs_does_not_more(tmp_path: Path, embedder):
+    """``str.casefold`` maps ß to ss: "Strasse.txt" replaced "Straße.txt", which NTFS (and every identity here)
+    keeps apart; letter case alone still makes one name."""
+    from ingest.uploads import Uploads
+
+    store, uploads = EmbeddedStore(tmp_path / "indexes"), Uploads(tmp_path / "uploads")
+    both = _add(uploads, store.index("docs"), embedder, ("Straße.txt", WOMBAT), ("Strasse.txt", QUOKKA))
+    assert [o.status for o in both.outcomes] == ["added", "added"]
+    again = _add(uploads, store.index("docs"), embedder, ("STRASSE.txt", WOMBAT))
+    assert [(o.path, o.status) for o in again.outcomes] == [("Strasse.txt", "updated")]
+    assert sorted(p.name for p in (tmp_path / "uploads" / "docs").iterdir()) == ["Strasse.txt", "Straße.txt"]
+    assert (tmp_path / "uploads" / "docs" / "Straße.txt").read_bytes() == WOMBAT

@@ -38,6 +38,7 @@ from rag.core.errors import (
 )
 from rag.core.files import remove_tree, replace_file
 from rag.core.names import index_not_found, validate_index_name
+from rag.core.paths import fold_case
 from rag.core.text import content_terms
 
 DB_NAME = "store.sqlite"
@@ -703,7 +704,7 @@ class EmbeddedStore:
         name = validate_index_name(name)
         if self.indexes_dir.is_dir() and not (self.indexes_dir / name).is_dir():
             name = next((p.name for p in self.indexes_dir.iterdir()
-                         if p.name.casefold() == name.casefold() and p.is_dir()), name)
+                         if fold_case(p.name) == fold_case(name) and p.is_dir()), name)
         return EmbeddedIndex(self.indexes_dir / name)
 
     def close(self) -> None:

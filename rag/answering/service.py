@@ -166,7 +166,7 @@ class AnswerService:
         with self._lock:
             for name in list(self._retrievers):
                 reader = self._retrievers[name].reader
-                if (name.casefold() == index.casefold()) if index is not None else reader.gone():
+                if (name.lower() == index.lower()) if index is not None else reader.gone():
                     self._retrievers.pop(name)
                     reader.close()
 
