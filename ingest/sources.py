@@ -33,6 +33,7 @@ from rag.core import observe
 from rag.core.errors import BadRequestError, SourceBusyError, SourceNotFoundError, SourceUnavailableError
 from rag.core.files import read_with_stat
 from rag.core.names import access_groups
+from rag.core.paths import is_under
 
 
 class FileState(msgspec.Struct, array_like=True):
@@ -178,7 +179,7 @@ def add_source(index: StoredIndex, embedder: Embedder, folder: Path, glob: str |
     with index.writer(embedder.config.identity, embedder.dimension, lock_timeout_s) as writer:
         sources = load_sources(writer.sources())
         overlapping = [s for s in sources if s.path != path and (
-            path.startswith(s.path + os.sep) or s.path.startswith(path + os.sep))]
+            is_under(path, s.path) or is_under(s.path, path))]
         if overlapping:
             raise BadRequestError(f"{folder} overlaps source {overlapping[0].display_path} ({overlapping[0].id}): one "
                                   "folder inside another would have two syncs removing each other's files")
@@ -328,7 +329,7 @@ def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Sou
             continue
         changed.append(path)
     gone = {p: d for p, d in indexed.items()
-            if p not in current and not any(p.startswith(u + os.sep) or p == u for u in unreadable)}
+            if p not in current and not any(is_under(p, u) or p == u for u in unreadable)}
     # Renames: a new path whose content is a vanished document's keeps that document's chunks and vectors.
     by_hash: dict[str, DocumentRecord] = {}
     for record in gone.values():

@@ -740,3 +740,21 @@ def test_upload_names_fold_letter_case_as_ntfs_does_not_more(tmp_path: Path, emb
     assert [(o.path, o.status) for o in again.outcomes] == [("Strasse.txt", "updated")]
     assert sorted(p.name for p in (tmp_path / "uploads" / "docs").iterdir()) == ["Strasse.txt", "Straße.txt"]
     assert (tmp_path / "uploads" / "docs" / "Straße.txt").read_bytes() == WOMBAT
+
+
+# ------------------------------------------------------------------ 15. a drive-root source
+def test_a_source_at_a_drive_root_overlaps_every_folder_on_that_drive(tmp_path: Path, embedder):
+    """The overlap check built ``root + sep``: ``D:\\`` (identity ``d:\\``) became ``d:\\\\`` and accepted
+    ``D:\\Finance`` beside it, two syncs removing each other's files. ``/`` on Linux the same."""
+    from ingest.sources import add_source
+    from rag.core.errors import BadRequestError
+    from rag.core.paths import is_under
+
+    assert is_under("d:\\finance", "d:\\", "\\") and is_under("d:\\finance\\q1", "d:\\finance", "\\")
+    assert not is_under("d:\\finance", "d:\\fin", "\\") and not is_under("d:\\", "d:\\", "\\")
+    assert not is_under("e:\\finance", "d:\\", "\\") and is_under("/srv/docs", "/", "/")
+    (tmp_path / "share").mkdir()
+    index = EmbeddedStore(tmp_path / "indexes").index("docs")
+    add_source(index, embedder, Path(Path.cwd().anchor))  # the root: recorded, not synced
+    with pytest.raises(BadRequestError, match="overlaps source"):
+        add_source(index, embedder, tmp_path / "share")

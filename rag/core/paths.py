@@ -43,6 +43,12 @@ def fold_case(name: str) -> str:
     return name.lower()
 
 
+def is_under(path: str, folder: str, sep: str = os.sep) -> bool:
+    """Whether the identity ``path`` lies inside the identity ``folder`` (a drive or file-system root, which
+    ends in the separator already, too)."""
+    return path != folder and path.startswith(folder if folder.endswith(sep) else folder + sep)
+
+
 def path_identity(path: str, rules: PathRules) -> str:
     """The identity of ``path`` under ``rules`` (see the module notes)."""
     flavour = ntpath if rules.windows else posixpath
