@@ -32,6 +32,7 @@ UNSAFE_CHARACTERS = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]')  # reserved on Wind
 # ext4 and most file systems allow 255 bytes; staged copies get short names of their own (".incoming-<12 hex>"),
 # so a stored path stays within Windows' 260 characters wherever the uploads folder is not itself deep.
 MAX_NAME_BYTES = 200
+WINDOWS_MAX_PATH = 260  # with the terminating NUL, where LongPathsEnabled is off
 STAGED_PREFIX = ".incoming-"
 # A staged file lives from its write until it is moved into place, after at most the wait for the index's
 # upload lock; one older than this was left by a server that was killed mid-upload (replicas sharing the
@@ -211,6 +212,14 @@ def _spelled_as_stored(folder: Path, names: list[str]) -> list[str]:
     return [stored.get(fold_case(n), n) for n in names]
 
 
+def _unstorable(final: Path, exc: OSError) -> FileOutcome:
+    why = exc.strerror or str(exc)
+    if len(str(final)) >= WINDOWS_MAX_PATH:
+        why = (f"its path is {len(str(final))} characters, longer than Windows allows ({WINDOWS_MAX_PATH - 1} "
+               "without long paths enabled): upload it under a shorter name, or keep uploads in a shorter folder")
+    return FileOutcome(final.name, "failed", reason_type="unwritable", reason=f"cannot store {final}: {why}")
+
+
 def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedder, chunk_tokens: int,
                    chunk_overlap: int, load_options: LoadOptions | None,
                    groups: Sequence[str] | None = None, progress: Progress | None = None) -> list[FileOutcome]:
@@ -223,13 +232,23 @@ def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedde
         else:
             unlink_file(final)
 
+    unstored: list[FileOutcome] = []
     try:
         for upload in uploads:
-            if upload.final.exists():
-                kept = upload.final.with_name(f".previous-{uuid.uuid4().hex[:12]}")
-                replace_file(upload.final, kept)
+            kept = None
+            try:
+                if upload.final.exists():
+                    kept = upload.final.with_name(f".previous-{uuid.uuid4().hex[:12]}")
+                    replace_file(upload.final, kept)
+                replace_file(upload.staged, upload.final)
+            except OSError as exc:  # this file cannot take its name (MAX_PATH, held): the others go on
+                if kept is not None and kept.exists():
+                    replace_file(kept, upload.final)
+                unlink_file(upload.staged)
+                unstored.append(_unstorable(upload.final, exc))
+                continue
+            if kept is not None:
                 previous[upload.final] = kept
-            replace_file(upload.staged, upload.final)
             moved.append(upload.final)
         summary = ingest_paths(moved, index, embedder, chunk_tokens, chunk_overlap, load_options=load_options,
                                groups=groups, progress=progress)
@@ -240,7 +259,7 @@ def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedde
             unlink_file(upload.staged)
         raise
     stored = {upload.final.name: upload.final for upload in uploads}
-    outcomes = []
+    outcomes = unstored
     for outcome in summary.outcomes:
         name = Path(outcome.path).name
         # Each file is parsed once, by the loader process with its timeout; one it cannot use is put back

@@ -758,3 +758,23 @@ def test_a_source_at_a_drive_root_overlaps_every_folder_on_that_drive(tmp_path: 
     add_source(index, embedder, Path(Path.cwd().anchor))  # the root: recorded, not synced
     with pytest.raises(BadRequestError, match="overlaps source"):
         add_source(index, embedder, tmp_path / "share")
+
+
+# ------------------------------------------------------------------ 17. MAX_PATH on the final name only
+def test_a_name_too_long_for_max_path_fails_that_file_not_the_upload(tmp_path: Path, embedder,
+                                                                     windows_rules: WindowsRules):
+    """The staged copy (a short name) fitted in MAX_PATH, its final name did not: ``os.replace`` failed the
+    whole upload with internal_error. Now only that file fails, saying why."""
+    from ingest.uploads import Uploads
+
+    long_name = "n" * 116 + ".txt"
+    root = tmp_path / ("u" * (265 - len(str(tmp_path)) - len("//default/") - len(long_name)))
+    store, uploads = EmbeddedStore(tmp_path / "indexes"), Uploads(root)
+    windows_rules.max_path = 259
+    assert len(str(root / "default" / long_name)) == 265 and len(str(root / "default" / ".incoming-123456789abc")) < 259
+    report = _add(uploads, store.index("default"), embedder, ("short.txt", WOMBAT), (long_name, QUOKKA))
+    assert [(o.path, o.status, o.reason_type) for o in report.outcomes] == [
+        ("short.txt", "added", None), (long_name, "failed", "unwritable")]
+    assert "longer than Windows allows" in report.outcomes[1].reason
+    assert sorted(p.name for p in (root / "default").iterdir()) == ["short.txt"]
+    assert any(r.startswith("replace") and "longer than 259" in r for r in windows_rules.refused)
