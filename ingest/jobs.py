@@ -30,6 +30,7 @@ from ingest.pipeline import FileOutcome
 from rag.core import observe
 from rag.core.errors import JobCancelled, JobNotFoundError, JobStateError, RagError
 from rag.core.files import remove_tree, replace_file, retry_locked
+from rag.core.paths import fold_case
 
 log = logging.getLogger(__name__)
 HEARTBEAT_S = 2.0
@@ -183,7 +184,7 @@ class JobStore:
                 job = self.get(folder.name)
             except JobNotFoundError:
                 continue
-            if index is None or job.index == index:
+            if index is None or fold_case(job.index) == fold_case(index):
                 jobs.append(job)
         return sorted(jobs, key=lambda j: j.created_at, reverse=True)[:limit]
 
@@ -337,7 +338,7 @@ class JobRunner:
     def active_on(self, index: str) -> list[Job]:
         """The jobs of ``index`` this process is running or has queued."""
         with self._guard:
-            return [r.job for r in self._running.values() if r.job.index.casefold() == index.casefold()]
+            return [r.job for r in self._running.values() if fold_case(r.job.index) == fold_case(index)]
 
     def cancel(self, job: Job) -> None:
         self.store.request_cancel(job)
@@ -346,7 +347,7 @@ class JobRunner:
 
     def _lock(self, index: str) -> threading.Lock:
         with self._guard:
-            return self._index_locks.setdefault(index.casefold(), threading.Lock())
+            return self._index_locks.setdefault(fold_case(index), threading.Lock())
 
     def _run(self, running: Running, work: Work) -> None:
         job, tracker = running.job, running.tracker

@@ -778,3 +778,27 @@ def test_a_name_too_long_for_max_path_fails_that_file_not_the_upload(tmp_path: P
     assert "longer than Windows allows" in report.outcomes[1].reason
     assert sorted(p.name for p in (root / "default").iterdir()) == ["short.txt"]
     assert any(r.startswith("replace") and "longer than 259" in r for r in windows_rules.refused)
+
+
+# ------------------------------------------------------------------ 13. an index name as spelled on disk
+def test_an_index_named_in_other_letters_is_the_one_on_disk_with_its_jobs_and_one_retriever(
+        tmp_path: Path, settings, embedder, windows_rules: WindowsRules):
+    """``is_dir`` ignores case on Windows, so ``Docs`` kept the typed spelling when the folder is ``docs``:
+    ``/v1/jobs?index=Docs`` missed the jobs recorded as ``docs``, and the index got a second retriever."""
+    from ingest.jobs import JobStore
+    from rag.answering.service import AnswerService
+
+    (tmp_path / "share").mkdir()
+    (tmp_path / "share" / "wombat.txt").write_bytes(WOMBAT)
+    store = EmbeddedStore(tmp_path / "indexes")
+    ingest_paths([tmp_path / "share"], store.index("docs"), embedder)
+    assert (tmp_path / "indexes" / "DOCS").is_dir()  # as on Windows
+    assert store.index("DOCS").name == store.index("Docs").name == "docs"
+    jobs = JobStore(tmp_path / "jobs")
+    job = jobs.create("sync", "docs", "alice")
+    assert [j.id for j in jobs.list(store.index("Docs").name)] == [job.id] == [j.id for j in jobs.list("DOCS")]
+    service = AnswerService(settings, store, embedder, generator=None)  # retrieval only
+    try:
+        assert service.retriever("Docs") is service.retriever("docs")
+    finally:
+        service.close()

@@ -702,9 +702,12 @@ class EmbeddedStore:
         """The index ``name``; an existing index whose name differs only in letter case is that index ("Docs" and
         "docs" are one folder on Windows, so they are one index everywhere)."""
         name = validate_index_name(name)
-        if self.indexes_dir.is_dir() and not (self.indexes_dir / name).is_dir():
-            name = next((p.name for p in self.indexes_dir.iterdir()
-                         if fold_case(p.name) == fold_case(name) and p.is_dir()), name)
+        try:  # the spelling on disk: where names ignore case (Windows), is_dir("docs") is true of "Docs" too
+            on_disk = [entry.name for entry in os.scandir(self.indexes_dir) if entry.is_dir()]
+        except OSError:
+            on_disk = []
+        if name not in on_disk:
+            name = next((n for n in on_disk if fold_case(n) == fold_case(name)), name)
         return EmbeddedIndex(self.indexes_dir / name)
 
     def close(self) -> None:

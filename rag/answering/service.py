@@ -152,7 +152,7 @@ class AnswerService:
     # ------------------------------------------------------------------ retrieval
     def retriever(self, index: str | None = None) -> Retriever:
         """The retriever of an index, opened once (readers follow new commits by themselves)."""
-        name = validate_index_name(index or self.settings.index)
+        name = self.store.index(validate_index_name(index or self.settings.index)).name  # as spelled on disk
         with self._lock:
             if name in self._retrievers and self._retrievers[name].reader.gone():  # deleted, maybe made anew
                 self._retrievers.pop(name).reader.close()
