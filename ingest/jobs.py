@@ -29,7 +29,7 @@ import psutil
 from ingest.pipeline import FileOutcome
 from rag.core import observe
 from rag.core.errors import JobCancelled, JobNotFoundError, JobStateError, RagError
-from rag.core.files import remove_tree, replace_file, retry_locked
+from rag.core.files import LOCK_RETRIES, MOVE_RETRIES, remove_tree, replace_file, retry_locked, unlink_file
 from rag.core.paths import fold_case
 
 log = logging.getLogger(__name__)
@@ -151,11 +151,15 @@ class JobStore:
         self.save(job)
         return job
 
-    def save(self, job: Job) -> None:
+    def save(self, job: Job, retries: int = MOVE_RETRIES) -> None:
         target = self.folder / job.id / JOB_FILE
         scratch = target.with_name(f".{JOB_FILE}.{uuid.uuid4().hex[:8]}")
         scratch.write_bytes(msgspec.json.encode(job))
-        replace_file(scratch, target)
+        try:
+            replace_file(scratch, target, retries)
+        except OSError:
+            unlink_file(scratch)
+            raise
 
     def get(self, job_id: str) -> Job:
         path = self._dir(job_id) / JOB_FILE
@@ -271,12 +275,17 @@ class Tracker:
         self.save(force=final)
 
     def save(self, force: bool = False) -> None:
+        """Progress, written best-effort: a write a reader or a scanner refuses is skipped (the next one
+        carries it), never the end of the job."""
         now = time.time()
         with self.lock:
             if not force and now - self._saved_at < SAVE_EVERY_S:
                 return
             self.job.updated_at, self._saved_at = now, now
-            self.store.save(self.job)
+            try:
+                self.store.save(self.job, LOCK_RETRIES)
+            except OSError as exc:
+                log.debug("progress of job %s not written this time: %s", self.job.id, exc)
 
 
 @dataclass
@@ -386,7 +395,9 @@ class JobRunner:
             else:
                 if state == DONE or (state == FAILED and files):
                     self.store.drop_inputs(job)  # kept where running it again could go otherwise
-                tracker.save(force=True)
+                with tracker.lock:
+                    job.updated_at = time.time()
+                self.store.save(job)  # the outcome: waited for, unlike progress
         finally:
             with self._guard:
                 self._running.pop(job.id, None)

@@ -253,11 +253,11 @@ def _model(folder: Path, marker: str) -> Path:
 
 def test_installing_a_model_never_loses_the_last_good_one(tmp_path: Path, windows_rules: WindowsRules):
     from rag.core.errors import ModelError
-    from rag.core.files import LOCK_RETRIES
+    from rag.core.files import MOVE_RETRIES
     from rag.modelstore.importer import install_dir
 
     final = _model(tmp_path / "models" / "gen", "old")
-    windows_rules.fail_next(LOCK_RETRIES, "/models/new")  # each retry refused
+    windows_rules.fail_next(MOVE_RETRIES, "/models/new")  # each retry refused
     with pytest.raises(ModelError, match="cannot install the new model"):  # the new one cannot move in
         install_dir(_model(tmp_path / "models" / "new", "new"), final)
     assert (final / "model.onnx").read_text() == "old"
@@ -802,3 +802,33 @@ def test_an_index_named_in_other_letters_is_the_one_on_disk_with_its_jobs_and_on
         assert service.retriever("Docs") is service.retriever("docs")
     finally:
         service.close()
+
+
+
+# --------------------------------------------- 10. a scanner reading a large file; progress is best-effort
+def test_a_move_waits_out_a_long_scan_and_a_refused_progress_write_is_no_failed_job(tmp_path: Path,
+                                                                                     windows_rules: WindowsRules):
+    """The lock-retry budget was 1.55 s, shorter than a virus scan of a large new file; and a job whose progress
+    write was refused failed as a whole. Moves and commits now wait up to ~9.5 s; progress is skipped once."""
+    import threading
+    import time
+
+    from ingest.jobs import JobStore, Tracker
+    from rag.core.files import replace_file
+
+    (tmp_path / "new.faiss.tmp").write_bytes(b"vectors")
+    holder = windows_rules.hold(tmp_path / "new.faiss.tmp")
+    threading.Timer(3.0, windows_rules.release, [holder]).start()  # the scan takes three seconds
+    started = time.monotonic()
+    replace_file(tmp_path / "new.faiss.tmp", tmp_path / "vectors-1.faiss")
+    assert time.monotonic() - started > 2.5 and (tmp_path / "vectors-1.faiss").read_bytes() == b"vectors"
+
+    jobs = JobStore(tmp_path / "jobs")
+    job = jobs.create("sync", "docs", "alice")
+    tracker = Tracker(jobs, job, threading.Event())
+    with windows_rules.held_elsewhere(jobs.folder / job.id / "job.json"):  # someone reads the record, for long
+        tracker("start:3", 0, 0)  # not written, not raised
+        assert jobs.get(job.id).files_total == 0
+    tracker("a.txt", 1, 4)
+    assert (jobs.get(job.id).files_total, jobs.get(job.id).files_done) == (3, 1)
+    assert [p.name for p in (jobs.folder / job.id).iterdir() if p.name.startswith(".")] == []

@@ -36,7 +36,7 @@ from rag.core.errors import (
     IndexBusyError,
     IndexLockedError,
 )
-from rag.core.files import remove_tree, replace_file
+from rag.core.files import LOCK_RETRIES, remove_tree, replace_file
 from rag.core.names import index_not_found, validate_index_name
 from rag.core.paths import fold_case
 from rag.core.text import content_terms
@@ -779,7 +779,7 @@ def remove_index_folder(root: Path, wait_s: float = RELEASE_WAIT_S) -> None:
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            replace_file(root, aside)
+            replace_file(root, aside, LOCK_RETRIES)  # this loop waits for the holder
             break
         except FileNotFoundError:
             return

@@ -23,10 +23,13 @@ from typing import Callable, Iterator, TypeVar
 
 T = TypeVar("T")
 
-# A sharing violation from a scanner or indexer lasts milliseconds; a file held open by a reader lasts longer
-# and is reported, not waited for.
+# A sharing violation from an indexer lasts milliseconds; a file held open by a reader lasts longer and is
+# reported, not waited for. A virus scanner reads a large new file for seconds: a commit or a move (what
+# ``replace_file`` does) waits for it longer.
 LOCK_RETRIES = 6
 LOCK_RETRY_DELAY_S = 0.05  # doubled on each try: 0.05 + 0.1 + ... ~ 1.6 s in all
+MOVE_RETRIES = 14  # the doubling stops at MAX_RETRY_DELAY_S: ~9.5 s in all
+MAX_RETRY_DELAY_S = 1.0
 
 FILE_ATTRIBUTE_HIDDEN = getattr(stat, "FILE_ATTRIBUTE_HIDDEN", 0x2)
 FILE_ATTRIBUTE_SYSTEM = getattr(stat, "FILE_ATTRIBUTE_SYSTEM", 0x4)
@@ -47,14 +50,14 @@ def retry_locked(operation: Callable[[], T], retries: int = LOCK_RETRIES, delay_
         except PermissionError:
             if attempt == retries - 1:
                 raise
-            time.sleep(delay_s * 2 ** attempt)
+            time.sleep(min(delay_s * 2 ** attempt, MAX_RETRY_DELAY_S))
     raise AssertionError("unreachable")
 
 
-def replace_file(source: Path | str, target: Path | str) -> None:
+def replace_file(source: Path | str, target: Path | str, retries: int = MOVE_RETRIES) -> None:
     """``os.replace(source, target)``, retried while a lock on either refuses it. Every rename of the product
     goes through here or ``try_replace`` (tests/test_windows.py checks)."""
-    retry_locked(lambda: os.replace(source, target))
+    retry_locked(lambda: os.replace(source, target), retries)
 
 
 def try_replace(source: Path | str, target: Path | str) -> bool:
