@@ -20,7 +20,7 @@ from ingest.records import Chunk, DocumentRecord, FolderGroups, display_path, do
 from ingest.store import IndexWriter, StoredIndex
 from rag.core import observe
 from rag.core.errors import BadRequestError, UnprocessableDocumentError
-from rag.core.files import is_link_like, noise_reason, read_with_stat
+from rag.core.files import is_link_like, is_system_folder, noise_reason, read_with_stat
 from rag.core.names import access_groups
 
 # Embedding many chunks at once lets length-sorting cut padding across files;
@@ -130,6 +130,9 @@ def _folder_files(root: Path, glob: str | None, rejected: list[FileOutcome] | No
     for folder, dirs, names in os.walk(root, onerror=unreadable):
         base = Path(folder)
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for system in [d for d in dirs if is_system_folder(base / d)]:
+            skip(base / system, "not a document folder: a hidden system folder", NOT_A_DOCUMENT)
+            dirs.remove(system)
         for name in sorted(n for n in names if not n.startswith(".")) + [d for d in dirs if is_link_like(base / d)]:
             path = base / name
             is_dir = name in dirs

@@ -832,3 +832,50 @@ def test_a_move_waits_out_a_long_scan_and_a_refused_progress_write_is_no_failed_
     tracker("a.txt", 1, 4)
     assert (jobs.get(job.id).files_total, jobs.get(job.id).files_done) == (3, 1)
     assert [p.name for p in (jobs.folder / job.id).iterdir() if p.name.startswith(".")] == []
+
+
+# --------------------------------------------- 11. reparse points that are no links; 12. system folders
+def test_cloud_placeholders_and_volume_mount_points_are_walked_only_links_are_not(
+        tmp_path: Path, embedder, monkeypatch: pytest.MonkeyPatch):
+    """Every reparse point counted as a link: a OneDrive folder (cloud-file placeholders) was dropped without a
+    word, a volume mounted into a folder skipped. Only name surrogates (symlinks, junctions) lead elsewhere."""
+    import rag.core.files
+
+    docs = tmp_path / "share"
+    for folder in ("OneDrive", "Archive volume", "junction"):
+        (docs / folder).mkdir(parents=True)
+    (docs / "OneDrive" / "plan.txt").write_bytes(WOMBAT)
+    (docs / "Archive volume" / "old.txt").write_bytes(QUOKKA)
+    (docs / "junction" / "elsewhere.txt").write_bytes(QUOKKA)
+    reparse = {"OneDrive": (0x9000601A, None),  # IO_REPARSE_TAG_CLOUD_6: no name surrogate
+               "Archive volume": (0xA0000003, "\\\\?\\Volume{5d3c0b6a-0000-0000-0000-100000000000}\\"),
+               "junction": (0xA0000003, "D:\\elsewhere")}  # IO_REPARSE_TAG_MOUNT_POINT: a junction
+    monkeypatch.setattr(rag.core.files, "windows_attributes",
+                        lambda path: 0x10 | 0x400 if Path(path).name in reparse else 0)
+    monkeypatch.setattr(rag.core.files, "windows_reparse_point",
+                        lambda path: reparse.get(Path(path).name, (0, None)))
+    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"), embedder)
+    outcomes = {Path(o.path).name: (o.status, o.reason_type) for o in summary.outcomes}
+    assert outcomes["plan.txt"] == ("added", None) and outcomes["old.txt"] == ("added", None)
+    assert "elsewhere.txt" not in outcomes  # the junction is not descended into
+
+
+def test_hidden_system_folders_such_as_the_recycle_bin_are_skipped_and_reported(
+        tmp_path: Path, embedder, monkeypatch: pytest.MonkeyPatch):
+    """A source at a drive root, run as LocalSystem, walked ``$RECYCLE.BIN``: every user's deleted files."""
+    import rag.core.files
+
+    docs = tmp_path / "D"
+    (docs / "$RECYCLE.BIN" / "S-1-5-21-1004").mkdir(parents=True)
+    (docs / "$RECYCLE.BIN" / "S-1-5-21-1004" / "$RX1Y2Z3.txt").write_bytes(QUOKKA)  # someone's deleted file
+    (docs / "System Volume Information").mkdir()
+    (docs / "System Volume Information" / "tracking.log").write_bytes(QUOKKA)
+    (docs / "Finance").mkdir()
+    (docs / "Finance" / "budget.txt").write_bytes(WOMBAT)
+    hidden_system = {"$RECYCLE.BIN", "System Volume Information"}
+    monkeypatch.setattr(rag.core.files, "windows_attributes",
+                        lambda path: 0x10 | 0x2 | 0x4 if Path(path).name in hidden_system else 0)
+    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"), embedder)
+    outcomes = {Path(o.path).name: (o.status, o.reason) for o in summary.outcomes}
+    assert set(outcomes) == {"budget.txt", "$RECYCLE.BIN", "System Volume Information"}
+    assert outcomes["$RECYCLE.BIN"] == ("skipped", "not a document folder: a hidden system folder")

@@ -5,8 +5,11 @@
   a few times before giving up.
 * Office writes ``~$Name.docx`` lock files next to an open document, and Windows marks files hidden or system:
   :func:`noise_reason` says why such a file is not a document.
-* A junction (or another reparse point) is not a symlink to ``Path.is_symlink()`` on Python < 3.12:
-  :func:`is_link_like` treats it as one.
+* A junction is not a symlink to ``Path.is_symlink()`` on Python < 3.12: :func:`is_link_like` treats it as one,
+  but not the reparse points that lead nowhere else (OneDrive's cloud placeholders, a volume mounted in a
+  folder).
+* ``$RECYCLE.BIN`` and ``System Volume Information`` (hidden and system) hold no one's documents:
+  :func:`is_system_folder`.
 * Windows device names (``CON``, ``nul``, ``COM1``, ``COM¹``, ``CONIN$``...) open a device whatever the extension:
   :func:`is_device_name`.
 """
@@ -34,6 +37,9 @@ MAX_RETRY_DELAY_S = 1.0
 FILE_ATTRIBUTE_HIDDEN = getattr(stat, "FILE_ATTRIBUTE_HIDDEN", 0x2)
 FILE_ATTRIBUTE_SYSTEM = getattr(stat, "FILE_ATTRIBUTE_SYSTEM", 0x4)
 FILE_ATTRIBUTE_REPARSE_POINT = getattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT", 0x400)
+REPARSE_TAG_NAME_SURROGATE = 0x20000000  # the tag's bit for "this names another file": symlinks, junctions
+IO_REPARSE_TAG_MOUNT_POINT = getattr(stat, "IO_REPARSE_TAG_MOUNT_POINT", 0xA0000003)  # junction or mounted volume
+SYSTEM_FOLDER_NAMES = frozenset({"$recycle.bin", "recycler", "system volume information"})
 OFFICE_LOCK_PREFIX = "~$"
 _SUPERSCRIPT_DIGITS = "¹²³"  # Windows reads COM¹ as COM1
 WINDOWS_DEVICE_NAMES = frozenset({
@@ -105,9 +111,42 @@ def windows_attributes(path: Path) -> int:
         return 0
 
 
+def windows_reparse_point(path: Path) -> tuple[int, str | None]:
+    """The reparse tag of ``path`` itself (0: none, or not reported) and, for a mount point, what it names."""
+    try:
+        tag = int(getattr(os.lstat(path), "st_reparse_tag", 0))
+    except OSError:
+        return 0, None
+    target = None
+    if tag == IO_REPARSE_TAG_MOUNT_POINT:
+        try:
+            target = os.readlink(path)
+        except (OSError, ValueError):
+            pass
+    return tag, target
+
+
 def is_link_like(path: Path) -> bool:
-    """A symlink, a junction or another reparse point: something that leads elsewhere."""
-    return path.is_symlink() or bool(windows_attributes(path) & FILE_ATTRIBUTE_REPARSE_POINT)
+    """A symlink or a junction: something that leads elsewhere. A reparse point that is no name surrogate (a
+    cloud placeholder) or a volume mounted into a folder holds its own files."""
+    if path.is_symlink():
+        return True
+    if not windows_attributes(path) & FILE_ATTRIBUTE_REPARSE_POINT:
+        return False
+    tag, target = windows_reparse_point(path)
+    if not tag:
+        return True  # a reparse point of unknown kind: not followed, as before tags were read
+    if not tag & REPARSE_TAG_NAME_SURROGATE:
+        return False
+    return not (tag == IO_REPARSE_TAG_MOUNT_POINT and target is not None
+                and target.lstrip("\\?").startswith("Volume{"))
+
+
+def is_system_folder(path: Path) -> bool:
+    """A folder of Windows' own that holds no one's documents (the recycle bin: every user's deleted files)."""
+    attributes = windows_attributes(path)
+    return bool(attributes & FILE_ATTRIBUTE_HIDDEN and attributes & FILE_ATTRIBUTE_SYSTEM) or \
+        path.name.lower() in SYSTEM_FOLDER_NAMES
 
 
 def noise_reason(path: Path) -> str | None:
