@@ -114,16 +114,18 @@ def process_identity(pid: int | None = None) -> str:
     return f"{socket.gethostname()}:{pid}:{psutil.Process(pid).create_time():.3f}"
 
 
-def owner_gone(owner: str) -> bool:
-    """True when ``owner`` is a process of this host that no longer runs (a killed or restarted server);
-    a process of another host (a replica sharing the home) is judged by its heartbeat instead."""
+def owner_state(owner: str) -> str | None:
+    """"alive" or "gone" for ``owner``, a process of this host; None for a process of another host (a replica
+    sharing the home), which is judged by its heartbeat instead."""
     host, pid, started = (owner.rsplit(":", 2) + ["", ""])[:3] if owner.count(":") >= 2 else ("", "", "")
     if host != socket.gethostname() or not pid.isdigit():
-        return False
+        return None
     try:
-        return f"{psutil.Process(int(pid)).create_time():.3f}" != started
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
-        return True
+        return "alive" if f"{psutil.Process(int(pid)).create_time():.3f}" == started else "gone"
+    except psutil.AccessDenied:  # another account's live process (a service): it exists
+        return "alive"
+    except (psutil.NoSuchProcess, ValueError):
+        return "gone"
 
 
 class JobStore:
@@ -172,7 +174,9 @@ class JobStore:
     def _settled(self, job: Job, now: float | None = None) -> Job:
         """``job``, marked interrupted (and saved so) when the process running it is gone."""
         now = time.time() if now is None else now
-        if job.state in ACTIVE and (now - job.updated_at > STALE_S or owner_gone(job.owner)):
+        # A stale heartbeat alone does not end a job of a live process here: a laptop that slept leaves one.
+        state = owner_state(job.owner) if job.state in ACTIVE else None
+        if job.state in ACTIVE and (state == "gone" or (state is None and now - job.updated_at > STALE_S)):
             job = msgspec.structs.replace(job, state=INTERRUPTED, finished_at=job.updated_at,
                                           error_type="interrupted", current_file=None, error=STOPPED)
             self.save(job)

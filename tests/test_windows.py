@@ -879,3 +879,30 @@ def test_hidden_system_folders_such_as_the_recycle_bin_are_skipped_and_reported(
     outcomes = {Path(o.path).name: (o.status, o.reason) for o in summary.outcomes}
     assert set(outcomes) == {"budget.txt", "$RECYCLE.BIN", "System Volume Information"}
     assert outcomes["$RECYCLE.BIN"] == ("skipped", "not a document folder: a hidden system folder")
+
+
+# ------------------------------------------------------------------ 14. a laptop that slept
+def test_a_job_of_a_live_process_on_this_host_is_not_interrupted_by_a_long_sleep(tmp_path: Path):
+    """A laptop that slept 30 s left a running job's heartbeat stale: it read as interrupted, and "Run again"
+    could run it a second time beside itself. On this host the owner check decides; the heartbeat is for
+    replicas on other hosts."""
+    import subprocess
+    import sys
+    import time
+
+    from ingest.jobs import RUNNING, JobStore, process_identity
+
+    jobs = JobStore(tmp_path / "jobs")
+    live, dead = jobs.create("sync", "docs", "alice"), jobs.create("sync", "docs", "alice")
+    gone = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    dead.owner = process_identity(gone.pid)
+    gone.communicate(b"")
+    for job in (live, dead):
+        job.state, job.updated_at = RUNNING, time.time() - 60  # the last heartbeat before the lid closed
+        jobs.save(job)
+    assert jobs.get(live.id).state == "running" and not jobs.can_retry(jobs.get(live.id))
+    assert jobs.get(dead.id).state == "interrupted" and jobs.can_retry(jobs.get(dead.id))
+    elsewhere = jobs.create("sync", "docs", "alice")
+    elsewhere.owner, elsewhere.state, elsewhere.updated_at = "replica-2:4242:1.000", RUNNING, time.time() - 60
+    jobs.save(elsewhere)
+    assert jobs.get(elsewhere.id).state == "interrupted"  # another host: its heartbeat is all there is
