@@ -906,3 +906,39 @@ def test_a_job_of_a_live_process_on_this_host_is_not_interrupted_by_a_long_sleep
     elsewhere.owner, elsewhere.state, elsewhere.updated_at = "replica-2:4242:1.000", RUNNING, time.time() - 60
     jobs.save(elsewhere)
     assert jobs.get(elsewhere.id).state == "interrupted"  # another host: its heartbeat is all there is
+
+
+# ------------------------------------------------------------------ 16. a service's current folder
+def test_the_generator_loads_from_a_non_ascii_folder_whatever_the_current_folder(
+        tmp_path: Path, settings, monkeypatch: pytest.MonkeyPatch):
+    """ORT GenAI opens its folder in the ANSI code page on Windows; the workaround was a relative path from the
+    current folder, and a service starts in C:\\Windows\\System32: the model was refused. Now an 8.3 short
+    path, or failing that the model's own folder made current while it loads."""
+    import os
+
+    import onnxruntime_genai as og
+
+    import rag.generation.ort as ort
+    from rag.core import files
+
+    models = tmp_path / "Jürgen" / "models"
+    models.mkdir(parents=True)
+    (models / "gen").symlink_to(settings.generator_path, target_is_directory=True)
+    system32 = tmp_path / "Windows" / "System32"
+    system32.mkdir(parents=True)
+    monkeypatch.chdir(system32)
+    real_config, refused = og.Config, []
+
+    def ansi_config(path: str):
+        if not path.isascii():
+            refused.append(path)
+            raise RuntimeError(f"Error opening {path}\\genai_config.json")
+        return real_config(path)
+
+    monkeypatch.setattr(og, "Config", ansi_config)
+    monkeypatch.setattr(ort, "path_for_native_library", lambda path: files.path_for_native_library(path, True))
+    generator = ort.LocalGenerator(models / "gen", "cpu", 1)
+    assert refused == [] and os.getcwd() == str(system32)
+    assert len(generator.encode("Where do wombats live?")) > 3
+    short = files.path_for_native_library(models / "gen", True, short_path=lambda path: "C:\\Users\\JRGEN~1\\gen")
+    assert short == "C:\\Users\\JRGEN~1\\gen"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -167,20 +168,55 @@ def is_device_name(name: str) -> bool:
     return name.partition(".")[0].rstrip(" ").upper() in WINDOWS_DEVICE_NAMES
 
 
-def path_for_native_library(path: Path, windows: bool = os.name == "nt") -> str | None:
-    """A spelling of ``path`` that a C library opening it with ``fopen``/``std::ifstream`` can use, or None.
+def windows_short_path(path: str) -> str | None:
+    """Windows' 8.3 spelling of ``path`` (ASCII where the volume keeps 8.3 names), or None."""
+    if os.name != "nt":
+        return None
+    import ctypes
+
+    size = ctypes.windll.kernel32.GetShortPathNameW(path, None, 0)  # type: ignore[attr-defined]
+    if not size:
+        return None
+    buffer = ctypes.create_unicode_buffer(size)
+    return buffer.value if ctypes.windll.kernel32.GetShortPathNameW(path, buffer, size) else None  # type: ignore[attr-defined]
+
+
+def path_for_native_library(path: Path, windows: bool = os.name == "nt",
+                            short_path: Callable[[str], str | None] = windows_short_path) -> str | None:
+    """A spelling of ``path`` that a C library opening it with ``fopen``/``std::ifstream`` can use, or None
+    (then :func:`inside_folder` is the way left).
 
     On Windows such a library takes the ANSI code page, not Unicode, so a path outside ASCII (a home under
-    ``C:\\Users\\Jürgen``) is not found; a relative path from the current folder often avoids the foreign
-    characters (they are in the part both share). Elsewhere, every path works as it is."""
+    ``C:\\Users\\Jürgen``) is not found; a relative path from the current folder sometimes avoids the foreign
+    characters, the 8.3 short path usually does. Elsewhere, every path works as it is."""
     absolute = os.path.abspath(path)
     if not windows or absolute.isascii():
         return absolute
     try:
         relative = os.path.relpath(absolute)
     except ValueError:  # another drive
-        return None
-    return relative if relative.isascii() else None
+        relative = ""
+    if relative and relative.isascii():
+        return relative
+    short = short_path(absolute)
+    return short if short and short.isascii() else None
+
+
+_CURRENT_FOLDER = threading.Lock()
+
+
+@contextmanager
+def inside_folder(folder: Path) -> Iterator[str]:
+    """``folder`` made the current folder for the block, which gets ``"."`` to open it by: a native library
+    that cannot open ``folder``'s own spelling opens it so, whatever folder the process started in (a Windows
+    service starts in ``C:\\Windows\\System32``). The current folder is the process's: one block at a time."""
+    with _CURRENT_FOLDER:
+        before = os.getcwd()
+        os.chdir(folder)
+        try:
+            yield "."
+        finally:
+            os.chdir(before)
 
 
 def make_writable(tree: Path) -> None:
