@@ -942,3 +942,26 @@ def test_the_generator_loads_from_a_non_ascii_folder_whatever_the_current_folder
     assert len(generator.encode("Where do wombats live?")) > 3
     short = files.path_for_native_library(models / "gen", True, short_path=lambda path: "C:\\Users\\JRGEN~1\\gen")
     assert short == "C:\\Users\\JRGEN~1\\gen"
+
+
+# ------------------------------------------------------------------ 18. a port Windows reserved
+def test_a_port_windows_reserved_is_explained_as_such_not_as_a_privileged_port(monkeypatch: pytest.MonkeyPatch):
+    """Hyper-V, WSL and Docker reserve port ranges (often including 8000): binding one fails with WSAEACCES,
+    which `rag serve` explained as "ports below 1024 need privileges" (Windows has no such rule)."""
+    import errno
+    import socket
+
+    from rag.cli.serve import port_problem
+
+    refusal = [10013]
+
+    def refused(self, address):  # what Windows answers for a port in an excluded range (Linux: EACCES)
+        raise OSError(refusal[0], "An attempt was made to access a socket in a way forbidden by its access "
+                                  "permissions")
+
+    monkeypatch.setattr(socket.socket, "bind", refused)
+    message = port_problem("127.0.0.1", 8000, windows=True)
+    assert "netsh interface ipv4 show excludedportrange protocol=tcp" in message and "1024" not in message
+    refusal[0] = errno.EACCES
+    assert "below 1024 need privileges" in port_problem("127.0.0.1", 80, windows=False)
+    assert "1024" not in port_problem("127.0.0.1", 8000, windows=False)
