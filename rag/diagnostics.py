@@ -116,7 +116,7 @@ def use_generator(settings: Settings, name: str) -> tuple[Path, Path]:
     named = os.environ.get("RAG_CONFIG")  # the file settings are read from, as load_settings decides
     config_file = Path(named).expanduser() if named else settings.home / "rag.toml"
     try:
-        text = config_file.read_text(encoding="utf-8") if config_file.is_file() else ""
+        text = config_file.read_text(encoding="utf-8-sig") if config_file.is_file() else ""
         tomllib.loads(text)
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{config_file}: {exc}") from exc

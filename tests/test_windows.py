@@ -964,3 +964,84 @@ def test_a_port_windows_reserved_is_explained_as_such_not_as_a_privileged_port(m
     refusal[0] = errno.EACCES
     assert "below 1024 need privileges" in port_problem("127.0.0.1", 80, windows=False)
     assert "1024" not in port_problem("127.0.0.1", 8000, windows=False)
+
+
+# ------------------------------------------------------------------ 20. the README's Windows section
+def test_a_rag_toml_saved_by_notepad_with_a_bom_is_read_and_a_backslash_path_gets_a_hint(tmp_path: Path):
+    """Notepad (and PowerShell 5.1's Out-File) start a UTF-8 file with a BOM, which TOML refused; a Windows path
+    in double quotes is an invalid escape, now with the fix in the message."""
+    from rag.core.errors import ConfigError
+    from rag.core.settings import load_settings
+
+    (tmp_path / "rag.toml").write_bytes(b"\xef\xbb\xbf" + "top_k = 7\naudit_dir = 'C:\\Shares\\audit'\n"
+                                        .encode("utf-8"))
+    settings = load_settings({"home": tmp_path}, environ={})
+    assert settings.top_k == 7 and settings.source("top_k") == str(tmp_path / "rag.toml")
+    (tmp_path / "rag.toml").write_text('audit_dir = "C:\\Shares\\audit"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match="single quotes"):
+        load_settings({"home": tmp_path}, environ={})
+
+
+def _windows_argv(line: str) -> list[str]:
+    """``line`` split as a Windows program's C runtime splits its command line (CommandLineToArgvW's rules)."""
+    args: list[str] = []
+    current: list[str] = []
+    quoted = started = False
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if c == "\\":
+            n = len(line[i:]) - len(line[i:].lstrip("\\"))
+            if i + n < len(line) and line[i + n] == '"':
+                current.append("\\" * (n // 2))
+                i += n
+                if n % 2:
+                    current.append('"')
+                    i += 1
+                continue
+            current.append("\\" * n)
+            i += n
+            continue
+        if c == '"':
+            quoted, started = not quoted, True
+        elif c in " \t" and not quoted:
+            if current or started:
+                args.append("".join(current))
+            current, started = [], False
+        else:
+            current.append(c)
+        i += 1
+    if current or started:
+        args.append("".join(current))
+    return args
+
+
+def test_the_service_commands_rag_prints_reach_rag_serve_as_typed_and_are_the_readmes(tmp_path: Path, settings):
+    """`rag service commands` prints what installs `rag serve` as a Windows service (NSSM, sc.exe, icacls) or a
+    scheduled task: each line, split by Windows' rules, is the argv meant, and the command line nested inside
+    (NSSM's AppParameters, schtasks' /TR) splits into rag's own; the README shows them as generated."""
+    import subprocess
+
+    from click.testing import CliRunner
+
+    from rag.cli.main import main as cli
+    from rag.cli.serve import windows_service_commands
+    from rag.core.settings import PROJECT_ROOT
+
+    python, home = "C:\\Program Files\\Python312\\python.exe", "D:\\RAG Data\\home"
+    serve = ["-m", "rag.cli", "--home", home, "serve", "--host", "0.0.0.0", "--port", "8765"]
+    for account in ("NT SERVICE\\rag", "ACME\\svc-rag"):
+        commands = windows_service_commands(python, home, "0.0.0.0", 8765, account)
+        for _, argv in commands:
+            assert _windows_argv(subprocess.list2cmdline(argv)) == argv
+        nested = {argv[argv.index("/TR") + 1] if "/TR" in argv else argv[4] for _, argv in commands
+                  if "/TR" in argv or argv[:4] == ["nssm", "set", "rag", "AppParameters"]}
+        assert sorted(_windows_argv(n) for n in nested) == [serve, [python, *serve]]
+        assert any(argv[:3] == ["sc.exe", "config", "rag"] and argv[-1] == account for _, argv in commands)
+    printed = CliRunner().invoke(cli, ["--home", str(tmp_path), "service", "commands", "--python",
+                                       "C:\\rag\\.venv\\Scripts\\python.exe"])
+    assert printed.exit_code == 0 and f"--home {tmp_path} serve --host 127.0.0.1 --port 8000" in printed.output
+    readme = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
+    for comment, argv in windows_service_commands("C:\\rag\\.venv\\Scripts\\python.exe", "C:\\rag", "127.0.0.1",
+                                                  8000):
+        assert subprocess.list2cmdline(argv) in readme and (not comment or f"rem {comment}" in readme)

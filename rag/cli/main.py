@@ -15,7 +15,7 @@ from rag.cli.common import any_text_streams, handle_errors, json_option, literal
 from rag.cli.documents import documents, index_group, ingest_cmd
 from rag.cli.info import info_cmd
 from rag.cli.models import models
-from rag.cli.serve import serve_cmd
+from rag.cli.serve import serve_cmd, service_group
 from rag.cli.sources import sources_group, sync_cmd
 from rag.cli.trace import trace_group
 from rag.core.settings import Settings, load_settings
@@ -59,5 +59,5 @@ def config_cmd(settings: Settings, as_json: bool) -> None:
 
 
 for command in (models, ingest_cmd, documents, index_group, ask_cmd, eval_cmd, bench, serve_cmd, info_cmd,
-                keys, audit, trace_group, sources_group, sync_cmd):
+                keys, audit, trace_group, sources_group, sync_cmd, service_group):
     main.add_command(command)
