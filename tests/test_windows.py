@@ -350,17 +350,18 @@ def test_workers_sharing_a_rotating_log_lose_no_record(tmp_path: Path, windows_r
 
     log = tmp_path / "logs" / "api.log"
     log.parent.mkdir()
-    # Two workers' handlers on one file: on Windows neither can rename it while the other holds it open.
-    workers = [SharedRotatingFileHandler(log, maxBytes=2_000, backupCount=3, encoding="utf-8") for _ in range(2)]
+    # Two workers' handlers on one file: on Windows neither can rename it while the other holds it open, so a
+    # worker lets go of a file due for rotation (issue 35, 5: tests the bound below).
+    workers = [SharedRotatingFileHandler(log, maxBytes=2_000, backupCount=9, encoding="utf-8") for _ in range(2)]
     for handler in workers:
         handler.setFormatter(logging.Formatter("%(message)s"))
     for i in range(200):
         workers[i % 2].emit(logging.makeLogRecord({"msg": f"record {i:04d} " + "x" * 40}))
-    assert any("api.log (open" in r for r in windows_rules.refused)  # the rotation was refused, and put off
+    assert (tmp_path / "logs" / "api.log.1").is_file()  # rotated while both were open
     for handler in workers:
         handler.close()
     windows_rules.refused.clear()
-    last = SharedRotatingFileHandler(log, maxBytes=2_000, backupCount=3, encoding="utf-8")  # alone now
+    last = SharedRotatingFileHandler(log, maxBytes=2_000, backupCount=9, encoding="utf-8")  # alone now
     last.setFormatter(logging.Formatter("%(message)s"))
     last.emit(logging.makeLogRecord({"msg": "record 0200"}))
     last.close()
@@ -1045,3 +1046,30 @@ def test_the_service_commands_rag_prints_reach_rag_serve_as_typed_and_are_the_re
     for comment, argv in windows_service_commands("C:\\rag\\.venv\\Scripts\\python.exe", "C:\\rag", "127.0.0.1",
                                                   8000):
         assert subprocess.list2cmdline(argv) in readme and (not comment or f"rem {comment}" in readme)
+
+
+# ------------------------------------------------------------------ 5. rotating files with several writers
+def test_a_log_written_by_several_workers_rotates_and_stays_within_its_bound(tmp_path: Path,
+                                                                            windows_rules: WindowsRules):
+    """With `rag serve --workers N` every worker held api.log (and the telemetry files) open, so on Windows none
+    could rotate it: it grew past the documented bound for as long as the server ran; a ``.rotating`` file left
+    by a crash blocked rotation for good. A writer now lets go of a file that is due for rotation."""
+    import logging
+    import os
+
+    from rag.core.logfiles import SharedRotatingFileHandler
+
+    log = tmp_path / "logs" / "api.log"
+    log.parent.mkdir()
+    (log.parent / f"api.log.{os.getpid()}.rotating").write_text("left by a crash\n", encoding="utf-8")
+    workers = [SharedRotatingFileHandler(log, maxBytes=2_000, backupCount=3, encoding="utf-8") for _ in range(3)]
+    for handler in workers:
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    for i in range(600):
+        workers[i % 3].emit(logging.makeLogRecord({"msg": f"record {i:04d} " + "x" * 40}))
+        assert log.stat().st_size <= 2_000 + 3 * 60, i  # a record for each worker that still held it, at most
+    names = sorted(p.name for p in log.parent.iterdir())
+    for handler in workers:
+        handler.close()
+    assert names == ["api.log", "api.log.1", "api.log.2", "api.log.3"]
+    assert log.read_text(encoding="utf-8").splitlines()[-1].startswith("record 0599")

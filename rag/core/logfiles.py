@@ -13,8 +13,21 @@ class SharedRotatingFileHandler(logging.handlers.RotatingFileHandler):
     """A rotating log file that several server processes (``rag serve --workers N``) write at once.
 
     On Windows a file another worker holds open cannot be renamed: the rotation is put off (the record is
-    written, to the current file) and tried again with the next record. When another worker has rotated the
-    file, this one follows it to the new file instead of writing on into the renamed one."""
+    written, to the current file) and tried again with the next record. So that it does not wait for ever,
+    a worker lets go of a file that is due for rotation after each record it writes there (below the bound,
+    it keeps the file open). When another worker has rotated the file, this one follows it to the new file
+    instead of writing on into the renamed one."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)
+        if self.stream is not None and self.maxBytes > 0:
+            try:
+                due = os.fstat(self.stream.fileno()).st_size >= self.maxBytes
+            except (OSError, ValueError):
+                due = True
+            if due:  # whichever worker writes next can rename it
+                self.stream.close()
+                self.stream = None  # type: ignore[assignment]
 
     def shouldRollover(self, record: logging.LogRecord) -> bool:
         if self.stream is not None:
