@@ -24,7 +24,7 @@ from rag.answering.service import AnswerService
 from rag.core import observe
 from rag.core.audit import AuditLog, AuditTrail
 from rag.core.errors import ConfigError, IndexBusyError
-from rag.core.files import remove_tree
+from rag.core.files import make_private_folder, remove_tree
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
 from rag.generation.base import Generator, SamplingOptions
@@ -36,6 +36,7 @@ def open_store(settings: Settings) -> Store:
     """The embedded FAISS + SQLite store under indexes/, or PostgreSQL + pgvector with ``store_url``."""
     if settings.store_url:
         return _postgres_store(settings)
+    make_private_folder(settings.home)
     return EmbeddedStore(settings.indexes_dir)
 
 
@@ -73,6 +74,8 @@ def open_audit_trail(settings: Settings) -> AuditLog:
             return PostgresAuditTrail(settings.store_url)
         except ImportError as exc:
             raise postgres_packages_missing(exc.name) from exc
+    make_private_folder(settings.home)
+    make_private_folder(settings.audit_path)
     return AuditTrail(settings.audit_path, settings.audit_max_mb * 1024 * 1024, settings.audit_questions)
 
 

@@ -1073,3 +1073,36 @@ def test_a_log_written_by_several_workers_rotates_and_stays_within_its_bound(tmp
         handler.close()
     assert names == ["api.log", "api.log.1", "api.log.2", "api.log.3"]
     assert log.read_text(encoding="utf-8").splitlines()[-1].startswith("record 0599")
+
+
+# ------------------------------------------------------------------ 8. who may change the home
+# C:\rag as Windows makes it under C:\ (icacls shows "NT AUTHORITY\Authenticated Users:(I)(M)"), and as rag does.
+INHERITED_FROM_C = ("O:BAG:DUD:AI(A;ID;FA;;;BA)(A;OICIIOID;GA;;;BA)(A;ID;FA;;;SY)(A;OICIIOID;GA;;;SY)"
+                    "(A;OICIID;0x1200a9;;;BU)(A;ID;0x1301bf;;;AU)(A;OICIIOID;SDGXGWGR;;;AU)")
+
+
+def test_rag_makes_its_home_for_its_owner_and_rag_info_says_who_else_may_change_it(tmp_path: Path, settings):
+    """A home under C:\\ inherits "Authenticated Users: Modify": any local user could edit rag.toml (api_key,
+    store_url, folder_groups), add an admin key or delete the audit chain. rag makes its home owner-only (an
+    owner-only ACL on Windows, 0700 elsewhere), and `rag info` warns about a home, key store or audit folder
+    that others may change."""
+    import os
+    import stat
+
+    from rag.core.files import PRIVATE_FOLDER_SDDL, others_who_may_write
+    from rag.diagnostics import permission_warnings
+    from rag.runtime import open_store
+
+    assert others_who_may_write(INHERITED_FROM_C) == ["Authenticated Users"]  # Users may read, not write
+    assert others_who_may_write(PRIVATE_FOLDER_SDDL) == []
+    assert others_who_may_write("D:(A;OICI;0x1200a9;;;WD)(A;;FA;;;S-1-5-32-545)") == ["Users"]
+    home = tmp_path / "rag"
+    open_store(settings.replace(home=home)).close()  # what `rag ingest`, `rag serve`... open first
+    assert stat.S_IMODE(os.stat(home).st_mode) == 0o700
+    assert permission_warnings(settings.replace(home=home)) == []
+    os.chmod(home, 0o777)
+    (home / "audit").mkdir(mode=0o775)
+    os.chmod(home / "audit", 0o775)
+    warnings = permission_warnings(settings.replace(home=home))
+    assert any(str(home) in w and "others" in w for w in warnings), warnings
+    assert any(str(home / "audit") in w and "group" in w for w in warnings), warnings

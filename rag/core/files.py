@@ -245,3 +245,89 @@ def remove_tree(tree: Path) -> None:
         shutil.rmtree(tree, onexc=again)
     else:
         shutil.rmtree(tree, onerror=again)
+
+
+# --------------------------------------------------------------------------- who may change a folder
+# A folder made under C:\ inherits "Authenticated Users: Modify": rag's home (rag.toml, the key store, the audit
+# trail) is made for its owner instead: full control for the owner, SYSTEM and administrators, nothing inherited.
+PRIVATE_FOLDER_SDDL = "D:P(A;OICI;FA;;;OW)(A;OICI;FA;;;SY)(A;OICI;FA;;;BA)"
+_OTHERS = {"WD": "Everyone", "S-1-1-0": "Everyone", "AU": "Authenticated Users", "S-1-5-11": "Authenticated Users",
+           "BU": "Users", "S-1-5-32-545": "Users", "IU": "Interactive users", "S-1-5-4": "Interactive users",
+           "AN": "Anonymous", "S-1-5-7": "Anonymous", "DU": "Domain Users", "BG": "Guests", "S-1-5-32-546": "Guests"}
+# Rights that change a folder or what is in it: FILE_WRITE_DATA/ADD_FILE, APPEND/ADD_SUBDIRECTORY,
+# FILE_WRITE_EA, FILE_DELETE_CHILD, FILE_WRITE_ATTRIBUTES, DELETE, WRITE_DAC, WRITE_OWNER, GENERIC_ALL/WRITE.
+_WRITE_MASK = 0x2 | 0x4 | 0x10 | 0x40 | 0x100 | 0x10000 | 0x40000 | 0x80000 | 0x10000000 | 0x40000000
+_SDDL_RIGHTS = {"FA": 0x1F01FF, "FW": 0x116, "GA": 0x10000000, "GW": 0x40000000, "SD": 0x10000, "WD": 0x40000,
+                "WO": 0x80000, "DC": 0x2, "LC": 0x4, "WP": 0x20, "DT": 0x40, "CC": 0x1, "RP": 0x10}
+
+
+def others_who_may_write(sddl: str) -> list[str]:
+    """Who, besides the owner, administrators and SYSTEM, may change a folder or the files in it, from its
+    security descriptor in SDDL (allow entries for Everyone, Authenticated Users, Users... with a write right)."""
+    found: list[str] = []
+    dacl = sddl.split("D:", 1)[1] if "D:" in sddl else ""
+    for entry in dacl.split("(")[1:]:
+        fields = entry.split(")")[0].split(";")
+        if len(fields) < 6 or fields[0] != "A" or fields[5] not in _OTHERS:
+            continue
+        rights = fields[2]
+        if rights.lower().startswith("0x"):
+            mask = int(rights, 16)
+        else:
+            mask = sum(_SDDL_RIGHTS.get(rights[i:i + 2], 0) for i in range(0, len(rights), 2))
+        if mask & _WRITE_MASK and _OTHERS[fields[5]] not in found:
+            found.append(_OTHERS[fields[5]])
+    return found
+
+
+def _windows_security(path: Path, sddl: str | None = None) -> str:
+    """The DACL of ``path`` in SDDL; with ``sddl``, that DACL set on it first."""
+    import ctypes
+    from ctypes import wintypes
+
+    advapi32, kernel32 = ctypes.windll.advapi32, ctypes.windll.kernel32  # type: ignore[attr-defined]
+    dacl_information, sddl_revision = 0x4, 1
+    if sddl is not None:
+        descriptor = ctypes.c_void_p()
+        if not advapi32.ConvertStringSecurityDescriptorToSecurityDescriptorW(sddl, sddl_revision,
+                                                                             ctypes.byref(descriptor), None):
+            raise ctypes.WinError()
+        try:
+            if not advapi32.SetFileSecurityW(str(path), dacl_information, descriptor):
+                raise ctypes.WinError()
+        finally:
+            kernel32.LocalFree(descriptor)
+    needed = wintypes.DWORD()
+    advapi32.GetFileSecurityW(str(path), dacl_information, None, 0, ctypes.byref(needed))
+    buffer = ctypes.create_string_buffer(needed.value)
+    if not advapi32.GetFileSecurityW(str(path), dacl_information, buffer, needed, ctypes.byref(needed)):
+        raise ctypes.WinError()
+    text = wintypes.LPWSTR()
+    if not advapi32.ConvertSecurityDescriptorToStringSecurityDescriptorW(buffer, sddl_revision, dacl_information,
+                                                                         ctypes.byref(text), None):
+        raise ctypes.WinError()
+    try:
+        return text.value or ""
+    finally:
+        kernel32.LocalFree(text)
+
+
+def make_private_folder(path: Path) -> None:
+    """Create the folder ``path`` (and its missing parents) for its owner only: ``PRIVATE_FOLDER_SDDL`` on
+    Windows, mode 0700 elsewhere. A folder that exists is left as it is (``writable_by_others`` tells)."""
+    if path.is_dir():
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    if os.name == "nt":
+        _windows_security(path, PRIVATE_FOLDER_SDDL)
+    else:
+        os.chmod(path, 0o700)
+
+
+def writable_by_others(path: Path) -> str | None:
+    """Who besides its owner (and the administrators) may change ``path`` or what is in it, in words; None: nobody."""
+    if os.name == "nt":
+        return ", ".join(others_who_may_write(_windows_security(path))) or None
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    who = [name for bit, name in ((stat.S_IWGRP, "its group"), (stat.S_IWOTH, "all others")) if mode & bit]
+    return f"{' and '.join(who)} (mode {mode:04o})" if who else None
