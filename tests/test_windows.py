@@ -1106,3 +1106,36 @@ def test_rag_makes_its_home_for_its_owner_and_rag_info_says_who_else_may_change_
     warnings = permission_warnings(settings.replace(home=home))
     assert any(str(home) in w and "others" in w for w in warnings), warnings
     assert any(str(home / "audit") in w and "group" in w for w in warnings), warnings
+
+
+# ------------------------------------------------------------------ 19. Tesseract under a service
+def test_a_loader_killed_for_its_time_limit_takes_its_tesseract_with_it(tmp_path: Path):
+    """The loader process was killed alone: the tesseract.exe it had started ran on (no Job Object on Windows,
+    no process group elsewhere), one more for every file that overran. Now they die together."""
+    import io
+    import sys
+    import time
+
+    import psutil
+    from PIL import Image
+
+    from ingest.formats.ocr import install_hint
+    from ingest.formats.options import LoadOptions, LoadTimeout
+    from ingest.formats.worker import FileLoader
+
+    stuck = tmp_path / "tesseract"  # a Tesseract that never finishes, as one stuck on a huge page
+    stuck.write_text(f"#!{sys.executable}\nimport os, sys, time\n"
+                     f"open({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)\n",
+                     encoding="utf-8")
+    stuck.chmod(0o755)
+    page = io.BytesIO()
+    Image.new("RGB", (200, 100), "white").save(page, format="PNG")
+    with FileLoader(LoadOptions(tesseract_cmd=str(stuck), load_timeout_s=1.0)) as loader:
+        with pytest.raises(LoadTimeout):
+            loader.load(tmp_path / "scan.png", page.getvalue())
+    pid = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the loader's tesseract outlived it"
+        time.sleep(0.1)
+    assert "for all users" in install_hint(windows=True)  # a service does not see a per-user install
