@@ -33,7 +33,8 @@ from rag.core.errors import (DocumentNotFoundError, ForbiddenError, JobNotFoundE
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
 from rag.generation.scheduler import GenerationScheduler
-from rag.runtime import (Models, answer_service, generation_backend, open_audit, open_conversations, open_jobs,
+from rag.runtime import (Models, answer_service, delete_index, generation_backend, open_audit, open_conversations,
+                         open_jobs,
                          open_keys, open_store, open_uploads)
 
 log = logging.getLogger("rag.api")
@@ -67,6 +68,8 @@ class AppState:
 
     def __post_init__(self) -> None:
         self.store = open_store(self.settings)
+        if swept := self.store.sweep():
+            log.info("removed what deletes and restores left in the store: %s", ", ".join(swept))
         self.uploads = open_uploads(self.settings)
         self.uploads.remove_stale_staged()
         self.jobs = open_jobs(self.settings)
@@ -115,20 +118,28 @@ class AppState:
         another process is running holds the index's writer: this one waits for the next round."""
         pruned_at = time.monotonic()
         while not self.stopping.wait(SOURCE_POLL_S):
-            if time.monotonic() - pruned_at > PRUNE_EVERY_S:
-                assert self.jobs is not None
-                self.jobs.prune()
-                pruned_at = time.monotonic()
             try:
-                for name in self.store.names():
+                if self.answers is not None:
+                    self.answers.forget(None)  # an index another process deleted: let go of its files
+                if time.monotonic() - pruned_at > PRUNE_EVERY_S:
+                    pruned_at = time.monotonic()
+                    assert self.jobs is not None and self.store is not None
+                    self.jobs.prune()
+                    self.store.sweep()
+                names = self.store.names()
+            except Exception:  # noqa: BLE001 - a background loop: log, and try again next round
+                log.exception("looking after jobs and indexes failed")
+                continue
+            for name in names:  # one index that cannot be read stops no other's syncs
+                try:
                     target = self.index(name)
                     for source in due_sources(index_sources(target), time.time()):
                         if self.stopping.is_set():
                             return
                         if self.busy_until.get(source.id, 0.0) <= time.time():
                             self._scheduled_sync(target, source)
-            except Exception:  # noqa: BLE001 - a background loop: log, and try again next round
-                log.exception("scheduled source sync failed")
+                except Exception:  # noqa: BLE001 - a background loop: log, and try again next round
+                    log.exception("scheduled source sync of index %s failed", name)
 
     def _scheduled_sync(self, target: StoredIndex, source) -> None:
         running = self.start_sync(target, source.id, RequestContext(), principal="schedule")
@@ -258,6 +269,13 @@ class AppState:
         self.service()
         assert self.models is not None
         return self.models
+
+    def delete_index(self, name: str) -> None:
+        """Delete an index, its own retriever closed first (Windows removes no file a process holds)."""
+        assert self.store is not None
+        if self.answers is not None:
+            self.answers.forget(name)
+        delete_index(self.settings, self.store, name)
 
     def index(self, name: str | None) -> StoredIndex:
         assert self.store is not None

@@ -29,7 +29,8 @@ import psutil
 from ingest.pipeline import FileOutcome
 from rag.core import observe
 from rag.core.errors import JobCancelled, JobNotFoundError, JobStateError, RagError
-from rag.core.files import remove_tree, replace_file, retry_locked
+from rag.core.files import LOCK_RETRIES, MOVE_RETRIES, remove_tree, replace_file, retry_locked, unlink_file
+from rag.core.paths import fold_case
 
 log = logging.getLogger(__name__)
 HEARTBEAT_S = 2.0
@@ -113,16 +114,18 @@ def process_identity(pid: int | None = None) -> str:
     return f"{socket.gethostname()}:{pid}:{psutil.Process(pid).create_time():.3f}"
 
 
-def owner_gone(owner: str) -> bool:
-    """True when ``owner`` is a process of this host that no longer runs (a killed or restarted server);
-    a process of another host (a replica sharing the home) is judged by its heartbeat instead."""
+def owner_state(owner: str) -> str | None:
+    """"alive" or "gone" for ``owner``, a process of this host; None for a process of another host (a replica
+    sharing the home), which is judged by its heartbeat instead."""
     host, pid, started = (owner.rsplit(":", 2) + ["", ""])[:3] if owner.count(":") >= 2 else ("", "", "")
     if host != socket.gethostname() or not pid.isdigit():
-        return False
+        return None
     try:
-        return f"{psutil.Process(int(pid)).create_time():.3f}" != started
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
-        return True
+        return "alive" if f"{psutil.Process(int(pid)).create_time():.3f}" == started else "gone"
+    except psutil.AccessDenied:  # another account's live process (a service): it exists
+        return "alive"
+    except (psutil.NoSuchProcess, ValueError):
+        return "gone"
 
 
 class JobStore:
@@ -150,11 +153,15 @@ class JobStore:
         self.save(job)
         return job
 
-    def save(self, job: Job) -> None:
+    def save(self, job: Job, retries: int = MOVE_RETRIES) -> None:
         target = self.folder / job.id / JOB_FILE
         scratch = target.with_name(f".{JOB_FILE}.{uuid.uuid4().hex[:8]}")
         scratch.write_bytes(msgspec.json.encode(job))
-        replace_file(scratch, target)
+        try:
+            replace_file(scratch, target, retries)
+        except OSError:
+            unlink_file(scratch)
+            raise
 
     def get(self, job_id: str) -> Job:
         path = self._dir(job_id) / JOB_FILE
@@ -167,7 +174,9 @@ class JobStore:
     def _settled(self, job: Job, now: float | None = None) -> Job:
         """``job``, marked interrupted (and saved so) when the process running it is gone."""
         now = time.time() if now is None else now
-        if job.state in ACTIVE and (now - job.updated_at > STALE_S or owner_gone(job.owner)):
+        # A stale heartbeat alone does not end a job of a live process here: a laptop that slept leaves one.
+        state = owner_state(job.owner) if job.state in ACTIVE else None
+        if job.state in ACTIVE and (state == "gone" or (state is None and now - job.updated_at > STALE_S)):
             job = msgspec.structs.replace(job, state=INTERRUPTED, finished_at=job.updated_at,
                                           error_type="interrupted", current_file=None, error=STOPPED)
             self.save(job)
@@ -183,7 +192,7 @@ class JobStore:
                 job = self.get(folder.name)
             except JobNotFoundError:
                 continue
-            if index is None or job.index == index:
+            if index is None or fold_case(job.index) == fold_case(index):
                 jobs.append(job)
         return sorted(jobs, key=lambda j: j.created_at, reverse=True)[:limit]
 
@@ -227,7 +236,11 @@ class JobStore:
         removed = []
         for job in self.list(limit=10**9):
             if job.state not in ACTIVE and now - (job.finished_at or job.created_at) > KEEP_FINISHED_S:
-                remove_tree(self.folder / job.id)
+                try:
+                    remove_tree(self.folder / job.id)
+                except OSError as exc:  # a scanner or a backup holds one of its files: next time
+                    log.warning("old job %s was not removed: %s", job.id, exc)
+                    continue
                 removed.append(job.id)
         return removed
 
@@ -266,12 +279,17 @@ class Tracker:
         self.save(force=final)
 
     def save(self, force: bool = False) -> None:
+        """Progress, written best-effort: a write a reader or a scanner refuses is skipped (the next one
+        carries it), never the end of the job."""
         now = time.time()
         with self.lock:
             if not force and now - self._saved_at < SAVE_EVERY_S:
                 return
             self.job.updated_at, self._saved_at = now, now
-            self.store.save(self.job)
+            try:
+                self.store.save(self.job, LOCK_RETRIES)
+            except OSError as exc:
+                log.debug("progress of job %s not written this time: %s", self.job.id, exc)
 
 
 @dataclass
@@ -333,7 +351,7 @@ class JobRunner:
     def active_on(self, index: str) -> list[Job]:
         """The jobs of ``index`` this process is running or has queued."""
         with self._guard:
-            return [r.job for r in self._running.values() if r.job.index.casefold() == index.casefold()]
+            return [r.job for r in self._running.values() if fold_case(r.job.index) == fold_case(index)]
 
     def cancel(self, job: Job) -> None:
         self.store.request_cancel(job)
@@ -342,7 +360,7 @@ class JobRunner:
 
     def _lock(self, index: str) -> threading.Lock:
         with self._guard:
-            return self._index_locks.setdefault(index.casefold(), threading.Lock())
+            return self._index_locks.setdefault(fold_case(index), threading.Lock())
 
     def _run(self, running: Running, work: Work) -> None:
         job, tracker = running.job, running.tracker
@@ -381,7 +399,9 @@ class JobRunner:
             else:
                 if state == DONE or (state == FAILED and files):
                     self.store.drop_inputs(job)  # kept where running it again could go otherwise
-                tracker.save(force=True)
+                with tracker.lock:
+                    job.updated_at = time.time()
+                self.store.save(job)  # the outcome: waited for, unlike progress
         finally:
             with self._guard:
                 self._running.pop(job.id, None)

@@ -20,7 +20,7 @@ from ingest.records import Chunk, DocumentRecord, FolderGroups, display_path, do
 from ingest.store import IndexWriter, StoredIndex
 from rag.core import observe
 from rag.core.errors import BadRequestError, UnprocessableDocumentError
-from rag.core.files import is_link_like, noise_reason
+from rag.core.files import is_link_like, is_system_folder, noise_reason, read_with_stat
 from rag.core.names import access_groups
 
 # Embedding many chunks at once lets length-sorting cut padding across files;
@@ -130,6 +130,9 @@ def _folder_files(root: Path, glob: str | None, rejected: list[FileOutcome] | No
     for folder, dirs, names in os.walk(root, onerror=unreadable):
         base = Path(folder)
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for system in [d for d in dirs if is_system_folder(base / d)]:
+            skip(base / system, "not a document folder: a hidden system folder", NOT_A_DOCUMENT)
+            dirs.remove(system)
         for name in sorted(n for n in names if not n.startswith(".")) + [d for d in dirs if is_link_like(base / d)]:
             path = base / name
             is_dir = name in dirs
@@ -218,12 +221,13 @@ def _ingest_files(files: list[Path], summary: IngestSummary, index: StoredIndex,
 def ingest_into(writer: IndexWriter, loader: FileLoader, files: Sequence[Path], summary: IngestSummary,
                 embedder: Embedder, chunk_tokens: int, overlap: int, notify: Progress,
                 stored_groups: str | None, first: int = 0, folder_groups: FolderGroups | None = None,
-                display: Callable[[Path], str] = str) -> None:
+                display: Callable[[Path], str] = str, read_stats: dict[Path, os.stat_result] | None = None) -> None:
     """Load, chunk and embed ``files`` into an open writer, outcomes into ``summary``; the caller commits
     (a sync adds its renames and removals to the same commit). ``first``: files already done before these
     (progress counts on from there). Without ``stored_groups``, a file under a folder of ``folder_groups``
     gets that folder's groups. ``display``: how a file's path is shown (in outcomes, progress and, made
-    absolute, as the document's display path)."""
+    absolute, as the document's display path). ``read_stats``: filled with the stat of the handle each file
+    was read from."""
     instruments = observe.instruments()
     index_name = summary.index
     pending: list[_Pending] = []
@@ -251,7 +255,7 @@ def ingest_into(writer: IndexWriter, loader: FileLoader, files: Sequence[Path], 
             if groups is None and folder_groups is not None:
                 groups = folder_groups.groups_for(path)
             outcome, item = _prepare_file(path, writer, embedder, chunk_tokens, overlap, loader, groups=groups,
-                                          shown=shown)
+                                          shown=shown, read_stats=read_stats)
             results = [(outcome, item)]
             if item is not None and item.loaded is not None and item.loaded.kind == "eml":
                 results += prepare_attachments(path, item.loaded, writer, embedder, chunk_tokens, overlap,
@@ -299,7 +303,8 @@ def observe_file(span: Any, results: list[tuple[FileOutcome, "_Pending | None"]]
 def _prepare_file(path: Path, writer: IndexWriter, embedder: Embedder, chunk_tokens: int,
                   overlap: int, loader: FileLoader, data: bytes | None = None,
                   title: Callable[[LoadedDocument], str] | None = None,
-                  groups: str | None = None, shown: str | None = None) -> tuple[FileOutcome, _Pending | None]:
+                  groups: str | None = None, shown: str | None = None,
+                  read_stats: dict[Path, os.stat_result] | None = None) -> tuple[FileOutcome, _Pending | None]:
     """``data``: the bytes of a file that is not on disk (an attachment); ``title``: names the document;
     ``groups``: its access groups (None: as it had them, or public); ``shown``: how its path is shown (default:
     as given)."""
@@ -309,7 +314,10 @@ def _prepare_file(path: Path, writer: IndexWriter, embedder: Embedder, chunk_tok
         return FileOutcome(display, "skipped", reason=f"unsupported file type '{path.suffix or path.name}'",
                            reason_type=UnsupportedFileType.error_type), None
     try:
-        data = path.read_bytes() if data is None else data
+        if data is None:
+            data, stat_result = read_with_stat(path)
+            if read_stats is not None:
+                read_stats[path] = stat_result
     except OSError as exc:
         return FileOutcome(display, "failed", doc_id, reason=f"cannot read file: {exc.strerror or exc}",
                            reason_type="unreadable"), None

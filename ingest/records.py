@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -115,7 +114,7 @@ class FolderGroups:
             return None
         norm = normalise_path(path)
         for folder, groups in self.folders:
-            if norm == folder or norm.startswith(folder.rstrip(os.sep) + os.sep):
+            if norm == folder or paths.is_under(norm, folder):
                 return groups
         return None
 

@@ -31,7 +31,9 @@ from ingest.records import Chunk, DocumentRecord, FolderGroups, display_path, do
 from ingest.store import IndexWriter, StoredIndex
 from rag.core import observe
 from rag.core.errors import BadRequestError, SourceBusyError, SourceNotFoundError, SourceUnavailableError
+from rag.core.files import read_with_stat
 from rag.core.names import access_groups
+from rag.core.paths import is_under
 
 
 class FileState(msgspec.Struct, array_like=True):
@@ -177,7 +179,7 @@ def add_source(index: StoredIndex, embedder: Embedder, folder: Path, glob: str |
     with index.writer(embedder.config.identity, embedder.dimension, lock_timeout_s) as writer:
         sources = load_sources(writer.sources())
         overlapping = [s for s in sources if s.path != path and (
-            path.startswith(s.path + os.sep) or s.path.startswith(path + os.sep))]
+            is_under(path, s.path) or is_under(s.path, path))]
         if overlapping:
             raise BadRequestError(f"{folder} overlaps source {overlapping[0].display_path} ({overlapping[0].id}): one "
                                   "folder inside another would have two syncs removing each other's files")
@@ -327,7 +329,7 @@ def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Sou
             continue
         changed.append(path)
     gone = {p: d for p, d in indexed.items()
-            if p not in current and not any(p.startswith(u + os.sep) or p == u for u in unreadable)}
+            if p not in current and not any(is_under(p, u) or p == u for u in unreadable)}
     # Renames: a new path whose content is a vanished document's keeps that document's chunks and vectors.
     by_hash: dict[str, DocumentRecord] = {}
     for record in gone.values():
@@ -340,8 +342,7 @@ def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Sou
             to_ingest.append(path)
             continue
         try:
-            data = path.read_bytes()
-            stat = path.stat()
+            data, stat = read_with_stat(path)
         except OSError:
             to_ingest.append(path)
             continue
@@ -371,19 +372,16 @@ def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Sou
         summary.outcomes.append(FileOutcome(record.display_path, "removed", record.id, record.chunks))
     done_before = len(files) - len(to_ingest)
     notify("sync:unchanged", done_before, 0)
+    read_stats: dict[Path, os.stat_result] = {}
     ingest_into(writer, loader, to_ingest, summary, embedder, chunk_tokens, overlap, notify, source.groups,
-                first=done_before, folder_groups=folder_groups, display=shown)
+                first=done_before, folder_groups=folder_groups, display=shown, read_stats=read_stats)
     for path in to_ingest:
         norm = normalise_path(path)
         outcome = next((o for o in summary.outcomes if o.path == shown(path)), None)
         if outcome is None or outcome.status not in ("added", "updated", "unchanged"):
             continue  # failed or skipped: looked at again next time
-        record = writer.document(document_id(path))
-        try:
-            stat = path.stat()
-        except OSError:
-            continue
-        if record is not None:
+        record, stat = writer.document(document_id(path)), read_stats.get(path)
+        if record is not None and stat is not None:  # as it was when read, not as it is now
             states[norm] = FileState(stat.st_size, stat.st_mtime_ns, record.sha256)
     return states
 

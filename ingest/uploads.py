@@ -26,11 +26,13 @@ from ingest.records import DocumentRecord, normalise_path
 from ingest.store import StoredIndex
 from rag.core.errors import BadRequestError
 from rag.core.files import WINDOWS_DEVICE_NAMES, replace_file, unlink_file
+from rag.core.paths import fold_case
 
 UNSAFE_CHARACTERS = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]')  # reserved on Windows, or control characters
 # ext4 and most file systems allow 255 bytes; staged copies get short names of their own (".incoming-<12 hex>"),
 # so a stored path stays within Windows' 260 characters wherever the uploads folder is not itself deep.
 MAX_NAME_BYTES = 200
+WINDOWS_MAX_PATH = 260  # with the terminating NUL, where LongPathsEnabled is off
 STAGED_PREFIX = ".incoming-"
 # A staged file lives from its write until it is moved into place, after at most the wait for the index's
 # upload lock; one older than this was left by a server that was killed mid-upload (replicas sharing the
@@ -121,7 +123,7 @@ class Uploads:
 
     def _lock(self, index: str) -> threading.Lock:
         with self._guard:  # "Docs" and "docs" are one folder on Windows
-            return self._locks.setdefault(index.casefold(), threading.Lock())
+            return self._locks.setdefault(fold_case(index), threading.Lock())
 
     def remove_stale_staged(self, now: float | None = None) -> list[Path]:
         """Remove staged uploads left behind by a killed server (the index never saw them); the removed paths."""
@@ -147,7 +149,7 @@ class Uploads:
         folder = self.folder(index)
         stored = [safe_filename(f.name) for f in files]
         names = _spelled_as_stored(folder, stored) if folder.is_dir() else stored
-        folded = [n.casefold() for n in names]  # one file on Windows and macOS: "Report.pdf", "report.pdf"
+        folded = [fold_case(n) for n in names]  # one file on Windows and macOS: "Report.pdf", "report.pdf"
         repeated = sorted({n for n, f in zip(names, folded) if folded.count(f) > 1})
         if repeated:
             raise BadRequestError(f"one upload holds several files named {', '.join(repeated)} (letter case "
@@ -206,8 +208,16 @@ class Uploads:
 def _spelled_as_stored(folder: Path, names: list[str]) -> list[str]:
     """``names``, each spelled as the file already stored under it with other letter case ("report.pdf" updates
     "Report.pdf"), so a name is one document on every platform, as it is one file on Windows."""
-    stored = {p.name.casefold(): p.name for p in folder.iterdir() if not p.name.startswith(".")}
-    return [stored.get(n.casefold(), n) for n in names]
+    stored = {fold_case(p.name): p.name for p in folder.iterdir() if not p.name.startswith(".")}
+    return [stored.get(fold_case(n), n) for n in names]
+
+
+def _unstorable(final: Path, exc: OSError) -> FileOutcome:
+    why = exc.strerror or str(exc)
+    if len(str(final)) >= WINDOWS_MAX_PATH:
+        why = (f"its path is {len(str(final))} characters, longer than Windows allows ({WINDOWS_MAX_PATH - 1} "
+               "without long paths enabled): upload it under a shorter name, or keep uploads in a shorter folder")
+    return FileOutcome(final.name, "failed", reason_type="unwritable", reason=f"cannot store {final}: {why}")
 
 
 def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedder, chunk_tokens: int,
@@ -222,13 +232,23 @@ def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedde
         else:
             unlink_file(final)
 
+    unstored: list[FileOutcome] = []
     try:
         for upload in uploads:
-            if upload.final.exists():
-                kept = upload.final.with_name(f".previous-{uuid.uuid4().hex[:12]}")
-                replace_file(upload.final, kept)
+            kept = None
+            try:
+                if upload.final.exists():
+                    kept = upload.final.with_name(f".previous-{uuid.uuid4().hex[:12]}")
+                    replace_file(upload.final, kept)
+                replace_file(upload.staged, upload.final)
+            except OSError as exc:  # this file cannot take its name (MAX_PATH, held): the others go on
+                if kept is not None and kept.exists():
+                    replace_file(kept, upload.final)
+                unlink_file(upload.staged)
+                unstored.append(_unstorable(upload.final, exc))
+                continue
+            if kept is not None:
                 previous[upload.final] = kept
-            replace_file(upload.staged, upload.final)
             moved.append(upload.final)
         summary = ingest_paths(moved, index, embedder, chunk_tokens, chunk_overlap, load_options=load_options,
                                groups=groups, progress=progress)
@@ -239,7 +259,7 @@ def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedde
             unlink_file(upload.staged)
         raise
     stored = {upload.final.name: upload.final for upload in uploads}
-    outcomes = []
+    outcomes = unstored
     for outcome in summary.outcomes:
         name = Path(outcome.path).name
         # Each file is parsed once, by the loader process with its timeout; one it cannot use is put back

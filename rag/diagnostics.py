@@ -116,7 +116,7 @@ def use_generator(settings: Settings, name: str) -> tuple[Path, Path]:
     named = os.environ.get("RAG_CONFIG")  # the file settings are read from, as load_settings decides
     config_file = Path(named).expanduser() if named else settings.home / "rag.toml"
     try:
-        text = config_file.read_text(encoding="utf-8") if config_file.is_file() else ""
+        text = config_file.read_text(encoding="utf-8-sig") if config_file.is_file() else ""
         tomllib.loads(text)
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{config_file}: {exc}") from exc
@@ -350,6 +350,24 @@ def recommend(probes: list[Probe], rows: list[dict], budget_s: float = ANSWER_BU
     return {"model": best.name, "why": why, "command": f"rag models use {best.name}", "in_use": False}
 
 
+def permission_warnings(settings: Settings) -> list[str]:
+    """The home, its rag.toml and key store, and the audit folder, where others than their owner may change
+    them (any local user could then edit the settings, add an admin key or delete the audit chain)."""
+    from ingest.store.keys import DB_NAME as KEYS_DB
+    from rag.core.files import writable_by_others
+
+    warnings = []
+    for path in (settings.home, settings.home / "rag.toml", settings.home / KEYS_DB, settings.audit_path):
+        try:
+            who = writable_by_others(path) if path.exists() else None
+        except OSError:
+            continue
+        if who:
+            warnings.append(f"{path} may be changed by {who}: give it to its owner and the service account only "
+                            "(README, \"Windows / manual setup\")")
+    return warnings
+
+
 def machine_info(settings: Settings, probe: bool = True, only: list[str] | None = None) -> dict:
     """Everything ``rag info`` shows: CPU, memory, GPUs, execution providers and the provider choice,
     installed models with a measured probe each, and a recommendation."""
@@ -364,7 +382,8 @@ def machine_info(settings: Settings, probe: bool = True, only: list[str] | None 
     info = {"cpu": cpu_facts(), "memory": memory_facts(), "gpus": gpu_facts(), "providers": providers,
             "device": {"setting": settings.device, "chosen": chosen, "why": why},
             "generator_in_use": str(settings.generator_path), "models": rows,
-            "probes": [p.__dict__ for p in probes], "budget_s": ANSWER_BUDGET_S}
+            "probes": [p.__dict__ for p in probes], "budget_s": ANSWER_BUDGET_S,
+            "permissions": permission_warnings(settings)}
     if probe:
         in_use = None if settings.generator_url else next(
             (r["name"] for r in rows if (settings.models_dir / r["name"]).resolve() == settings.generator_path.resolve()),

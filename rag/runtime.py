@@ -6,6 +6,7 @@ service from here, so each component is chosen by settings in exactly one place.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,8 +24,8 @@ from rag.answering.evidence import short_answer_messages
 from rag.answering.service import AnswerService
 from rag.core import observe
 from rag.core.audit import AuditLog, AuditTrail
-from rag.core.errors import ConfigError
-from rag.core.files import remove_tree
+from rag.core.errors import ConfigError, IndexBusyError
+from rag.core.files import make_private_folder, remove_tree
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
 from rag.generation.base import Generator, SamplingOptions
@@ -36,6 +37,7 @@ def open_store(settings: Settings) -> Store:
     """The embedded FAISS + SQLite store under indexes/, or PostgreSQL + pgvector with ``store_url``."""
     if settings.store_url:
         return _postgres_store(settings)
+    make_private_folder(settings.home)
     return EmbeddedStore(settings.indexes_dir)
 
 
@@ -73,6 +75,8 @@ def open_audit_trail(settings: Settings) -> AuditLog:
             return PostgresAuditTrail(settings.store_url)
         except ImportError as exc:
             raise postgres_packages_missing(exc.name) from exc
+    make_private_folder(settings.home)
+    make_private_folder(settings.audit_path)
     return AuditTrail(settings.audit_path, settings.audit_max_mb * 1024 * 1024, settings.audit_questions)
 
 
@@ -123,8 +127,17 @@ def open_uploads(settings: Settings) -> Uploads:
 def delete_index(settings: Settings, store: Store, name: str) -> None:
     """Delete an index and the uploaded originals kept for it (``uploads/<index>/``)."""
     index = store.index(name)
-    store.delete(index.name)
-    remove_tree(open_uploads(settings).folder(index.name))
+    busy: IndexBusyError | None = None
+    try:
+        store.delete(index.name)
+    except IndexBusyError as exc:  # deleted, its folder held elsewhere: its uploads go all the same
+        busy = exc
+    try:
+        remove_tree(open_uploads(settings).folder(index.name))
+    except OSError as exc:  # one held file: nothing reads that folder now, a new upload replaces what it needs
+        logging.getLogger("rag").warning("the uploads of deleted index %s were not all removed: %s", index.name, exc)
+    if busy is not None:
+        raise busy
 
 
 def open_jobs(settings: Settings) -> JobStore:

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import INLINE_JOB_WAIT_S
+from helpers import INLINE_JOB_WAIT_S, WINDOWS_RULES_ENV
 from rag.core.settings import PROJECT_ROOT, Settings, load_settings
+from windows import windows_rules  # noqa: F401  (the fixture, for every module)
 
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
 SQUAD_DOCS = SHARED_DATA / "squad2-dev" / "docs"
@@ -71,11 +72,24 @@ def engine_generator(models_dir: Path, settings: Settings):
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """The bounds of the fuzzing test (tests/test_fuzz.py); a long run is one flag away (README, "Fuzzing")."""
+    """The bounds of the fuzzing test (tests/test_fuzz.py); a long run is one flag away (README, "Fuzzing").
+    ``--windows-rules``: the Windows pass (``make test`` runs the modules that touch files once more with it)."""
+    parser.addoption("--windows-rules", action="store_true",
+                     help="run every test under Windows' file-system rules (tests/windows.py), the servers it "
+                          "starts too")
     group = parser.getgroup("fuzz", "fuzzing the API with schemathesis")
     group.addoption("--fuzz-examples", type=int, default=5, help="examples per operation and phase (default 5)")
     group.addoption("--fuzz-seconds", type=int, default=150, help="time budget of the run (default 150 s)")
     group.addoption("--fuzz-seed", type=int, default=12, help="schemathesis seed (default 12: a reproducible run)")
+
+
+@pytest.fixture(autouse=True)
+def windows_pass(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """With ``--windows-rules``, each test runs under ``windows_rules`` (its servers under tests/windows_child.py)."""
+    if request.config.getoption("--windows-rules"):
+        request.getfixturevalue("windows_rules")
+        monkeypatch.setenv(WINDOWS_RULES_ENV, "1")
+    yield
 
 
 @pytest.fixture(scope="session")

@@ -42,6 +42,8 @@ def looping_prompt(generator: LocalGenerator) -> np.ndarray:
 # Uploads and "sync now" answer inline in tests however loaded the machine is; tests/test_jobs.py runs
 # with the product's default (202 and a job after job_wait_s).
 INLINE_JOB_WAIT_S = 30
+# Set during the Windows pass (pytest --windows-rules): servers run under the rules as well.
+WINDOWS_RULES_ENV = "RAG_TEST_WINDOWS_RULES"
 
 
 def cli_env(settings: Settings, **extra: str) -> dict[str, str]:
@@ -81,7 +83,9 @@ def server_and_process(settings: Settings, home: Path, log_path: Path, wait_read
     """``server_process`` that also yields the server's process (to kill it)."""
     port = free_port()
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "rag.cli", "--home", str(home), "serve", "--port", str(port)],
+        rag = [sys.executable, str(Path(__file__).with_name("windows_child.py"))] \
+            if os.environ.get(WINDOWS_RULES_ENV) else [sys.executable, "-m", "rag.cli"]
+        proc = subprocess.Popen([*rag, "--home", str(home), "serve", "--port", str(port)],
                                 cwd=PROJECT_ROOT, env=cli_env(settings, **env), stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:

@@ -15,7 +15,6 @@ from api.protocol import IndexDeleted, IndexList, IndexSummary
 from api.state import AppState
 from rag.core.errors import ConfirmationRequiredError, ConflictError, IndexNotFoundError
 from rag.core.names import INDEX_NAME_PATTERN
-from rag.runtime import delete_index
 
 
 class IndexesController(Controller):
@@ -37,7 +36,7 @@ class IndexesController(Controller):
         return IndexList(default=app.settings.index, indexes=indexes)
 
     @delete("/{name:str}", status_code=200, summary="Delete an index and everything in it, its uploaded originals "
-            "too (admins; `confirm` must repeat the index name, else 409 `confirmation_required` saying how big it is; 409 while a job of it runs)", responses=errors(400, 404, 409))
+            "too (admins; `confirm` must repeat the index name, else 409 `confirmation_required` saying how big it is; 409 while a job of it runs; 409 `index_busy` when another process still holds it: it is deleted, its folder goes when that process lets go)", responses=errors(400, 404, 409))
     async def delete_index(self, state: State, context: Context,
                            name: Annotated[str, Parameter(pattern=INDEX_NAME_PATTERN, description="the index")],
                            confirm: Annotated[str | None, QueryParameter(
@@ -55,7 +54,7 @@ class IndexesController(Controller):
         if running := app.runner.active_on(target.name):
             raise ConflictError(f"index {target.name!r} has {len(running)} upload or sync job(s) running "
                                 f"({', '.join(j.id for j in running)}): cancel them first (DELETE /v1/jobs/{{id}})")
-        await anyio.to_thread.run_sync(delete_index, app.settings, app.store, target.name)
+        await anyio.to_thread.run_sync(app.delete_index, target.name)
         app.record(context, "index_delete", route="/v1/indexes/{name}", index=target.name, outcome="deleted",
                    documents=documents, chunks=chunks)
         return IndexDeleted(deleted=target.name, documents=documents, chunks=chunks)

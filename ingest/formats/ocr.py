@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 
 OCR_DPI = 300  # rendering resolution of scanned PDF pages (Tesseract reads best at about 300 dpi)
 INSTALL_HINT = "install tesseract-ocr to read scanned pages"
-WINDOWS_INSTALL_HINT = ("install Tesseract (the UB Mannheim build) to read scanned pages, or set tesseract_cmd to "
-                        "its tesseract.exe")
+WINDOWS_INSTALL_HINT = ("install Tesseract (the UB Mannheim build) to read scanned pages, for all users when rag runs "
+                        "as a service (a service does not see one installed for a single user), or set "
+                        "tesseract_cmd to its tesseract.exe")
 _checked: dict[tuple[str, str], str | None] = {}
 
 

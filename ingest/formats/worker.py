@@ -6,13 +6,16 @@ reaches a deadline check; signals do not exist on Windows. So the ingest pipelin
 process (multiprocessing "spawn", the same on Linux, macOS and Windows) for a run, sends it each PDF,
 Office file or image, and kills and replaces it when a file overruns. Loaders also check the deadline
 in their loops, which gives the same message sooner; the kill is the backstop. Plain-text formats
-(linear-time parsers) load in-process.
+(linear-time parsers) load in-process. The loader and what it starts (one tesseract per OCR page) die together:
+the loader leads a process group of its own (a Job Object that kills on close, on Windows).
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,8 @@ START_TIMEOUT_S = 120.0
 
 
 def _serve(conn: Any) -> None:  # runs in the child process
+    if hasattr(os, "setsid"):
+        os.setsid()  # its tesseract processes are in its group: killed with it
     conn.send(("ready",))
     while True:
         try:
@@ -58,6 +63,7 @@ class FileLoader:
         self.progress = progress
         self._proc: Any = None
         self._conn: Any = None
+        self._job: Any = None
         self._in_process = False  # set when no loader process can be started here
 
     def __enter__(self) -> "FileLoader":
@@ -116,6 +122,7 @@ class FileLoader:
             proc.start()
             child.close()
             self._proc, self._conn = proc, parent
+            self._job = windows_job_for(proc.pid) if os.name == "nt" else None
             if not parent.poll(START_TIMEOUT_S):
                 raise TimeoutError(f"no answer in {START_TIMEOUT_S:g} s")
             parent.recv()
@@ -128,11 +135,18 @@ class FileLoader:
             return False
 
     def _kill(self) -> None:
-        proc, conn = self._proc, self._conn
-        self._proc = self._conn = None
+        proc, conn, job = self._proc, self._conn, self._job
+        self._proc = self._conn = self._job = None
         if conn is not None:
             conn.close()
+        if job is not None:
+            close_windows_job(job, terminate=True)
         if proc is not None:
+            if hasattr(os, "killpg"):
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)  # the loader's group: its tesseract processes too
+                except OSError:  # it had not made its group yet, or is gone
+                    pass
             proc.kill()
             proc.join(5)
 
@@ -148,4 +162,56 @@ class FileLoader:
             self._kill()
         else:
             self._conn.close()
-            self._proc = self._conn = None
+            if self._job is not None:
+                close_windows_job(self._job, terminate=False)
+            self._proc = self._conn = self._job = None
+
+
+def windows_job_for(pid: int) -> Any:
+    """A Job Object holding process ``pid`` (and so every process it starts) that kills them all when it is
+    closed or this process ends; None when Windows refuses (the loader is then killed alone, as before)."""
+    import ctypes
+    from ctypes import wintypes
+
+    class BasicLimits(ctypes.Structure):
+        _fields_ = [("PerProcessUserTimeLimit", ctypes.c_int64), ("PerJobUserTimeLimit", ctypes.c_int64),
+                    ("LimitFlags", wintypes.DWORD), ("MinimumWorkingSetSize", ctypes.c_size_t),
+                    ("MaximumWorkingSetSize", ctypes.c_size_t), ("ActiveProcessLimit", wintypes.DWORD),
+                    ("Affinity", ctypes.c_size_t), ("PriorityClass", wintypes.DWORD),
+                    ("SchedulingClass", wintypes.DWORD)]
+
+    class ExtendedLimits(ctypes.Structure):
+        _fields_ = [("BasicLimitInformation", BasicLimits), ("IoInfo", ctypes.c_uint64 * 6),
+                    ("ProcessMemoryLimit", ctypes.c_size_t), ("JobMemoryLimit", ctypes.c_size_t),
+                    ("PeakProcessMemoryUsed", ctypes.c_size_t), ("PeakJobMemoryUsed", ctypes.c_size_t)]
+
+    kernel32 = ctypes.windll.kernel32  # type: ignore[attr-defined]
+    kernel32.CreateJobObjectW.restype = wintypes.HANDLE
+    kernel32.OpenProcess.restype = wintypes.HANDLE
+    job = kernel32.CreateJobObjectW(None, None)
+    if not job:
+        return None
+    limits = ExtendedLimits()
+    limits.BasicLimitInformation.LimitFlags = 0x2000  # JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
+    process = kernel32.OpenProcess(0x0001 | 0x0100, False, pid)  # PROCESS_TERMINATE | PROCESS_SET_QUOTA
+    try:
+        if not (process and kernel32.SetInformationJobObject(job, 9, ctypes.byref(limits), ctypes.sizeof(limits))
+                and kernel32.AssignProcessToJobObject(job, process)):  # 9: JobObjectExtendedLimitInformation
+            log.warning("the file loader is not in a Job Object (%s): a tesseract it started may outlive it",
+                        ctypes.WinError())
+            kernel32.CloseHandle(job)
+            return None
+    finally:
+        if process:
+            kernel32.CloseHandle(process)
+    return job
+
+
+def close_windows_job(job: Any, terminate: bool) -> None:
+    """Close ``job`` (every process still in it ends), terminating them first when asked."""
+    import ctypes
+
+    kernel32 = ctypes.windll.kernel32  # type: ignore[attr-defined]
+    if terminate:
+        kernel32.TerminateJobObject(job, 1)
+    kernel32.CloseHandle(job)

@@ -15,7 +15,6 @@ import hashlib
 import json
 import shutil
 import sqlite3
-import tempfile
 import uuid
 import zipfile
 from dataclasses import asdict, dataclass
@@ -23,8 +22,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ingest.store.copy import ReEmbedder, copy_index
-from ingest.store.embedded import DB_NAME, EmbeddedIndex, EmbeddedStore, read_faiss, vectors_file
+from ingest.store.embedded import DB_NAME, RESTORE_PREFIX, EmbeddedIndex, EmbeddedStore, read_faiss, vectors_file
 from rag.core.errors import BadRequestError, EmbedderMismatchError, InvalidBackupError
+from rag.core.files import replace_file, scratch_folder
 from rag.core.names import index_not_found
 
 FORMAT = 1
@@ -89,8 +89,7 @@ def backup_index(index: EmbeddedIndex, target: Path, app_version: str) -> Backup
     """Write one committed generation of ``index`` to the zip ``target`` (replaced only once complete)."""
     if not index.exists():
         raise index_not_found(index.name, EmbeddedStore(index.root.parent).names())
-    with tempfile.TemporaryDirectory(prefix="rag-backup-") as scratch:
-        work = Path(scratch)
+    with scratch_folder("rag-backup-") as work:
         db, vectors = work / DATABASE, work / VECTORS
         for _ in range(ATTEMPTS):
             source = sqlite3.connect(str(index.root / DB_NAME), timeout=30)
@@ -126,7 +125,7 @@ def backup_index(index: EmbeddedIndex, target: Path, app_version: str) -> Backup
                 archive.writestr(MANIFEST, json.dumps(asdict(manifest), indent=2) + "\n")
                 archive.write(db, DATABASE)
                 archive.write(vectors, VECTORS)
-            partial.replace(target)
+            replace_file(partial, target)
         except BaseException:
             partial.unlink(missing_ok=True)
             raise
@@ -158,7 +157,7 @@ def restore_index(path: Path, store: EmbeddedStore, name: str | None, embedder_i
     A backup made with another embedder is refused (its vectors would not match this server's questions),
     unless ``reembed`` (the configured embedder) is given: then every chunk is embedded again. Restored under
     another name, the index follows no folders."""
-    with tempfile.TemporaryDirectory(prefix="rag-restore-") as scratch:
+    with scratch_folder("rag-restore-") as scratch:
         manifest = read_backup(path, Path(scratch))
         other_embedder = manifest.embedder != embedder_identity
         if other_embedder and reembed is None:
@@ -171,12 +170,12 @@ def restore_index(path: Path, store: EmbeddedStore, name: str | None, embedder_i
             raise BadRequestError(f"index {target.name!r} exists already: restore with --as NEW_NAME, or delete it "
                                   f"first (rag index delete {target.name} --yes)")
         as_backed_up = Path(scratch) / "restored" / target.name if other_embedder else target.root
-        staging = as_backed_up.with_name(f".restore-{uuid.uuid4().hex[:8]}")
+        staging = as_backed_up.with_name(f"{RESTORE_PREFIX}{uuid.uuid4().hex[:8]}")
         staging.mkdir(parents=True)
         try:
             shutil.copyfile(Path(scratch) / DATABASE, staging / DB_NAME)
             shutil.copyfile(Path(scratch) / VECTORS, vectors_file(staging, manifest.generation))
-            staging.replace(as_backed_up)
+            replace_file(staging, as_backed_up)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sqlite3
 import threading
 import time
@@ -31,15 +30,27 @@ import numpy as np
 from ingest.records import Chunk, ChunkRecord, DocumentRecord, IndexInfo, candidate_ids
 from ingest.store.lexical import LEXICAL_ROW_BUDGET, choose_words
 from rag.core.errors import (
+    BadRequestError,
     DocumentNotFoundError,
     EmbedderMismatchError,
+    IndexBusyError,
     IndexLockedError,
 )
-from rag.core.files import replace_file, retry_locked
+from rag.core.files import LOCK_RETRIES, remove_tree, replace_file
 from rag.core.names import index_not_found, validate_index_name
+from rag.core.paths import fold_case
 from rag.core.text import content_terms
 
 DB_NAME = "store.sqlite"
+# A deleted index is marked twice before its folder goes: this file (names and new readers skip it) and a
+# ``deleted_at`` row in its database, which readers that already have it open (another process's server) see on
+# their next look and close. Windows removes no folder while a process holds a file in it.
+TOMBSTONE = "deleted"
+ASIDE_PREFIX = ".deleted-"
+RESTORE_PREFIX = ".restore-"  # a restore's staging folder (ingest/store/backup.py)
+RESTORE_STALE_S = 3600.0  # one untouched this long belongs to no running restore
+# How long a delete waits for other processes' readers to let go (a server looks every 2 s).
+RELEASE_WAIT_S = 6.0
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS documents (
@@ -449,7 +460,7 @@ class EmbeddedReader:
 
     def __init__(self, root: Path) -> None:
         validate_index_name(root.name)
-        if not (root / DB_NAME).is_file():
+        if not (root / DB_NAME).is_file() or (root / TOMBSTONE).exists():
             raise index_not_found(root.name, EmbeddedStore(root.parent).names())
         self.root = root
         self.name = root.name
@@ -462,6 +473,12 @@ class EmbeddedReader:
 
     def close(self) -> None:
         self._conn.close()
+
+    def gone(self) -> bool:
+        try:
+            return bool(self._query("SELECT 1 FROM meta WHERE key = 'deleted_at'"))
+        except sqlite3.Error:  # closed, or its files gone
+            return True
 
     def _query(self, sql: str, args: Sequence[object] = ()) -> list[sqlite3.Row]:
         with self._lock:
@@ -642,17 +659,28 @@ class EmbeddedIndex:
         self.root = root
         self.name = validate_index_name(root.name)
 
+    @staticmethod
+    def is_index_folder(path: Path) -> bool:
+        """Whether ``path``'s name is an index name (not a folder left by a delete or a restore)."""
+        try:
+            validate_index_name(path.name)
+        except BadRequestError:
+            return False
+        return True
+
     @property
     def location(self) -> str:
         return str(self.root)
 
     def exists(self) -> bool:
-        return (self.root / DB_NAME).is_file()
+        return (self.root / DB_NAME).is_file() and not (self.root / TOMBSTONE).exists()
 
     def reader(self) -> EmbeddedReader:
         return EmbeddedReader(self.root)
 
     def writer(self, embedder_identity: str, dimension: int, lock_timeout_s: float = 5.0) -> EmbeddedWriter:
+        if (self.root / TOMBSTONE).exists():  # deleted, still held elsewhere: its removal has to finish first
+            remove_index_folder(self.root, wait_s=0.0)
         return EmbeddedWriter(self.root, embedder_identity, dimension, lock_timeout_s)
 
     def existing_writer(self, lock_timeout_s: float = 5.0) -> EmbeddedWriter:
@@ -674,9 +702,12 @@ class EmbeddedStore:
         """The index ``name``; an existing index whose name differs only in letter case is that index ("Docs" and
         "docs" are one folder on Windows, so they are one index everywhere)."""
         name = validate_index_name(name)
-        if self.indexes_dir.is_dir() and not (self.indexes_dir / name).is_dir():
-            name = next((p.name for p in self.indexes_dir.iterdir()
-                         if p.name.casefold() == name.casefold() and p.is_dir()), name)
+        try:  # the spelling on disk: where names ignore case (Windows), is_dir("docs") is true of "Docs" too
+            on_disk = [entry.name for entry in os.scandir(self.indexes_dir) if entry.is_dir()]
+        except OSError:
+            on_disk = []
+        if name not in on_disk:
+            name = next((n for n in on_disk if fold_case(n) == fold_case(name)), name)
         return EmbeddedIndex(self.indexes_dir / name)
 
     def close(self) -> None:
@@ -685,13 +716,81 @@ class EmbeddedStore:
     def names(self) -> list[str]:
         if not self.indexes_dir.is_dir():
             return []
-        return sorted(p.name for p in self.indexes_dir.iterdir() if (p / DB_NAME).is_file())
+        return sorted(p.name for p in self.indexes_dir.iterdir() if EmbeddedIndex.is_index_folder(p)
+                      and EmbeddedIndex(p).exists())
+
+    def sweep(self) -> list[str]:
+        """Remove what deletes and restores left behind (a file held by a scanner kept them): folders renamed
+        aside, indexes deleted while another process held them, restores that stopped an hour ago. What is
+        still held stays for the next sweep. The names of what went."""
+        if not self.indexes_dir.is_dir():
+            return []
+        removed = []
+        for path in self.indexes_dir.iterdir():
+            try:
+                if path.name.startswith(ASIDE_PREFIX) or (path.name.startswith(RESTORE_PREFIX)
+                                                          and time.time() - _newest_mtime(path) > RESTORE_STALE_S):
+                    remove_tree(path)
+                elif EmbeddedIndex.is_index_folder(path) and (path / TOMBSTONE).exists():
+                    remove_index_folder(path, wait_s=0.0)
+                else:
+                    continue
+            except (OSError, IndexBusyError):
+                continue
+            removed.append(path.name)
+        return removed
 
     def delete(self, name: str) -> None:
-        """Remove an index folder (renamed aside first, so a failure midway leaves no half index under its name)."""
+        """Remove an index: marked deleted (readers anywhere let go of it), then its folder renamed aside (so a
+        failure midway leaves no half index under its name) and removed. IndexBusyError when another process
+        still holds it after ``RELEASE_WAIT_S``: it stays deleted, and its folder goes at the next ``sweep``."""
         index = self.index(name)
         if not index.exists():
             raise index_not_found(index.name, self.names())
-        aside = index.root.with_name(f".deleted-{uuid.uuid4().hex[:8]}")
-        retry_locked(lambda: index.root.replace(aside))
-        shutil.rmtree(aside, ignore_errors=True)
+        mark_deleted(index.root)
+        remove_index_folder(index.root)
+
+
+def _newest_mtime(folder: Path) -> float:
+    return max([folder.stat().st_mtime, *(p.stat().st_mtime for p in folder.iterdir())])
+
+
+def mark_deleted(root: Path) -> None:
+    """The tombstone of the index in ``root``: its file, then its row (under the write lock: not while an
+    ingest runs)."""
+    (root / TOMBSTONE).write_text(time.strftime("%Y-%m-%dT%H:%M:%S"), encoding="utf-8")
+    conn = _connect(root / DB_NAME, timeout_s=5.0)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT OR REPLACE INTO meta VALUES ('deleted_at', ?)", (time.strftime("%Y-%m-%dT%H:%M:%S"),))
+        conn.execute("COMMIT")
+    except sqlite3.OperationalError as exc:
+        (root / TOMBSTONE).unlink()
+        raise IndexLockedError(f"index {root.name!r} is being written (an ingest or a sync is running): try again "
+                               "when it finishes") from exc
+    finally:
+        conn.close()
+
+
+def remove_index_folder(root: Path, wait_s: float = RELEASE_WAIT_S) -> None:
+    """Rename the (deleted) index folder ``root`` aside and remove it, waiting up to ``wait_s`` for other
+    processes to let go of it; IndexBusyError if they do not."""
+    aside = root.with_name(f"{ASIDE_PREFIX}{uuid.uuid4().hex[:8]}")
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            replace_file(root, aside, LOCK_RETRIES)  # this loop waits for the holder
+            break
+        except FileNotFoundError:
+            return
+        except PermissionError as exc:
+            if time.monotonic() >= deadline:
+                raise IndexBusyError(
+                    f"index {root.name!r} is deleted, but another process (a `rag serve`, `rag ask`, a backup or a "
+                    "virus scanner) still has its files open: it no longer answers, and its folder is removed "
+                    "when that process lets go (at the next delete, ingest or server start)") from exc
+            time.sleep(0.25)
+    try:
+        remove_tree(aside)
+    except OSError:  # a scanner holding one file: the folder is swept later
+        pass

@@ -14,6 +14,7 @@ from typing import Any, Protocol, Sequence
 from ingest.store.postgres import MIGRATION_LOCK
 from rag.core.errors import ConflictError, NotFoundError, StoreUnavailableError
 from rag.core.keys import ApiKey
+from rag.core.files import make_private_folder
 
 DB_NAME = "access.sqlite"
 COLUMNS = "name, key_id, salt, digest, roles, groups, created, expires, revoked"
@@ -60,7 +61,7 @@ class SqliteKeyStore:
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_folder(self.path.parent)  # the home: its key store is no one else's to change
             conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"CREATE TABLE IF NOT EXISTS api_keys (name TEXT PRIMARY KEY, key_id TEXT NOT NULL UNIQUE, "

@@ -268,6 +268,10 @@ class PostgresStore:
     def names(self) -> list[str]:
         return [r[0] for r in self.query("SELECT name FROM rag.indexes ORDER BY name")]
 
+    def sweep(self) -> list[str]:
+        """Nothing is left behind: a delete is one transaction."""
+        return []
+
     def delete(self, name: str) -> None:
         if not self.drop(validate_index_name(name)):
             raise index_not_found(name, self.names())
@@ -356,6 +360,9 @@ class PostgresReader:
 
     def close(self) -> None:
         """Nothing to release: connections go back to the store's pool after each query."""
+
+    def gone(self) -> bool:
+        return not self.store.query("SELECT 1 FROM rag.indexes WHERE id = %s", (self.index_id,))
 
     def check_embedder(self, identity: str) -> None:
         if self.embedder_identity and self.embedder_identity != identity:

@@ -171,11 +171,23 @@ class AnswerService:
     # ------------------------------------------------------------------ retrieval
     def retriever(self, index: str | None = None) -> Retriever:
         """The retriever of an index, opened once (readers follow new commits by themselves)."""
-        name = validate_index_name(index or self.settings.index)
+        name = self.store.index(validate_index_name(index or self.settings.index)).name  # as spelled on disk
         with self._lock:
+            if name in self._retrievers and self._retrievers[name].reader.gone():  # deleted, maybe made anew
+                self._retrievers.pop(name).reader.close()
             if name not in self._retrievers:
                 self._retrievers[name] = Retriever(self.store.index(name).reader(), self.embedder)
             return self._retrievers[name]
+
+    def forget(self, index: str | None = None) -> None:
+        """Close the retrievers of ``index`` (whatever its letter case; None: of every index deleted since
+        they opened), so that nothing here holds its files."""
+        with self._lock:
+            for name in list(self._retrievers):
+                reader = self._retrievers[name].reader
+                if (name.lower() == index.lower()) if index is not None else reader.gone():
+                    self._retrievers.pop(name)
+                    reader.close()
 
     def retrieve(self, query: str, index: str | None = None, top_k: int | None = None,
                  documents: Sequence[str] | None = None, context: RequestContext = RequestContext()) -> Retrieval:

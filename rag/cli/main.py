@@ -22,7 +22,14 @@ from rag.cli.trace import trace_group
 from rag.core.settings import Settings, load_settings
 
 
-@click.group()
+class RagGroup(click.Group):
+    def main(self, *args, windows_expand_args: bool = False, **kwargs):
+        """click >= 8 expands globs, ``~`` and ``%VARS%`` in every argument on Windows (``--glob "*.pdf"`` would
+        arrive as the names of the PDFs in the current folder): ``rag`` gets its command line as typed."""
+        return super().main(*args, windows_expand_args=windows_expand_args, **kwargs)
+
+
+@click.group(cls=RagGroup)
 @click.option("--home", type=click.Path(path_type=Path), help="Home dir holding models/ and indexes/.")
 @click.pass_context
 @handle_errors

@@ -21,24 +21,32 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def port_problem(host: str, port: int) -> str | None:
+def port_problem(host: str, port: int, windows: bool | None = None) -> str | None:
     """Why ``host:port`` cannot be listened on, checked before any model loads; None when it can."""
     import errno
     import os
     import socket
 
+    windows = os.name == "nt" if windows is None else windows
+
     address = host.strip("[]")
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     try:
         with socket.socket(family, socket.SOCK_STREAM) as probe:
-            if os.name != "nt":  # as uvicorn binds: a closed connection in TIME_WAIT does not hold the port
+            if not windows:  # as uvicorn binds: a closed connection in TIME_WAIT does not hold the port
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind((address, port))
     except OSError as exc:
         if exc.errno in (errno.EADDRINUSE, 10048):  # 10048: WSAEADDRINUSE
             return f"port {port} is in use (another rag serve?); stop it or pass --port"
-        if exc.errno in (errno.EACCES, 10013):  # 10013: WSAEACCES (also a port Windows reserves)
-            return f"not allowed to listen on port {port} (ports below 1024 need privileges; try --port 8000)"
+        if exc.errno in (errno.EACCES, 10013) and windows:  # 10013: WSAEACCES
+            return (f"Windows does not let rag listen on port {port}: Hyper-V, WSL or Docker often reserve ranges "
+                    "of ports (see `netsh interface ipv4 show excludedportrange protocol=tcp`), or another program "
+                    "holds it exclusively; pass another --port, e.g. one outside those ranges")
+        if exc.errno == errno.EACCES:
+            if port < 1024:
+                return f"not allowed to listen on port {port} (ports below 1024 need privileges; try --port 8000)"
+            return f"not allowed to listen on port {port} ({exc.strerror or exc}); pass another --port"
         if exc.errno in (errno.EADDRNOTAVAIL, 10049):
             return f"{host} is not an address of this machine (use 127.0.0.1, 0.0.0.0 or one of its own)"
         return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
@@ -97,3 +105,6 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, index: str
                     log_config=None)
 
 
+
+
+# --------------------------------------------------------------------------- running as a Windows service

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from rag.cli.common import console, handle_errors, literal
+from rag.cli.common import console, handle_errors, literal, settings_from
 from rag.core.settings import Settings
 
 UNIT_NAME = "rag.service"
@@ -84,7 +84,7 @@ WantedBy=multi-user.target
 """
 
 
-@click.command("service")
+@click.group("service", invoke_without_command=True)
 @click.option("--user", default="rag", show_default=True, help="The system user the service runs as.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Bind address (keep loopback behind a reverse proxy with TLS; README \"TLS\").")
@@ -92,11 +92,14 @@ WantedBy=multi-user.target
 @click.option("--install", is_flag=True, help=f"Write the unit to /etc/systemd/system/{UNIT_NAME} (or --unit-dir).")
 @click.option("--unit-dir", type=click.Path(path_type=Path, file_okay=False), default=Path("/etc/systemd/system"),
               show_default=True, help="Where --install writes the unit.")
-@click.pass_obj
+@click.pass_context
 @handle_errors
-def service_cmd(settings: Settings, user: str, host: str, port: int, install: bool, unit_dir: Path) -> None:
-    """Print a systemd unit that runs `rag serve` sandboxed, as its own user (--install writes it)."""
-    text = unit_text(settings, user, host, port)
+def service_cmd(ctx: click.Context, user: str, host: str, port: int, install: bool, unit_dir: Path) -> None:
+    """Run `rag serve` as a service. Alone: print a systemd unit that runs it sandboxed, as its own user
+    (--install writes it); `rag service commands`: the Windows commands (NSSM, sc.exe, or a scheduled task)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    text = unit_text(settings_from(ctx), user, host, port)
     if not install:
         click.echo(text, nl=False)
         return
@@ -107,3 +110,62 @@ def service_cmd(settings: Settings, user: str, host: str, port: int, install: bo
                           f"  id {user} || useradd --system --home-dir {STATE_DIR} --shell /usr/sbin/nologin {user}\n"
                           f"  systemctl daemon-reload && systemctl enable --now rag\n"
                           f"  journalctl -u rag -f    # its log; `systemctl status rag` for its state"))
+
+
+SERVICE_NAME = "rag"
+
+
+def windows_service_commands(python: str, home: str, host: str, port: int,
+                             account: str = f"NT SERVICE\\{SERVICE_NAME}") -> list[tuple[str, list[str]]]:
+    """The cmd.exe commands (an elevated prompt) that run ``rag serve`` as a Windows service under NSSM, as
+    ``account`` (a virtual account by default; a domain account to read file shares), its home readable and
+    writable by that account and administrators only; and, for sites without NSSM, a scheduled task. Each is
+    (what it does, argv): print them with ``subprocess.list2cmdline`` (Windows' quoting)."""
+    import subprocess
+
+    serve = ["-m", "rag.cli", "--home", home, "serve", "--host", host, "--port", str(port)]
+    virtual = account.upper().startswith("NT SERVICE\\")  # a task cannot run as a virtual account
+    task_account = "NT AUTHORITY\\LOCAL SERVICE" if virtual else account
+    logs = f"{home}\\logs\\service.log"
+    return [
+        ("install the service (NSSM, https://nssm.cc: it runs a program as a service)",
+         ["nssm", "install", SERVICE_NAME, python]),
+        ("its arguments, current folder and log", ["nssm", "set", SERVICE_NAME, "AppParameters",
+                                                    subprocess.list2cmdline(serve)]),
+        ("", ["nssm", "set", SERVICE_NAME, "AppDirectory", home]),
+        ("", ["nssm", "set", SERVICE_NAME, "AppStdout", logs]),
+        ("", ["nssm", "set", SERVICE_NAME, "AppStderr", logs]),
+        ("stopped with Ctrl+C (a clean shutdown: running jobs read as interrupted), not window messages",
+         ["nssm", "set", SERVICE_NAME, "AppStopMethodSkip", "6"]),
+        ("the account it runs as (a domain account, with password=, to read file shares)",
+         ["sc.exe", "config", SERVICE_NAME, "obj=", account]),
+        ("the home: that account and administrators only (not the Authenticated Users that C:\\ gives)",
+         ["icacls", home, "/inheritance:r", "/grant:r", "*S-1-5-32-544:(OI)(CI)F", "*S-1-5-18:(OI)(CI)F",
+          f"{account}:(OI)(CI)M"]),
+        ("start it (and at every boot)", ["nssm", "start", SERVICE_NAME]),
+    ] + [("or, without NSSM: a scheduled task at startup, as " + (task_account if virtual else
+                                                                    f"{account} (schtasks asks its password)"),
+          ["schtasks", "/Create", "/TN", SERVICE_NAME, "/SC", "ONSTART", "/RU", task_account,
+           *([] if virtual else ["/RP"]), "/TR", subprocess.list2cmdline([python, *serve])])] + (
+        [("and the home for that account", ["icacls", home, "/grant", f"{task_account}:(OI)(CI)M"])]
+        if virtual else [])
+
+
+@service_cmd.command("commands")
+@click.option("--python", "python", help="The python.exe of rag's environment (default: this one).")
+@click.option("--account", default=f"NT SERVICE\\{SERVICE_NAME}", show_default=True,
+              help="The account the service runs as (e.g. DOMAIN\\svc-rag to read file shares).")
+@click.pass_context
+@handle_errors
+def service_commands(ctx: click.Context, python: str | None, account: str) -> None:
+    """Print the cmd.exe commands (run them in an elevated prompt) that install `rag serve` as a service with
+    this home, host and port (README, "Running as a Windows service")."""
+    import subprocess
+    import sys
+
+    settings = settings_from(ctx)
+    for comment, argv in windows_service_commands(python or sys.executable, str(settings.home), settings.host,
+                                                  settings.port, account):
+        if comment:
+            console.print(literal(f"rem {comment}"), soft_wrap=True)
+        console.print(literal(subprocess.list2cmdline(argv)), soft_wrap=True)

@@ -110,6 +110,12 @@ class IndexLockedError(ConflictError):
     error_type = "index_locked"
 
 
+class IndexBusyError(ConflictError):
+    """An index another process still has open (Windows will not remove its files until it lets go)."""
+
+    error_type = "index_busy"
+
+
 class PayloadTooLargeError(RagError):
     status_code = 413
     error_type = "payload_too_large"

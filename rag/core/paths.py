@@ -37,6 +37,18 @@ class PathRules:
     mapped_drive: Callable[[str], str | None] = lambda drive: None  # "Z:" -> "\\\\server\\share", or None
 
 
+def fold_case(name: str) -> str:
+    """``name`` as case-insensitive identities compare it: each character lower-cased on its own, as NTFS
+    compares names, never ``str.casefold``'s expansions ("Straße" and "Strasse" are two files there)."""
+    return name.lower()
+
+
+def is_under(path: str, folder: str, sep: str = os.sep) -> bool:
+    """Whether the identity ``path`` lies inside the identity ``folder`` (a drive or file-system root, which
+    ends in the separator already, too)."""
+    return path != folder and path.startswith(folder if folder.endswith(sep) else folder + sep)
+
+
 def path_identity(path: str, rules: PathRules) -> str:
     """The identity of ``path`` under ``rules`` (see the module notes)."""
     flavour = ntpath if rules.windows else posixpath
@@ -47,7 +59,7 @@ def path_identity(path: str, rules: PathRules) -> str:
     if rules.windows:
         resolved = _unc(resolved, rules.mapped_drive)
     if rules.case_insensitive:
-        resolved = ntpath.normcase(resolved) if rules.windows else resolved.lower()
+        resolved = ntpath.normcase(resolved) if rules.windows else fold_case(resolved)
     return resolved
 
 

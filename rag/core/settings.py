@@ -259,6 +259,15 @@ def _coerce(name: str, raw: Any, target: Any) -> Any:
         raise ConfigError(f"setting {name!r}: cannot read {raw!r} as {kind}") from exc
 
 
+def toml_hint(exc: Exception) -> str:
+    """What to do about a TOML error a Windows path causes: ``"C:\\Shares\\HR"`` is a basic string, whose
+    backslashes start escapes."""
+    if isinstance(exc, tomllib.TOMLDecodeError) and "escape" in str(exc).lower():
+        return (" (a Windows path in double quotes: write it in single quotes, 'C:\\Shares\\HR', or double "
+                "each backslash)")
+    return ""
+
+
 def load_settings(
     overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
@@ -288,10 +297,10 @@ def load_settings(
             state = "is not a file" if config_file.exists() else "does not exist"
             raise ConfigError(f"RAG_CONFIG names {config_file}, which {state}")
         if config_file.is_file():
-            try:
-                data = tomllib.loads(config_file.read_text(encoding="utf-8"))
+            try:  # utf-8-sig: Notepad (Windows PowerShell's Out-File too) starts the file with a BOM
+                data = tomllib.loads(config_file.read_text(encoding="utf-8-sig"))
             except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-                raise ConfigError(f"{config_file}: {exc}") from exc
+                raise ConfigError(f"{config_file}: {exc}{toml_hint(exc)}") from exc
             apply(data, lambda key: str(config_file))  # a typo there must not pass unnoticed
         # Every RAG_* variable but RAG_CONFIG names a setting: a typo (RAG_TOPK) is an error, not ignored.
         env = {k[4:].lower(): v for k, v in environ.items() if k.startswith("RAG_") and k != "RAG_CONFIG"}

@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Iterator, Sequence
@@ -20,7 +21,7 @@ import anyio.to_thread
 import numpy as np
 
 from rag.core.errors import BadRequestError, ModelError
-from rag.core.files import path_for_native_library
+from rag.core.files import inside_folder, path_for_native_library
 from rag.core.settings import resolve_threads
 from rag.generation.base import GenerationStats, Message, Prompt, SamplingOptions
 from rag.generation.logits import LogitBias, SpanConstraint
@@ -163,22 +164,20 @@ class LocalGenerator:
         self.info = validate_generator_dir(path)
         self.device = resolve_provider(device)
         native = path_for_native_library(path)
-        if native is None:
-            raise ModelError(f"cannot load generator from {path}: ONNX Runtime GenAI on Windows cannot open a path "
-                             "with characters outside ASCII; copy the model to a folder such as C:\\rag\\model "
-                             "(setting generator_dir, RAG_GENERATOR_DIR) or start from a folder on the way to it")
         start = time.perf_counter()
+        # ONNX Runtime GenAI cannot open a non-ASCII path on Windows: then it opens "." inside the model folder
         try:
-            config = og.Config(native)
-            config.clear_providers()
-            if self.device != "cpu":
-                config.append_provider(self.device)
-            # onnxruntime-genai runs one intra-op thread unless told otherwise; prefill and decode
-            # both scale with cores (measured 2.2x TTFT on 2 cores), so always say how many.
-            config.overlay(json.dumps({"model": {"decoder": {"session_options": {
-                "intra_op_num_threads": resolve_threads(threads)}}}}))
-            self.model = og.Model(config)
-            self.tokenizer = og.Tokenizer(self.model)
+            with nullcontext(native) if native is not None else inside_folder(path) as spelled:
+                config = og.Config(spelled)
+                config.clear_providers()
+                if self.device != "cpu":
+                    config.append_provider(self.device)
+                # onnxruntime-genai runs one intra-op thread unless told otherwise; prefill and decode
+                # both scale with cores (measured 2.2x TTFT on 2 cores), so always say how many.
+                config.overlay(json.dumps({"model": {"decoder": {"session_options": {
+                    "intra_op_num_threads": resolve_threads(threads)}}}}))
+                self.model = og.Model(config)
+                self.tokenizer = og.Tokenizer(self.model)
         except Exception as exc:  # onnxruntime-genai raises plain RuntimeError
             raise ModelError(f"cannot load generator from {path}: {exc}") from exc
         self.load_s = time.perf_counter() - start

@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from rag.core.errors import BadRequestError, ModelError
-from rag.core.files import is_device_name, make_writable, remove_tree, retry_locked
+from rag.core.files import is_device_name, make_writable, remove_tree, replace_file, scratch_folder
 from rag.modelstore.manifest import output_hashes, read_manifest, record_model, sha256_file
 from rag.modelstore.sources import GENERATOR_BUILDER_OPTIONS
 
@@ -260,15 +259,15 @@ def install_dir(built: Path, final: Path) -> None:
     old = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
     try:
         if final.exists():
-            retry_locked(lambda: final.rename(old))
+            replace_file(final, old)
     except OSError as exc:
         raise ModelError(f"cannot replace {final}: it is in use ({exc.strerror or exc}); stop the server "
                          "using it and try again") from exc
     try:
-        retry_locked(lambda: built.rename(final))
+        replace_file(built, final)
     except OSError as exc:
         if old.exists():
-            old.rename(final)
+            replace_file(old, final)
         raise ModelError(f"cannot install the new model as {final}: {exc.strerror or exc}") from exc
     for leftover in [old, *stale]:
         if leftover.exists():
@@ -337,8 +336,7 @@ def import_model(models_dir: Path, source: Path, validate: Callable[[Path], obje
         return ImportResult(name, "up-to-date", 0.0, models_dir / name, entry)
 
     architecture, parameters, command, options = None, None, "copied", ()
-    with tempfile.TemporaryDirectory(prefix=".build-", dir=models_dir) as tmp:
-        work = Path(tmp)
+    with scratch_folder(".build-", models_dir) as work:
         built = work / "out"
         if kind == "ort":
             validate(source)

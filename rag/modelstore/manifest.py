@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rag.core.files import replace_file
+
 MANIFEST_NAME = "manifest.json"
 
 
@@ -26,7 +28,7 @@ def atomic_write_text(path: Path, text: str) -> None:
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    replace_file(tmp, path)
 
 
 def read_manifest(models_dir: Path) -> dict[str, Any]:

@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from rag.modelstore.importer import build_ort_model, gguf_to_hf, install_dir
 from rag.modelstore.manifest import output_hashes, read_manifest, record_model, sha256_file
 from rag.modelstore.sources import GENERATOR_BUILDER_OPTIONS, MINILM, SMOLLM2, WheelSource
 from rag.core.errors import ChecksumError, ModelError
+from rag.core.files import scratch_folder
 
 Report = Callable[[str], None]
 EMBEDDER_MAX_LENGTH = 256  # all-MiniLM-L6-v2 was trained with max_seq_length 256
@@ -188,8 +188,7 @@ def prepare_generator(models_dir: Path, name: str = SMOLLM2.name,
     if not force and _is_current(models_dir, name, SMOLLM2, options):
         return PrepareResult(name, "up-to-date", 0.0, models_dir / name)
     wheel = locate_wheel(SMOLLM2, wheel_dir, models_dir / ".wheels", report)
-    with tempfile.TemporaryDirectory(prefix=".build-", dir=models_dir) as tmp:
-        work = Path(tmp)
+    with scratch_folder(".build-", models_dir) as work:
         built = work / "out"
         command = build_generator(wheel, work, built, report, options)
         _install_dir(built, models_dir / name)
@@ -210,8 +209,7 @@ def prepare_defaults(models_dir: Path, wheel_dir: Path | None = None, force: boo
         results += [PrepareResult(n, "up-to-date", 0.0, models_dir / n) for n in emb_names]
     else:
         wheel = locate_wheel(MINILM, wheel_dir, cache_dir, report)
-        with tempfile.TemporaryDirectory(prefix=".build-", dir=models_dir) as tmp:
-            work = Path(tmp)
+        with scratch_folder(".build-", models_dir) as work:
             export_embedder(wheel, work, work / "fp32", work / "int8", report)
             _install_dir(work / "fp32", models_dir / emb_names[0])
             _install_dir(work / "int8", models_dir / emb_names[1])

@@ -1,7 +1,7 @@
 """Does every runtime dependency install on Windows? Resolves pyproject.toml's dependencies (and any extras
 named) for win_amd64 with wheels only, per Python version, using ``pip download`` (needs only PyPI).
 
-    python tools/windows/check_wheels.py [--python 3.11 --python 3.12] [--extra postgres] [--dest DIR]
+    python tools/windows/check_wheels.py [--python 3.13 ...] [--extra postgres] [--dest DIR]
 
 With ``--dest`` the wheels stay there: the folder to carry to a disconnected Windows machine
 (``pip install --no-index --find-links DIR offline-rag``, see README "Windows / manual setup").
@@ -19,6 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PLATFORM = "win_amd64"
+PYTHONS = ["3.11", "3.12", "3.13", "3.14"]  # the versions the README supports on Windows
 
 
 def requirements(pyproject: Path, extras: list[str]) -> list[str]:
@@ -42,14 +43,14 @@ def download(reqs: list[str], python: str, dest: Path) -> subprocess.CompletedPr
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--python", action="append", help="Python version (default: 3.11 and 3.12)")
+    parser.add_argument("--python", action="append", help=f"Python version (default: {', '.join(PYTHONS)})")
     parser.add_argument("--extra", action="append", default=[], help="an optional-dependencies group too")
     parser.add_argument("--dest", type=Path, help="keep the wheels here (one folder per Python version)")
     args = parser.parse_args(argv)
     reqs = requirements(ROOT / "pyproject.toml", args.extra)
     failed = []
     with tempfile.TemporaryDirectory(prefix="rag-win-wheels-") as tmp:
-        for python in args.python or ["3.11", "3.12"]:
+        for python in args.python or PYTHONS:
             dest = (args.dest or Path(tmp)) / f"cp{python.replace('.', '')}-{PLATFORM}"
             proc = download(reqs, python, dest)
             wheels = sorted(p.name for p in dest.glob("*.whl"))
