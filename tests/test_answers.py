@@ -437,3 +437,19 @@ def test_a_technical_token_ending_in_a_short_word_is_whole(generator):
                      "Which module restricts su?")
     assert "pam_wheel.so" in {e.strip('"') for e in ends}
     assert "pam_wheel" not in {e.strip('"') for e in ends}
+
+
+def test_list_questions_name_every_item():
+    from rag.answering.compress import candidate_sentences
+    from rag.answering.evidence import enumeration, is_list
+    from rag.answering.service import items_for
+    assert is_list("Which directories get cleaned out at every boot?") and is_list("What should I do to stop it?")
+    assert not is_list("What does LVM need?") and not is_list("Which file lists the sources?")
+    assert enumeration('Temporary files in "/tmp", "/var/lock", and "/var/run" are cleaned.') == \
+        '"/tmp", "/var/lock", and "/var/run"'
+    chunk = ("To keep people out, you need to make following actions.\n\nPrevent physical access to the disk\n\n"
+             "Lock the boot loader\n\nSet a password for GRUB\n\nWith physical access, resetting it is easy.")
+    sentences = candidate_sentences([chunk])
+    items = items_for(sentences, list(range(len(sentences))), "What should I do to keep people out?")
+    assert [phrase for _, _, phrase in items] == ["Prevent physical access to the disk", "Lock the boot loader",
+                                                  "Set a password for GRUB"]

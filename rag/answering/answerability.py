@@ -59,14 +59,21 @@ def coverage(question: str, text: str) -> float:
     return len(asked & stems(text)) / len(asked) if asked else 1.0
 
 
-def lexical_signals(question: str, best: str, chunk: str, retrieved: Sequence[str], best_dense: float) -> dict:
+def missing_names(question: str, text: str) -> int:
+    """How many of the question's names (``names``) ``text`` does not hold as whole words."""
+    lowered = text.lower()
+    return sum(not re.search(rf"(?<!\w){re.escape(name)}(?!\w)", lowered) for name in names(question))
+
+
+def lexical_signals(question: str, best: str, chunk: str, retrieved: Sequence[str], best_dense: float,
+                    sentence_cosine: float) -> dict:
     """The signals read off the evidence before generation: the question's coverage by the best sentence and by
-    its chunk, and how many of the question's names no retrieved chunk holds."""
-    everything = " ".join(retrieved).lower()
-    missing = sum(not re.search(rf"(?<!\w){re.escape(name)}(?!\w)", everything) for name in names(question))
+    its chunk, how many of the question's names the chunk and all retrieved chunks do not hold, and how close in
+    meaning the best sentence and its chunk are to the question."""
     return {"coverage_sentence": coverage(question, best), "coverage_chunk": coverage(question, chunk),
-            "names_missing": float(missing),
-            "best_dense": best_dense}
+            "names_missing": float(missing_names(question, " ".join(retrieved))),
+            "names_missing_chunk": float(missing_names(question, chunk)),
+            "best_dense": best_dense, "sentence_cosine": sentence_cosine}
 
 
 def logistic(x: float) -> float:

@@ -70,10 +70,17 @@ COMMAND_WORD = re.compile(r"^[a-z][a-z0-9._+-]*$")
 # unmarkauto vim"), not prose.
 RUNS_A_COMMAND = re.compile(r"(?i)\b(?:use|using|used|run|running|execute|type|invoke|command|enter|start|call|apply)\b")
 # A sentence that announces the code under it ("…with the following command.", "…as follows:").
-INTRODUCES = re.compile(r"(?i)(?:\bfollowing\b|\bas follows\b|\bbelow\b|\bas:?|:)\s*\.?\s*$")
+INTRODUCES = re.compile(r"(?i)(?:\bfollowing(?:\s+[\w-]+){0,2}|\bas follows\b|\bbelow\b|\bas:?|:)\s*\.?\s*$")
 COMMAND_TOKENS = 64  # the longest command offered as an answer (a longer one is not offered: never cut)
 # Subtracted from the first-token logit of a command from the n-th ranked sentence, times n.
 COMMAND_RANK_PRIOR = 1.0
+# "Which directories get cleaned at boot?", "What risks do I take …?": the answer names every item.
+LIST_QUESTION = re.compile(r"(?i)^\s*(?:which|what)\s+(?:[\w-]+\s+){0,2}?([a-z][\w-]*[^s\W]s)\b"
+                           r"(?!\s+(?:is|was|does|has|the|a|an|my|your|its|their|this|that|these|those)\b)")
+# Two or more quoted items in a row ("/tmp", "/var/lock", and "/var/run"): the enumeration is the answer.
+QUOTED_ENUMERATION = re.compile(r'"[^"]{1,80}"(?:\s*,\s*(?:and\s+|or\s+)?"[^"]{1,80}"|\s+(?:and|or)\s+"[^"]{1,80}")+')
+LIST_ITEMS = 8  # the most items a list answer names
+ITEM_WORDS = 16  # a line longer than this is prose, not an item
 # "Who was Rollo?", "What is photosynthesis?": a definition is a sentence, not a phrase.
 DEFINITION_QUESTION = re.compile(r"(?i)^\s*(?:who|what|where) (?:is|was|are|were) (?:an? |the )?([^?]+?)\s*\?*\s*$")
 # A time said without a number also answers "when": "every Tuesday at noon", "in spring", "each morning".
@@ -182,6 +189,32 @@ def command_spans(commands: Sequence[tuple[int, str]], encode: Callable[[str], n
         if 0 < len(tokens) <= COMMAND_TOKENS:
             spans.append(TokenSpan(tokens, frozenset({len(tokens)}), -COMMAND_RANK_PRIOR * rank))
     return spans
+
+
+NOT_PLURALS = frozenset("does has was is this its yes us thus".split())
+
+
+# "What should I do to …?": answered with the steps the documentation lists.
+STEPS_QUESTION = re.compile(r"(?i)^\s*what (?:should|must|do|can|could) (?:i|we|you|one) do\b")
+
+
+def is_list(question: str) -> bool:
+    """The question asks for several things: "Which directories …?", or the steps of "What should I do …?"."""
+    match = LIST_QUESTION.match(question)
+    return (bool(match) and match.group(1).lower() not in NOT_PLURALS and not is_yes_no(question)) \
+        or bool(STEPS_QUESTION.match(question))
+
+
+def enumeration(sentence: str) -> str | None:
+    """The quoted items a sentence lists, as it spells them ('"/tmp", "/var/lock", and "/var/run"'), or None."""
+    found = QUOTED_ENUMERATION.search(sentence)
+    return found.group() if found else None
+
+
+def is_item(sentence: str) -> bool:
+    """A line that reads as one item of a list: short, not a question, not a shell line."""
+    return 0 < len(sentence.split()) <= ITEM_WORDS and not sentence.rstrip().endswith("?") \
+        and not PROMPT_LINE.match(sentence)
 
 
 def is_yes_no(question: str) -> bool:

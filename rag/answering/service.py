@@ -25,8 +25,9 @@ from rag.answering.answerability import (answerable_score, lexical_signals, shar
 from rag.answering.compress import (Passage, Sentence, candidate_sentences, defining_sentences, score_sentences,
                                     select_passages)
 from rag.answering.evidence import (MAX_SPAN_TOKENS, Quote, align, align_part, candidate_spans, clean_reply, cut_cleanly,
-                                    DECLINE_REPLY, command_spans, commands_in, definition_subject, holds_the_asked_type,
-                                    introduces_code, is_explanatory, is_howto, is_yes_no, sentence_quote,
+                                    DECLINE_REPLY, LIST_ITEMS, command_spans, commands_in, definition_subject,
+                                    enumeration, holds_the_asked_type, introduces_code, is_explanatory, is_howto,
+                                    is_item, is_list, is_yes_no, sentence_quote,
                                     short_answer_messages, yes_no_messages, yes_no_spans)
 from rag.answering.prompt import (ABSTENTION_MESSAGE, MODEL_ABSTENTION, drop_repeated_tail, grounded_share,
                                   model_abstained, refers_back, resolve_elliptical, subject_questions)
@@ -147,6 +148,9 @@ class PreparedAnswer:
     # A how-to question's candidate commands, best sentence first: (command, (source, sentence), and the
     # sentence announcing it when the command stands on a line of its own).
     commands: tuple[tuple[str, tuple[int, str], tuple[int, str] | None], ...] = ()
+    # A list question's items, as (source, sentence, phrase): the quoted enumeration of one sentence, or the
+    # item lines under the sentence that announces them. Answered without generation.
+    items: tuple[tuple[int, str, str], ...] = ()
     # What the answerability decision weighs, by name (the evidence's coverage of the question, the model's
     # inclination to decline): filled while preparing and generating, read by ``rag eval``.
     signals: dict[str, float] = field(default_factory=dict)
@@ -154,7 +158,7 @@ class PreparedAnswer:
 
     @property
     def abstain_early(self) -> bool:
-        return self.prompt is None and not (self.explanatory and self.ranked)
+        return self.prompt is None and not (self.explanatory and self.ranked) and not self.items
 
 
 class AnswerService:
@@ -287,7 +291,8 @@ class AnswerService:
             return PreparedAnswer(request, question, retrieval, passages, None, started,
                                   (time.perf_counter() - t0) * 1000, options.sampling)
         commands = commands_for(sentences, order, question)
-        explanatory = is_explanatory(question) and not commands
+        items = () if commands else items_for(sentences, order, question)
+        explanatory = is_explanatory(question) and not commands and not items
         if best and not explanatory and not holds_the_asked_type(best, question):
             # No number where one is asked for: a close runner-up that holds one and every telling word of the
             # question answers it ("two Major League Soccer teams in Los Angeles"), else nothing does.
@@ -300,11 +305,13 @@ class AnswerService:
             ranked = (ranked[runner_up], *ranked[:runner_up], *ranked[runner_up + 1:])
             best = ranked[0][1]
         signals = lexical_signals(question, best, retrieval.hits[ranked[0][0] - 1].chunk.text, texts,
-                                  retrieval.best_dense) if best else {}
+                                  retrieval.best_dense, self._cosine(best, retrieval)) if best else {}
         prompt, sampling = None, options.sampling
         decline = tuple(int(t) for t in self.generator.encode(DECLINE_REPLY))
         yes_no = bool(best) and not explanatory and not commands and is_yes_no(question)
-        if commands:
+        if items:
+            pass  # the items are the answer: nothing to generate
+        elif commands:
             context = " ".join(dict.fromkeys(text for _, (_, text), intro in commands
                                              for text in ((intro[1],) if intro else ()) + (text,)))
             prompt = self.generator.prompt(short_answer_messages(question, context, options.answer_examples, history))
@@ -331,7 +338,7 @@ class AnswerService:
                                            max_tokens=min(sampling.max_tokens, MAX_SPAN_TOKENS + 1), decline=decline)
         return PreparedAnswer(request, question, retrieval, passages, prompt, started,
                               (time.perf_counter() - t0) * 1000, sampling, best, ranked, explanatory, yes_no,
-                              commands, signals)
+                              commands, items, signals)
 
     async def stream(self, request: AnswerRequest,
                      stats: GenerationStats | None = None) -> AsyncIterator[str | AnswerResult]:
@@ -419,6 +426,10 @@ class AnswerService:
             answer, abstained, reason = empty_index_message(r.index), True, "empty_index"
         elif prepared.abstain_early:
             answer, abstained, reason = ABSTENTION_MESSAGE, True, "weak_evidence"
+        elif prepared.items:
+            quotes = [q for q in (self._quote(r, n, text) for n, text, _ in prepared.items) if q is not None]
+            answer, abstained, reason = "; ".join(phrase for _, _, phrase in prepared.items), False, None
+            finish_reason = "stop"
         elif prepared.explanatory:
             picked = prepared.ranked[:EXPLANATION_SENTENCES]
             quotes = [q for q in (self._quote(r, n, text) for n, text in picked) if q is not None]
@@ -482,6 +493,10 @@ class AnswerService:
         quote = self._quote(r, source, sentence)
         return sentence, False, None, [quote] if quote is not None else []
 
+    def _cosine(self, sentence: str, retrieval: Retrieval) -> float:
+        """How close in meaning ``sentence`` is to the question as searched (one embedding, ~5 ms)."""
+        return float(self.embedder.embed([sentence])[0] @ retrieval.query_vector)
+
     @staticmethod
     def _quote(retrieval: Retrieval | None, source: int, sentence: str) -> Quote | None:
         if retrieval is None or not 1 <= source <= len(retrieval.hits):
@@ -511,6 +526,31 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
             for command in commands_in(after.text):
                 found.setdefault(command, ((after.source + 1, after.text), where))
     return tuple((command, where, intro) for command, (where, intro) in found.items())
+
+
+def items_for(sentences: Sequence[Sentence], order: Sequence[int], question: str) -> tuple[tuple[int, str, str], ...]:
+    """A list question's answer from its best sentences (``order``): the first that lists quoted items, or the
+    item lines right under one that announces them ("…you need to make following actions."). Empty when none
+    does, and for any other question."""
+    if not (is_list(question) or is_howto(question)):
+        return ()
+    at = {(s.source, s.position): s for s in sentences}
+    for i in order[:COMMAND_SENTENCES]:
+        sentence = sentences[i]
+        listed = enumeration(sentence.text)
+        if listed:
+            return ((sentence.source + 1, sentence.text, listed),)
+        if introduces_code(sentence.text):
+            lines = []
+            while len(lines) < LIST_ITEMS:
+                following = at.get((sentence.source, sentence.position + 1 + len(lines)))
+                if following is None or not is_item(following.text) or introduces_code(following.text) \
+                        or (lines and following.text.endswith(".") != lines[0][2].endswith(".")):
+                    break  # the list ends where the lines stop looking like its items
+                lines.append((following.source + 1, following.text, following.text))
+            if len(lines) >= 2:
+                return tuple(lines)
+    return ()
 
 
 def empty_index_message(index: str) -> str:

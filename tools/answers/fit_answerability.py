@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-FEATURES = ("names_missing", "coverage_sentence", "coverage_chunk", "decline_margin", "best_dense")
+FEATURES = ("names_missing", "names_missing_chunk", "coverage_sentence", "coverage_chunk", "decline_margin",
+            "best_dense", "sentence_cosine")
 
 
 def load(path: Path, features: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
