@@ -394,6 +394,7 @@ class AskDoneEvent(msgspec.Struct):
     sources: list[Source]
     metrics: Metrics
     evidence: list[Evidence] = []
+    answer_kind: str = "phrase"  # as in AnswerResult: "command" answers are shown as code
 
 
 class SeedDoneEvent(msgspec.Struct, omit_defaults=True):
@@ -407,6 +408,7 @@ class SeedDoneEvent(msgspec.Struct, omit_defaults=True):
     evidence: list[Evidence] = []
     abstain_reason: str | None = None  # as in AnswerResult ("empty_index": the index holds no documents)
     content: str | None = None  # the abstention message, when it abstained
+    answer_kind: str = "phrase"  # as in AnswerResult: "command" answers are shown as code
 
 
 class Delta(msgspec.Struct, omit_defaults=True):

@@ -78,7 +78,7 @@ async def seed_sse(events):
                                 metrics=msgspec.to_builtins(seed_metrics(item)), sources=body["sources"],
                                 abstained=item.abstained, abstain_reason=item.abstain_reason,
                                 citations=item.citations, evidence=body["evidence"],
-                                content=item.answer if item.abstained else None))
+                                content=item.answer if item.abstained else None, answer_kind=item.answer_kind))
             else:
                 yield sse(TokenEvent(token=item))
     except RagError as exc:

@@ -7,6 +7,7 @@ would rather reply "unknown" than pick an answer); ``decide`` weighs them into o
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from typing import Mapping, Sequence
@@ -59,10 +60,27 @@ def coverage(question: str, text: str) -> float:
     return len(asked & stems(text)) / len(asked) if asked else 1.0
 
 
+DASHES = str.maketrans({"–": "-", "—": "-", "‐": "-", "‑": "-", "−": "-"})
+# A name misspelt by the asker ("Primeier Leage") still matches a word this close (difflib's ratio).
+CLOSE_SPELLING = 0.8
+
+
 def missing_names(question: str, text: str) -> int:
-    """How many of the question's names (``names``) ``text`` does not hold as whole words."""
-    lowered = text.lower()
-    return sum(not re.search(rf"(?<!\w){re.escape(name)}(?!\w)", lowered) for name in names(question))
+    """How many of the question's names (``names``) ``text`` does not hold: as whole words, dashes alike
+    ("1851-1860" ~ "1851–1860"), spaces aside ("Sky Drive" ~ "SkyDrive"), or misspelt by one or two letters."""
+    lowered = text.lower().translate(DASHES)
+    squeezed = re.sub(r"[\s-]+", "", lowered)
+    words: list[str] | None = None
+    missing = 0
+    for name in names(question.translate(DASHES)):
+        if re.search(rf"(?<!\w){re.escape(name)}(?!\w)", lowered) or re.sub(r"[\s-]+", "", name) in squeezed:
+            continue
+        if len(name) >= 5 and name.isalpha():
+            words = words if words is not None else list(set(re.findall(r"[a-z]{4,}", lowered)))
+            if difflib.get_close_matches(name, words, n=1, cutoff=CLOSE_SPELLING):
+                continue
+        missing += 1
+    return missing
 
 
 def lexical_signals(question: str, best: str, chunk: str, retrieved: Sequence[str], best_dense: float,

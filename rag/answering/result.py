@@ -58,6 +58,10 @@ class AnswerResult(msgspec.Struct, kw_only=True):
     model: str
     finish_reason: str
     metrics: Metrics
+    # What the answer line is: "phrase" (copied from a quote), "command" (a command, option or configuration
+    # line, shown as code), "yes_no", "list" (items joined by "; "), "sentences" (cited quotes), "refusal",
+    # "chat" (plain chat without the documents).
+    answer_kind: str = "phrase"
 
     def to_dict(self) -> dict:
         return msgspec.to_builtins(self)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -46,7 +47,8 @@ EXPLANATION_SENTENCES = 2  # the evidence sentences an explain / describe / why 
 # A hit the dense side scored this far below the best one, or found only by keywords, gives no evidence
 # sentence: an unrelated document sharing a rare word must not supply the answer (``--distractors``).
 TRUSTED_DENSE_MARGIN = 0.15
-SENTENCE_RANK_PRIOR = 1.0  # subtracted from the answer starts of the n-th best sentence, times n
+SENTENCE_RANK_PRIOR = 1.0
+CITATION_LABEL = re.compile(r"\[\d{1,2}\]$")  # subtracted from the answer starts of the n-th best sentence, times n
 
 
 @dataclass(frozen=True)
@@ -446,6 +448,7 @@ class AnswerService:
             if score < options.answerable_threshold:  # evidence found, but it does not answer this question
                 prepared.withheld = answer
                 answer, abstained, reason, quotes = ABSTENTION_MESSAGE, True, "unanswerable", []
+        kind = answer_kind(prepared, answer, abstained)
         embed_ms, search_ms = (r.embed_ms, r.search_ms) if r is not None else (0.0, 0.0)
         gen_start_ms = embed_ms + search_ms + prepared.compress_ms
         metrics = Metrics(
@@ -461,7 +464,7 @@ class AnswerService:
             evidence=[Evidence(source=q.source, quote=q.quote, start=q.start, end=q.end) for q in quotes],
             sources=sources(r, prepared.passages) if r is not None else [],
             context=[f"[{p.number}] {p.text}" for p in prepared.passages],
-            model=self.generator.model_id, finish_reason=finish_reason, metrics=metrics)
+            model=self.generator.model_id, finish_reason=finish_reason, metrics=metrics, answer_kind=kind)
 
     def _short_answer(self, prepared: PreparedAnswer, reply: str,
                       min_grounding: float) -> tuple[str, bool, str | None, list[Quote]]:
@@ -526,6 +529,23 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
             for command in commands_in(after.text):
                 found.setdefault(command, ((after.source + 1, after.text), where))
     return tuple((command, where, intro) for command, (where, intro) in found.items())
+
+
+def answer_kind(prepared: PreparedAnswer, answer: str, abstained: bool) -> str:
+    """What the answer line is (``AnswerResult.answer_kind``)."""
+    if prepared.retrieval is None:
+        return "chat"
+    if abstained:
+        return "refusal"
+    if prepared.items:
+        return "list"
+    if prepared.explanatory or CITATION_LABEL.search(answer):
+        return "sentences"
+    if any(command == answer for command, _, _ in prepared.commands):
+        return "command"
+    if prepared.yes_no and answer in ("Yes", "No"):
+        return "yes_no"
+    return "phrase"
 
 
 def items_for(sentences: Sequence[Sentence], order: Sequence[int], question: str) -> tuple[tuple[int, str, str], ...]:

@@ -143,6 +143,19 @@ def eval_cmd(ctx: click.Context, questions: Path, docs: Path, index: str | None,
     out.print(table)
     if report.get("by_type"):
         out.print(type_table(report["by_type"]))
+    if report.get("answerability_curve"):
+        out.print(curve_table(report["answerability_curve"], settings.answerable_threshold))
+
+
+def curve_table(curve: list[dict], threshold: float) -> Table:
+    """What each answerability threshold gives, the configured one marked."""
+    table = Table("threshold", "unanswerable refused", "false refusal", "answer hit",
+                  title="answerability: refusal against false refusal")
+    for point in curve:
+        mark = " ← answerable_threshold" if abs(point["threshold"] - threshold) < 0.026 else ""
+        table.add_row(f"{point['threshold']:.2f}{mark}", f"{point['refused_unanswerable']:.0%}",
+                      f"{point['false_refusal']:.0%}", f"{point['answer_hit']:.0%}")
+    return table
 
 
 def type_table(by_type: dict[str, dict]) -> Table:

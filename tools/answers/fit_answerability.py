@@ -20,15 +20,20 @@ FEATURES = ("names_missing", "names_missing_chunk", "coverage_sentence", "covera
             "best_dense", "sentence_cosine")
 
 
+# A signal an answer may lack, and the value it counts as then: an answer made without a constrained
+# generation step (cited sentences, a list) has no decline margin.
+DEFAULTS = {"decline_margin": 0.0}
+
+
 def load(path: Path, features: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     rows, labels = [], []
     for line in path.read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
         if record.get("run") not in ("main", "", None):
             continue
-        signals = record["verdict"].get("signals", {})
-        if not signals or any(name not in signals for name in features):
-            continue
+        signals = {**DEFAULTS, **record["verdict"].get("signals", {})}
+        if not record["verdict"].get("signals") or any(name not in signals for name in features):
+            continue  # refused before the score was computed: the threshold does not decide it
         rows.append([signals[name] for name in features])
         labels.append(0.0 if record["unanswerable"] else 1.0)
     return np.asarray(rows, dtype=np.float64), np.asarray(labels)
@@ -69,7 +74,8 @@ def main() -> None:
     parts = [load(path, features) for path in args.train]
     x, y = np.vstack([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
     w = fit(x, y, args.l2)
-    print({"bias": round(float(w[-1]), 3), **{name: round(float(v), 3) for name, v in zip(features, w[:-1])}})
+    print({"bias": round(float(w[-1]), 3), **{name: round(float(v), 3) for name, v in zip(features, w[:-1])},
+           **{f"default:{name}": value for name, value in DEFAULTS.items() if name in features}})
     for path, (px, py) in zip(args.train, parts):
         report(f"train {path.name}", px, py, w)
     for path in args.test:

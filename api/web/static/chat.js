@@ -381,7 +381,10 @@ function renderAnswerBody(turn, turnIndex) {
       h("p", {}, turn.answer || "The documents do not contain an answer to this question."));
   }
   const text = turn.answer || "";
-  const answer = h("div", { class: "answer-text" }, ...citationLinks(text, turnIndex, turn.sources || []));
+  // A command, option or configuration line is shown as code, verbatim.
+  const answer = turn.answerKind === "command"
+    ? h("div", { class: "answer-text" }, h("code", { class: "answer-command" }, text))
+    : h("div", { class: "answer-text" }, ...citationLinks(text, turnIndex, turn.sources || []));
   if (turn.state === "streaming") answer.append(h("span", { class: "cursor", "aria-hidden": "true" }));
   const explicit = [...text.matchAll(CITATION)].length > 0;
   const known = (n) => (turn.sources || []).some((s) => s.number === n);
@@ -490,6 +493,7 @@ async function ask(question, started) {
         turn.evidence = event.evidence || [];
         turn.abstained = Boolean(event.abstained);
         turn.abstainReason = event.abstain_reason || null;
+        turn.answerKind = event.answer_kind || "phrase";
         if (typeof event.answer === "string") turn.answer = event.answer;
         else if (event.abstained && event.content) turn.answer = event.content;
         const m = event.metrics || {};

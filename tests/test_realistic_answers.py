@@ -1,0 +1,110 @@
+"""Answers on documents of another kind than SQuAD: company policies (tests/data/policies, written for these
+tests) and real admin documentation (tests/data/debian-docs: Debian Reference and PostgreSQL manual pages).
+
+The close-but-unanswered trio: a policy speaks of contractors and the question of employees, a hotel limit is
+given for London and Berlin and the question asks about Paris, a probation applies to employees and the
+question asks about contractors. They are refused with the plain message and the closest sources, and the
+questions the same documents do answer are answered. Real models, a real index; no mocks.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ingest.pipeline import ingest_paths
+from ingest.store.embedded import EmbeddedIndex
+from rag.answering.prompt import ABSTENTION_MESSAGE
+from rag.answering.service import AnswerRequest, AnswerService, options_from
+from rag.core.settings import Settings
+from rag.evaluate import evaluate
+from rag.runtime import Models, answer_service
+
+DATA = Path(__file__).resolve().parent / "data"
+POLICIES = DATA / "policies"
+DEBIAN_DOCS = DATA / "debian-docs"
+
+
+@pytest.fixture(scope="module")
+def policies(tmp_path_factory: pytest.TempPathFactory, settings: Settings, embedder, generator) -> AnswerService:
+    home = tmp_path_factory.mktemp("policies-home")
+    local = settings.replace(home=home)
+    summary = ingest_paths([POLICIES / "docs"], EmbeddedIndex(local.index_path()), embedder, local.chunk_tokens,
+                           local.chunk_overlap)
+    assert summary.ok and summary.count("added") == 3, summary.as_dict()
+    service = answer_service(local, Models(embedder, generator))
+    yield service
+    service.close()
+
+
+def ask(service: AnswerService, *turns: str):
+    messages = []
+    result = None
+    for turn in turns:
+        messages.append({"role": "user", "content": turn})
+        result = service.ask(AnswerRequest.conversation(messages, options=options_from(service.settings)))
+        messages.append({"role": "assistant", "content": result.answer})
+    return result
+
+
+@pytest.mark.parametrize("question", [
+    "Who approves VPN access for employees?",  # the policy: contractors
+    "What is the maximum hotel rate per night in Paris?",  # only London and Berlin are listed
+    "How long is the probation period for contractors?",  # probation: employees only
+])
+def test_close_but_unanswered_questions_are_refused_with_the_closest_sources(policies: AnswerService, question: str):
+    result = ask(policies, question)
+    assert result.abstained, (question, result.answer)
+    assert result.answer == ABSTENTION_MESSAGE and result.answer_kind == "refusal"
+    assert not result.evidence and result.sources  # no quote, but the closest sources are listed
+
+
+@pytest.mark.parametrize("question, expected", [
+    ("Who approves VPN access for contractors?", "IT Security"),
+    ("What is the maximum hotel rate per night in London?", "220 EUR"),
+    ("How many days per week may employees work from home?", "three days"),
+    ("Is alcohol reimbursed?", "No"),
+    ("Is multi-factor authentication required for email?", "Yes"),
+])
+def test_what_the_same_documents_answer_is_answered(policies: AnswerService, question: str, expected: str):
+    result = ask(policies, question)
+    assert not result.abstained, (question, result.answer, result.abstain_reason)
+    assert expected in result.answer
+    by_number = {s.number: s for s in result.sources}
+    for quote in result.evidence:
+        assert by_number[quote.source].text[quote.start:quote.end] == quote.quote
+
+
+def test_follow_ups_read_against_the_most_recent_subject(policies: AnswerService):
+    # "And in Berlin?" stands for the whole earlier question with Berlin in London's place
+    result = ask(policies, "What is the maximum hotel rate per night in London?", "And in Berlin?")
+    assert "180 EUR" in result.answer and "220" not in result.answer, result.answer
+    # the third turn refers to the second question's subject, not the first
+    result = ask(policies, "How do I book a hotel for a business trip?", "Who approves VPN access for contractors?",
+                 "When does it expire?")
+    assert not result.abstained and "end date of the contract" in result.answer, result.answer
+
+
+def test_typed_eval_reports_per_type_and_the_refusal_curve(settings: Settings, tmp_path: Path):
+    report = evaluate(settings, POLICIES / "questions.jsonl", POLICIES / "docs", None, 5, 100, 0,
+                      log=lambda *a, **k: None, off_topic=False)
+    types = report["by_type"]
+    assert {"factoid", "howto", "yesno", "list", "why", "followup", "unanswerable"} <= set(types)
+    assert types["unanswerable"]["questions_unanswerable"] == 12
+    assert report["fragments"] == 0 and report["citation_precision"] == 1.0
+    curve = report["answerability_curve"]
+    assert curve[0]["threshold"] == 0.0 and curve[-1]["threshold"] == 1.0
+    refused = [point["refused_unanswerable"] for point in curve]
+    assert refused == sorted(refused) and refused[-1] == 1.0  # a stricter threshold never refuses less
+
+
+def test_the_debian_dev_set_is_verified_against_the_pages():
+    run = subprocess.run([sys.executable, str(DEBIAN_DOCS / "verify.py")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "0 failures" in run.stdout
+    questions = [json.loads(line) for line in (DEBIAN_DOCS / "questions.jsonl").read_text().splitlines()]
+    assert len(questions) >= 150
