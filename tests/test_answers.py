@@ -453,3 +453,10 @@ def test_list_questions_name_every_item():
     items = items_for(sentences, list(range(len(sentences))), "What should I do to keep people out?")
     assert [phrase for _, _, phrase in items] == ["Prevent physical access to the disk", "Lock the boot loader",
                                                   "Set a password for GRUB"]
+
+
+def test_a_quoted_name_is_answered_inside_its_quotes(generator):
+    ends = span_ends(generator, 'You must create the "/etc/apt/preferences" file and list the packages.',
+                     "Which file do I create?")
+    assert "/etc/apt/preferences" in ends
+    assert not any(end.count('"') % 2 for end in ends), ends  # never a quote left open

@@ -94,6 +94,7 @@ TEMPORAL_PREPOSITIONS = frozenset("after before until during within upon once wh
 TIMED_PHRASE = re.compile(r"(?i)^(?:on|at)\s+(?:\S+\s+){0,2}?(?:date|day|end|beginning|boot|startup|shutdown|login|"
                           r"logon|installation|upgrade|reboot|restart)\b")
 ARTICLES = frozenset({"the", "a", "an"})
+OPENING_QUOTES = {'"': '"', "“": "”", "‘": "’"}  # an opening quote and the one that closes it
 # A word, with "U.S.", "1,548", "3.5", "50%" and "don't" each read as one word: a short answer never ends
 # inside one ("U" of "U.S." was once an answer).
 WORD_OR_NUMBER = re.compile(r"(?:[A-Za-z]\.){2,}|\d+(?:[.,]\d+)*%?|\w+(?:['’]\w+)*")
@@ -303,7 +304,8 @@ def answer_starts(sentence: str, question: str) -> list[int]:
             continue
         if counting and YEAR_OR_MONTH.match(unquoted):  # "2014" is no count of teams
             continue
-        starts.append(match.start())
+        # A quoted name starts inside its quotes: '/etc/apt/preferences', not '"/etc/apt/preferences" file'
+        starts.append(match.start() + (1 if match.group()[0] in OPENING_QUOTES and len(match.group()) > 1 else 0))
     return starts
 
 
@@ -383,7 +385,12 @@ def candidate_spans(sentence: str, question: str, encode: Callable[[str], np.nda
         suffix = sentence[start:]
         tokens = tuple(int(t) for t in encode(suffix))[:limit]
         ends, question_words = set(), 0
+        # Inside quotes, the answer ends by the closing quote at the latest.
+        closing = suffix.find(OPENING_QUOTES[sentence[start - 1]]) if start and sentence[start - 1] in OPENING_QUOTES \
+            else -1
         for i, word in enumerate(w for w in words if w.start() >= start):
+            if 0 <= closing < word.end() - start:
+                break
             lowered = word.group().lower()
             if i > 0 and is_question_word(lowered, asked):
                 question_words += 1
@@ -444,7 +451,9 @@ def dangles(phrase: str) -> bool:
 
 
 def balanced(text: str) -> bool:
-    """Brackets close in order and none is left open."""
+    """Brackets close in order and none is left open; quotes come in pairs."""
+    if text.count('"') % 2 or text.count("“") != text.count("”"):
+        return False
     depth = 0
     for ch in text:
         depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(ch, 0)
