@@ -108,3 +108,25 @@ def test_the_debian_dev_set_is_verified_against_the_pages():
     assert "0 failures" in run.stdout
     questions = [json.loads(line) for line in (DEBIAN_DOCS / "questions.jsonl").read_text().splitlines()]
     assert len(questions) >= 150
+
+
+def test_words_no_visible_document_holds_say_so_and_hidden_ones_count_as_absent(tmp_path: Path, settings: Settings,
+                                                                               embedder):
+    """The answerability signal "the documents never use this word" is computed over what the asker may see: a
+    word found only in a hidden document is as absent as one found nowhere (its absence must not tell)."""
+    from rag.answering.retrieval import Retriever
+
+    public, secret = tmp_path / "public", tmp_path / "secret"
+    public.mkdir(), secret.mkdir()
+    (public / "backup.md").write_text("# Backups\n\nNightly backups are written with borg to the NAS.\n")
+    (secret / "vault.md").write_text("# Vault\n\nThe zorblat cipher protects the payroll vault.\n")
+    index = EmbeddedIndex(tmp_path / "index")
+    assert ingest_paths([public], index, embedder, groups=[]).ok
+    assert ingest_paths([secret], index, embedder, groups=["finance"]).ok
+    retriever = Retriever(index.reader(), embedder)
+    try:
+        assert retriever.absent_words(["borg", "zorblat", "nftables"], None) == ["nftables"]
+        assert retriever.absent_words(["borg", "zorblat", "nftables"], frozenset({"staff"})) == ["zorblat", "nftables"]
+        assert retriever.absent_words(["zorblat"], frozenset({"finance"})) == []
+    finally:
+        retriever.reader.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from rag.core.text import content_words, stem
@@ -52,6 +53,25 @@ def names(question: str) -> list[str]:
         if technical or any(c.isdigit() for c in token) or (i > 0 and token[:1].isupper()):
             found.append(token.lower())
     return list(dict.fromkeys(found))
+
+
+CONTRACTION = re.compile(r"(?i)(\w+)n['’]t\b")
+
+
+def searchable_words(question: str) -> list[str]:
+    """The question's telling words as written (not stems), three letters or more, contractions undone
+    ("shouldn't" is no word of the documents'): the words whose absence from every document says the
+    documents do not speak of what is asked."""
+    text = CONTRACTION.sub(r"\1", question)
+    return sorted(w for w in content_words(text) - GENERIC_WORDS if len(w) >= 3 and not w.isdigit())
+
+
+def unknown_signals(question: str, absent: Sequence[str]) -> dict[str, float]:
+    """How many of the question's words no visible document holds, and how many of those are names or
+    technical words (a digit, "_", "-", or capitalised in the question: "arm64", "pg_ctlcluster", "Dovecot")."""
+    named = set(names(question)) | {w.lower() for w in re.findall(r"(?<!^)\b[A-Z]\w+", question.strip())}
+    technical = [w for w in absent if w in named or any(c.isdigit() or c in "_-" for c in w)]
+    return {"unknown_words": float(len(absent)), "unknown_names": float(len(technical))}
 
 
 def coverage(question: str, text: str) -> float:
@@ -110,13 +130,30 @@ def answerable_score(signals: Mapping[str, float], weights: Mapping[str, float])
     return logistic(total)
 
 
-# Logistic weights by generator (its model id), fitted on the dev sets (tests/data/debian-docs and squad2-dev,
-# tools/answers/fit_answerability.py); a generator without its own row gets "default", which weighs only what
-# every generator gives (the evidence's coverage of the question; no decline margin).
-WEIGHTS: dict[str, dict[str, float]] = {
-    "default": {"bias": 2.0, "names_missing": -3.0, "coverage_sentence": 0.0},
+@dataclass(frozen=True)
+class AnswerProfile:
+    """How a generator answers best, measured on the dev sets (tests/data/debian-docs, squad2-dev; the weights
+    fitted by tools/answers/fit_answerability.py): used where the settings are left at their defaults."""
+
+    answer_examples: bool  # the worked examples before a factoid question
+    answer_sentences: int  # the best sentences a short answer may be copied from
+    weights: dict[str, float]  # the answerability score's logistic weights, by signal ("bias": the intercept)
+    answerable_threshold: float  # answers scored below are refused
+
+
+# A generator without a profile of its own (an imported model, a remote server) weighs only what every generator
+# gives: the question's names and words the documents lack, the evidence's coverage and closeness.
+DEFAULT_PROFILE = AnswerProfile(True, 1, {"bias": 2.0, "names_missing": -3.0}, 0.5)
+PROFILES: dict[str, AnswerProfile] = {
+    "smollm2-135m-instruct-int4": AnswerProfile(True, 1, DEFAULT_PROFILE.weights, 0.5),
+    "qwen25-coder-0.5b-int4": AnswerProfile(False, 3, DEFAULT_PROFILE.weights, 0.5),
+    "qwen25-coder-1.5b-int4": AnswerProfile(False, 1, DEFAULT_PROFILE.weights, 0.5),
 }
 
 
+def profile_for(model_id: str) -> AnswerProfile:
+    return PROFILES.get(model_id, DEFAULT_PROFILE)
+
+
 def weights_for(model_id: str) -> dict[str, float]:
-    return WEIGHTS.get(model_id, WEIGHTS["default"])
+    return profile_for(model_id).weights

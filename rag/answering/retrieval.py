@@ -117,6 +117,14 @@ class Retriever:
             span.set_attribute(observe.DIMENSIONS, int(vectors.shape[1]) if vectors.ndim == 2 else 0)
             return vectors
 
+    def absent_words(self, words: Sequence[str], groups: frozenset[str] | None = None) -> list[str]:
+        """The ``words`` no chunk the asker may see holds (one keyword search each, over the visible documents
+        only: what a word's absence says must not depend on documents the asker cannot see)."""
+        visible = self.reader.visible_documents(groups)
+        if visible is not None and not visible:
+            return list(words)
+        return [w for w in words if not self.reader.lexical_search(w, 1, visible)]
+
     def resolve_documents(self, ids_or_paths: Sequence[str], groups: frozenset[str] | None = None) -> list[str]:
         """Document ids for a filter given as ids or paths; an unknown one is an error, not an empty search
         (one outside the asker's ``groups`` is unknown to them, with the same message)."""

@@ -21,8 +21,8 @@ import numpy as np
 
 from ingest.embedder import Embedder
 from ingest.store import Store
-from rag.answering.answerability import (answerable_score, lexical_signals, shares_a_word, stems, telling_words,
-                                         weights_for)
+from rag.answering.answerability import (answerable_score, lexical_signals, profile_for, searchable_words,
+                                         shares_a_word, stems, telling_words, unknown_signals, weights_for)
 from rag.answering.compress import (Passage, Sentence, candidate_sentences, defining_sentences, score_sentences,
                                     select_passages)
 from rag.answering.evidence import (MAX_SPAN_TOKENS, Quote, align, align_part, candidate_spans, clean_reply, cut_cleanly,
@@ -81,9 +81,15 @@ class AnswerOptions:
 
 
 def options_from(settings: Settings, **overrides: Any) -> AnswerOptions:
-    """Defaults from settings, overridden by per-request values that are not None."""
+    """Defaults from settings, overridden by per-request values that are not None. A setting left at its default
+    that the generator's answer profile measures (``answer_examples``, ``answer_sentences``,
+    ``answerable_threshold``) takes the profile's value."""
+    profile = profile_for(settings.generator_path.name)
+
     def pick(name: str, default: Any) -> Any:
         value = overrides.pop(name, None)
+        if value is None and hasattr(profile, name) and settings.source(name) == "default":
+            return getattr(profile, name)
         return default if value is None else value
 
     sampling = SamplingOptions(
@@ -253,6 +259,9 @@ class AnswerService:
                                          request.context.groups)
         with observe.start_span("compression", {"rag.context_tokens": options.context_tokens}) as span:
             prepared = self._compose(request, question, retrieval, options, started, history)
+            if prepared.signals:
+                absent = self.retriever(request.index).absent_words(searchable_words(question), request.context.groups)
+                prepared.signals.update(unknown_signals(question, absent))
             if span.is_recording():
                 span.set_attributes({"rag.compression.passages": len(prepared.passages),
                                      "rag.compression.evidence_sentences": len(prepared.ranked),
