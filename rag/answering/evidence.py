@@ -58,7 +58,11 @@ YES_NO_PROMPT = ("Answer the question with Yes or No, as the context says. If th
 # path or configuration line the documentation shows, verbatim.
 HOWTO_QUESTION = re.compile(
     r"(?i)^\s*(?:how (?:do|can|could|should|would|might|may|must) (?:i|you|we|one)\b|how to\b|"
-    r"(?:what|which) (?:commands?|options?|lines?|settings?|parameters?|directives?|flags?|switch(?:es)?)\b)")
+    r"(?:what|which) (?:[\w.-]+ )?(?:commands?|options?|lines?|settings?|parameters?|directives?|flags?|"
+    r"switch(?:es)?|variables?)\b)")
+# A term line of a definition list: an option or setting named on a line of its own above its description
+# ("-F format", "--format=format", "log_min_duration_statement (integer)"), the type in brackets left out.
+TERM_LINE = re.compile(r"^(-{1,2}[\w-]+(?:[= ][\w<>.-]+)?|[a-z][a-z0-9_.]*_[a-z0-9_.]+)(?:\s+\((?:\w+\s?){1,3}\))?$")
 # A shell line the documentation shows ("# dpkg --configure -a", "$ journalctl -b"); several flattened into one
 # sentence are split at their prompts.
 PROMPT_LINE = re.compile(r"^[#$]\s+(\S.*)$")
@@ -174,6 +178,12 @@ def commands_in(sentence: str) -> list[str]:
                     and RUNS_A_COMMAND.search(sentence)):
             found.append(text)
     return found
+
+
+def term_of(line: str) -> str | None:
+    """The option or setting a definition-list term line names, or None for any other line."""
+    match = TERM_LINE.match(line.strip())
+    return match.group(1) if match else None
 
 
 def introduces_code(sentence: str) -> bool:

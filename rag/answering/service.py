@@ -28,7 +28,7 @@ from rag.answering.compress import (Passage, Sentence, candidate_sentences, defi
 from rag.answering.evidence import (MAX_SPAN_TOKENS, Quote, align, align_part, candidate_spans, clean_reply, cut_cleanly,
                                     DECLINE_REPLY, LIST_ITEMS, command_spans, commands_in, definition_subject,
                                     enumeration, holds_the_asked_type, introduces_code, is_explanatory, is_howto,
-                                    is_item, is_list, is_yes_no, sentence_quote,
+                                    is_item, is_list, is_yes_no, sentence_quote, term_of,
                                     short_answer_messages, yes_no_messages, yes_no_spans)
 from rag.answering.prompt import (ABSTENTION_MESSAGE, MODEL_ABSTENTION, drop_repeated_tail, grounded_share,
                                   model_abstained, refers_back, resolve_elliptical, subject_questions)
@@ -517,6 +517,7 @@ class AnswerService:
 
 
 COMMAND_SENTENCES = 3  # the best-ranked sentences whose commands a how-to question may be answered with
+TERM_LINES = 2  # the term lines above a description that may name the option it describes
 
 
 def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: str
@@ -537,6 +538,12 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
         if after is not None and introduces_code(sentence.text):
             for command in commands_in(after.text):
                 found.setdefault(command, ((after.source + 1, after.text), where))
+        for back in range(1, TERM_LINES + 1):  # the option or setting a description is listed under
+            term_line = following.get((sentence.source, sentence.position - back))
+            term = term_of(term_line.text) if term_line is not None else None
+            if term is None:
+                break
+            found.setdefault(term, ((term_line.source + 1, term_line.text), None))
     return tuple((command, where, intro) for command, (where, intro) in found.items())
 
 
