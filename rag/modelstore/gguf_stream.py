@@ -255,6 +255,9 @@ def load_quantized_model(gguf_path: Path, config: Any, plan: WeightPlan,
         return out, (rows, cols)
 
     for index, tensor in enumerate(reader.tensors, 1):
+        if int(tensor.n_elements) >= CHUNK_VALUES:
+            report(f"[rag] quantising {tensor.name} ({int(tensor.n_elements) / 1e6:.0f}M values, "
+                   f"{tensor.tensor_type.name})")
         target = mapping.get(tensor.name)
         module_name, attribute = target.rsplit(".", 1) if target else (None, None)
         module = model.get_submodule(module_name) if module_name else None

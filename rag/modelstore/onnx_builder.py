@@ -112,6 +112,8 @@ def install_gguf_loader(gguf: Path, plan_json: str, facts_path: Path | None, hf_
     plan = WeightPlan.from_json(plan_json)
     print("[rag] reading the GGUF metadata (config, tokenizer)", flush=True)
     config = write_config_dir(gguf, hf_dir)
+    print(f"[rag] {config.architectures[0]}, {config.num_hidden_layers} layers: quantising tensor by tensor",
+          flush=True)
     architecture = config.architectures[0]
     facts = {"architecture": architecture, **gguf_facts(gguf)}
     if facts_path is not None:
