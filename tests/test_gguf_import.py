@@ -105,7 +105,7 @@ def test_stream_import_is_matmulnbits_throughout_with_the_planned_bits(smollm2_i
 
     model = onnx.load(str(smollm2_import / "model.onnx"), load_external_data=False)
     ops = [n.op_type for n in model.graph.node]
-    assert "MatMul" not in ops and ops.count("MatMulNBits") == 30 * 4 + 1  # qkv, o, gate, up, down... fused
+    assert "MatMul" not in ops and ops.count("MatMulNBits") == 30 * 5 + 1  # qkv (fused), o, gate, up, down; head
     bits = {n.name: next(a.i for a in n.attribute if a.name == "bits") for n in model.graph.node
             if n.op_type in ("MatMulNBits", "GatherBlockQuantized")}
     assert bits["/lm_head/MatMulNBits"] == 8 and bits["/model/embed_tokens/GatherBlockQuantized"] == 8
@@ -121,14 +121,16 @@ def test_stream_import_is_matmulnbits_throughout_with_the_planned_bits(smollm2_i
     assert (smollm2_import / "chat_template.jinja").is_file()
 
 
-# Greedy replies of the old recipe's build (dequantised fp32 checkpoint + k_quant_mixed), 48 tokens.
+# The old recipe's build (GGUF -> fp32 HF checkpoint -> builder with k_quant_mixed): the start of its greedy
+# replies (tools/models/compare_greedy.py; the 135M model is not always right, the point is the same words).
 OLD_BUILD = {
     "What is the capital of France?": "The capital of France is Paris.",
-    "What is the largest planet in the solar system?": "The largest planet in the solar system is Jupiter.",
-    "How many legs does a spider have?": "A spider has eight legs.",
+    "Explain in one sentence what a CPU does.": "The CPU (Central Processing Unit) is the brain of the computer",
+    "What is the largest planet in the solar system?": "The largest planet in the solar system is Neptune",
+    "How many legs does a spider have?": "A spider's legs are typically four legs, but they can have up to eight legs.",
     "Context: The Normans were the people who in the 10th and 11th centuries gave their name to Normandy. "
-    "Question: In what country is Normandy located?": "Normandy is located in France.",
-    "Explain in one sentence what a CPU does.": None,  # only the first words are compared
+    "Question: In what country is Normandy located?":
+        "The Normans were indeed the people who in the 10th and 11th centuries gave their name to Normandy.",
 }
 
 
@@ -142,10 +144,8 @@ def test_stream_import_answers_as_the_old_build(smollm2_import: Path) -> None:
         tokens = generator.encode(generator.chat_prompt([{"role": "user", "content": prompt}]))
         replies[prompt] = generator.generate(tokens, SamplingOptions(max_tokens=48))[0]
     assert "Paris" in replies["What is the capital of France?"]
-    assert "Jupiter" in replies["What is the largest planet in the solar system?"]
-    assert "eight" in replies["How many legs does a spider have?"] or "8" in replies["How many legs does a spider have?"]
-    same = [p for p, old in OLD_BUILD.items() if old is not None and replies[p].startswith(old)]
-    assert len(same) >= 3, replies
+    same = [p for p, old in OLD_BUILD.items() if replies[p].startswith(old)]
+    assert len(same) >= 4, replies  # measured: 5 of 5 (12 of the 20 prompts of compare_greedy identical)
 
 
 # ------------------------------------------------------------------------------------------ multi-part

@@ -249,9 +249,14 @@ def load_quantized_model(gguf_path: Path, config: Any, plan: WeightPlan,
         rows = tensor.data.shape[0]
         cols = int(tensor.n_elements) // rows
         step = max(1, CHUNK_VALUES // cols)
-        parts = [block_quantize(processed(tensor, slice(r, r + step))[1], bits, plan.block_size, plan.method)
-                 for r in range(0, rows, step)]
-        out = tuple(np.concatenate([part[i] for part in parts]) for i in range(3))
+        out = None
+        for start in range(0, rows, step):
+            part = block_quantize(processed(tensor, slice(start, start + step))[1], bits, plan.block_size,
+                                  plan.method)
+            if out is None:
+                out = tuple(np.empty((rows, *array.shape[1:]), dtype=array.dtype) for array in part)
+            for whole, piece in zip(out, part):
+                whole[start:start + len(piece)] = piece
         return out, (rows, cols)
 
     for index, tensor in enumerate(reader.tensors, 1):
@@ -298,6 +303,8 @@ def load_quantized_model(gguf_path: Path, config: Any, plan: WeightPlan,
     missing = [name for name, p in model.named_parameters() if p.is_meta
                and not (tied and p is embedding_module.weight)
                and not (name.endswith(".weight") and hasattr(model.get_submodule(name.rsplit(".", 1)[0]), "qweight"))]
+    if tied and not hasattr(lm_head, "qweight"):
+        missing.append("the (tied) token embedding")
     if missing:
         raise ValueError(f"the GGUF file has no tensor for {', '.join(missing[:5])}")
     return model
