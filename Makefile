@@ -57,7 +57,9 @@ serve: examples
 WINDOWS_PASS := tests/test_jobs.py tests/test_backup.py tests/test_sources.py tests/test_uploads.py \
 	tests/test_telemetry.py tests/test_access.py tests/test_folder_groups.py tests/test_ingest.py
 
-test: $(DEV) models
+# The suite runs on SmolLM2-135M whatever this machine's default generator is (tests/conftest.py): prepare only it.
+test: $(DEV)
+	$(BIN)/rag models prepare --generator smollm2-135m
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 	$(BIN)/python -m pytest --windows-rules -m "not pypi" -k "not postgres" $(WINDOWS_PASS)

@@ -368,6 +368,24 @@ def permission_warnings(settings: Settings) -> list[str]:
     return warnings
 
 
+def generator_choice(settings: Settings) -> dict:
+    """Which generator answers and why: the machine's default (rag/core/ladder.py), the ``generator``
+    setting, ``generator_dir`` or a remote ``generator_url``; with where the deciding setting came from."""
+    if settings.generator_url:
+        return {"model": settings.generator_model or "(the server's first)", "by": "generator_url",
+                "why": f"generator_url = {settings.generator_url} ({settings.source('generator_url')})"}
+    if settings.generator_dir:
+        return {"model": settings.generator_dir.name, "by": "generator_dir",
+                "why": f"generator_dir = {settings.generator_dir} ({settings.source('generator_dir')})"}
+    choice = settings.generator_choice
+    if choice.by == "setting":
+        return {"model": choice.model, "by": "generator",
+                "why": f"generator = {settings.generator} ({settings.source('generator')})"}
+    return {"model": choice.model, "by": "machine",
+            "why": f"chosen for this machine: {choice.why}; the setting generator (a model name) or "
+                   "generator_dir overrides it"}
+
+
 def machine_info(settings: Settings, probe: bool = True, only: list[str] | None = None) -> dict:
     """Everything ``rag info`` shows: CPU, memory, GPUs, execution providers and the provider choice,
     installed models with a measured probe each, and a recommendation."""
@@ -381,7 +399,8 @@ def machine_info(settings: Settings, probe: bool = True, only: list[str] | None 
     probes = [probe_generator(settings, name) for name in generators] if probe else []
     info = {"cpu": cpu_facts(), "memory": memory_facts(), "gpus": gpu_facts(), "providers": providers,
             "device": {"setting": settings.device, "chosen": chosen, "why": why},
-            "generator_in_use": str(settings.generator_path), "models": rows,
+            "generator_in_use": str(settings.generator_path), "generator_choice": generator_choice(settings),
+            "models": rows,
             "probes": [p.__dict__ for p in probes], "budget_s": ANSWER_BUDGET_S,
             "permissions": permission_warnings(settings)}
     if probe:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from helpers import INLINE_JOB_WAIT_S, WINDOWS_RULES_ENV
-from rag.core.settings import PROJECT_ROOT, Settings, load_settings
+from rag.core.settings import DEFAULT_GENERATOR, PROJECT_ROOT, Settings, load_settings
 from windows import windows_rules  # noqa: F401  (the fixture, for every module)
 
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
@@ -28,9 +28,10 @@ def models_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def settings(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    """Settings with the project's models but a scratch home for indexes."""
+    """Settings with the project's models but a scratch home for indexes. The generator is SmolLM2-135M
+    whatever this machine's default (rag/core/ladder.py) is: the suite's expectations are its answers."""
     home = tmp_path_factory.mktemp("home")
-    defaults = load_settings(environ={})
+    defaults = load_settings(environ={}, overrides={"generator_dir": models_dir / DEFAULT_GENERATOR})
     # Uploads answer inline however loaded the test machine is (tests/test_jobs.py covers the 202 path with
     # the default job_wait_s).
     return load_settings(environ={}, overrides={

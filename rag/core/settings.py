@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from rag.core.errors import BadRequestError, ConfigError
+from rag.core.ladder import AUTO, Choice, resolve_generator
 from rag.core.names import access_groups, validate_index_name
 
 if sys.version_info >= (3, 11):
@@ -27,7 +28,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEVICES = ("auto", "cpu", "cuda", "dml")
-DEFAULT_GENERATOR = "smollm2-135m-instruct-int4"
+DEFAULT_GENERATOR = "smollm2-135m-instruct-int4"  # the smallest rung (rag/core/ladder.py); the tests' model
 DEFAULT_EMBEDDER = "all-minilm-l6-v2-int8"
 
 
@@ -39,8 +40,12 @@ def resolve_threads(threads: int) -> int:
 @dataclass(frozen=True)
 class Settings:
     home: Path = field(default=PROJECT_ROOT, metadata={"doc": "holds models/ and indexes/"})
+    generator: str = field(default=AUTO, metadata={
+        "doc": "auto = the largest model of the ladder this machine runs (rag/core/ladder.py; `rag info` says "
+               "which and why); or smollm2-135m, qwen25-coder-0.5b, qwen25-coder-1.5b, or a folder under models/"})
     generator_dir: Path | None = field(
-        default=None, metadata={"doc": f"ORT GenAI model dir (default: models/{DEFAULT_GENERATOR})"}
+        default=None, metadata={"doc": "ORT GenAI model dir; overrides generator (default: models/ + the "
+                                       "generator setting's choice)"}
     )
     embedder_dir: Path | None = field(
         default=None, metadata={"doc": f"ONNX embedder dir (default: models/{DEFAULT_EMBEDDER})"}
@@ -193,8 +198,13 @@ class Settings:
         return self.home / "jobs"
 
     @property
+    def generator_choice(self) -> Choice:
+        """Which generator folder the ``generator`` setting picks and why (``generator_dir`` aside)."""
+        return resolve_generator(self.generator, self.models_dir)
+
+    @property
     def generator_path(self) -> Path:
-        return self.generator_dir or self.models_dir / DEFAULT_GENERATOR
+        return self.generator_dir or self.models_dir / self.generator_choice.model
 
     @property
     def embedder_path(self) -> Path:
@@ -312,6 +322,9 @@ def load_settings(
         validate_index_name(settings.index)
     except BadRequestError as exc:
         raise ConfigError(f"setting 'index': {exc.message}") from exc
+    if not re.match(r"^[a-z0-9][a-z0-9._-]{0,79}$", settings.generator):
+        raise ConfigError(f"generator must be auto, a ladder name or a folder name under models/, "
+                          f"not {settings.generator!r}")
     if settings.device not in DEVICES:
         raise ConfigError(f"device must be one of {', '.join(DEVICES)}, not {settings.device!r}")
     if settings.chunk_tokens < 1:

