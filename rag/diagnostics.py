@@ -19,7 +19,8 @@ from rag.modelstore.sources import known_source
 
 IMPORT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
-CHECK_PROMPT = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+# One sentence, so that the check measures decoding too (a model that answers "Paris" in one token has no rate).
+CHECK_PROMPT = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 CHECK_SENTENCES = ("The Eiffel Tower was completed in 1889.", "When was the Eiffel Tower built?")
 # ~200-token passage used to measure embedding throughput on realistic chunk sizes.
 THROUGHPUT_CHUNK = (
