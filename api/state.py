@@ -163,19 +163,27 @@ class AppState:
 
     def start_upload(self, target: StoredIndex, context: RequestContext, files: list[IncomingFile],
                      groups: list[str] | None) -> Running:
-        """Queue an upload as a job (its names checked first: a bad upload is refused before any work)."""
+        """Queue an upload as a job (its names checked first: a bad upload is refused before any work). An
+        uploader gives documents only groups it holds, and stores where a document it cannot see is never met
+        (``ingest.uploads.placement``)."""
         assert self.jobs is not None and self.runner is not None and self.uploads is not None
+        if groups is not None and not context.principal.may_assign(groups):
+            self.record(context, "refused", route="/v1/documents", index=target.name, outcome="refused",
+                        groups_needed=sorted(set(groups)))
+            raise ForbiddenError("this key may give documents only the groups it holds")
         parameters = self.ingest_parameters()
-        self.uploads.check(target.name, files)
+        scope = context.groups
+        self.uploads.check(target, files, scope)
         job = self.jobs.create("upload", target.name, context.principal.name, [(f.name, f.content) for f in files],
-                               groups)
-        return self._start(job, upload_work(self.jobs, self.uploads, target, parameters, groups), context)
+                               groups, starter=context.principal.key, scope=scope)
+        return self._start(job, upload_work(self.jobs, self.uploads, target, parameters, groups, scope), context)
 
     def start_sync(self, target: StoredIndex, source_id: str, context: RequestContext,
                    principal: str | None = None) -> Running:
         assert self.jobs is not None
         parameters = self.ingest_parameters()
-        job = self.jobs.create("sync", target.name, principal or context.principal.name, source=source_id)
+        job = self.jobs.create("sync", target.name, principal or context.principal.name, source=source_id,
+                               starter=context.principal.key, scope=context.groups)
         return self._start(job, sync_work(target, source_id, parameters), context)
 
     def retry(self, job: Job, context: RequestContext) -> Running:
@@ -188,13 +196,17 @@ class AppState:
         target = self.index(job.index)
         parameters = self.ingest_parameters()
         if job.kind == "sync":
-            new = self.jobs.create("sync", job.index, context.principal.name, source=job.source, retry_of=job.id)
+            new = self.jobs.create("sync", job.index, context.principal.name, source=job.source, retry_of=job.id,
+                                   starter=job.starter, scope=job.scope_groups())
             return self._start(new, sync_work(target, job.source or "", parameters), context)
-        new = self.jobs.create("upload", job.index, context.principal.name, groups=job.groups, retry_of=job.id)
+        new = self.jobs.create("upload", job.index, context.principal.name, groups=job.groups, retry_of=job.id,
+                               starter=job.starter, scope=job.scope_groups())
         new.names = job.names
         self.jobs.take_inputs(job, new)
         self.jobs.save(new)
-        return self._start(new, upload_work(self.jobs, self.uploads, target, parameters, job.groups), context)
+        # As its first uploader would have stored it: where it goes never depends on who runs it again.
+        return self._start(new, upload_work(self.jobs, self.uploads, target, parameters, job.groups,
+                                            job.scope_groups()), context)
 
     def visible_job(self, context: RequestContext, job_id: str, route: str) -> Job:
         """A job the principal may follow (editors of its index); any other is "not found", like a missing one."""

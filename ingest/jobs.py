@@ -28,6 +28,7 @@ import psutil
 
 from ingest.pipeline import FileOutcome
 from rag.core import observe
+from rag.core.access import ALL_GROUPS
 from rag.core.errors import JobCancelled, JobNotFoundError, JobStateError, RagError
 from rag.core.files import remove_tree, replace_file, retry_locked
 
@@ -87,6 +88,15 @@ class Job(msgspec.Struct, omit_defaults=True):
     source: str | None = None
     retry_of: str | None = None
     owner: str = ""  # host:pid:process start time of the process running it
+    # Who started it (``Principal.key``: kind and name) and the document groups it saw ("*": every document;
+    # none: public documents only, what a record without them means): a re-run stores its files as that
+    # uploader would, and only the starter or one who sees everything it touched may follow or change it.
+    starter: str = ""
+    scope: list[str] = msgspec.field(default_factory=list)
+
+    def scope_groups(self) -> frozenset[str] | None:
+        """The groups its uploader saw (None: every document)."""
+        return None if ALL_GROUPS in self.scope else frozenset(self.scope)
 
     def elapsed_s(self, now: float) -> float:
         if self.started_at is None:
@@ -137,12 +147,15 @@ class JobStore:
         return self.folder / job_id
 
     def create(self, kind: str, index: str, principal: str | None, inputs: Sequence[tuple[str, bytes]] = (),
-               groups: Sequence[str] | None = None, source: str | None = None, retry_of: str | None = None) -> Job:
+               groups: Sequence[str] | None = None, source: str | None = None, retry_of: str | None = None,
+               starter: str = "", scope: frozenset[str] | None = frozenset()) -> Job:
+        """``scope``: the document groups the starter sees (None: every document)."""
         now = time.time()
         job = Job(uuid.uuid4().hex, kind, index, principal=principal, created_at=now, updated_at=now,
                   owner=process_identity(),
                   names=[name for name, _ in inputs], groups=list(groups) if groups is not None else None,
-                  source=source, retry_of=retry_of)
+                  source=source, retry_of=retry_of, starter=starter,
+                  scope=[ALL_GROUPS] if scope is None else sorted(scope))
         folder = self.folder / job.id / INPUT_DIR
         (folder if kind == "upload" else folder.parent).mkdir(parents=True)
         for position, (_, content) in enumerate(inputs):

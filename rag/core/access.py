@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 ROLES = ("reader", "editor", "admin")  # each includes what the ones before it may do
 ALL_INDEXES = "*"
+ALL_GROUPS = "*"  # a grant of every document group (no document group may be spelled so)
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,12 @@ class Principal:
     name: str
     roles: tuple[tuple[str, str], ...] = ((ALL_INDEXES, "admin"),)  # (index name or "*", role)
     groups: frozenset[str] | None = None  # document groups it may see; None: every document
+    kind: str = "key"  # key | jwt | env | local | anonymous | system: names of two kinds never meet
+
+    @property
+    def key(self) -> str:
+        """Who it is, kind included ("key:alice" is not the signed-in "jwt:alice")."""
+        return f"{self.kind}:{self.name}"
 
     def role_for(self, index: str) -> str | None:
         """The strongest role this principal holds on ``index`` (an exact grant or ``*``)."""
@@ -35,8 +42,12 @@ class Principal:
             return True
         return bool(self.groups.intersection(document_groups))
 
+    def may_assign(self, groups: frozenset[str] | tuple[str, ...] | list[str]) -> bool:
+        """Whether it may give a document (or a key) ``groups``: only groups it holds itself."""
+        return self.groups is None or set(groups) <= self.groups
 
-LOCAL_ADMIN = Principal("local")  # no key configured (open service on 127.0.0.1) and the CLI
+
+LOCAL_ADMIN = Principal("local", kind="local")  # no key configured (open service on 127.0.0.1) and the CLI
 
 
 @dataclass(frozen=True)
