@@ -19,7 +19,7 @@ from litestar.di import NamedDependency
 
 from api.tokens import TokenVerifier
 from ingest.store.keys import KeyStore
-from rag.core.access import ALL_INDEXES, LOCAL_ADMIN, Principal, RequestContext
+from rag.core.access import ALL_INDEXES, EVERY_DOCUMENT, LOCAL_ADMIN, PUBLIC_ONLY, Principal, RequestContext
 from rag.core.errors import ForbiddenError
 from rag.core.keys import ApiKey, secret_matches, split_token
 from rag.core.names import validate_index_name
@@ -27,7 +27,8 @@ from rag.core.settings import Settings
 
 CONTEXT_SCOPE_KEY = "rag.context"
 ENV_KEY_PRINCIPAL = "api-key"  # the name RAG_API_KEY's principal is recorded under
-ANONYMOUS = Principal("anonymous", roles=(), groups=frozenset())  # open pages without a key: public documents
+ANONYMOUS = Principal("anonymous", roles=(), groups=PUBLIC_ONLY, kind="anonymous")  # open pages: public documents
+ENV_KEY = Principal(ENV_KEY_PRINCIPAL, ((ALL_INDEXES, "admin"),), EVERY_DOCUMENT, kind="env")  # the operator's key
 VERIFIED_CACHE_SIZE = 1024
 Context = NamedDependency[RequestContext]  # a route's parameter ``context: Context``: the request's one context
 
@@ -60,7 +61,7 @@ class Authenticator:
         if not token:
             return None
         if self.api_key and hmac.compare_digest(token.encode(), self.api_key.encode()):
-            return Principal(ENV_KEY_PRINCIPAL)
+            return ENV_KEY
         parts = split_token(token)
         if parts is not None:
             record = self.keys.by_id(parts[0])

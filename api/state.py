@@ -25,7 +25,7 @@ from ingest.parameters import IngestParameters
 from ingest.work import sync_work, upload_work
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, AnswerService, final_result
-from rag.core.access import RequestContext
+from rag.core.access import ALL_INDEXES, EVERY_DOCUMENT, Principal, RequestContext
 from rag.core.audit import AuditLog, question_fields
 from rag.core.errors import (DocumentNotFoundError, ForbiddenError, JobNotFoundError, JobStateError, ModelError,
                              RagError, SourceBusyError, SourceUnavailableError)
@@ -41,6 +41,8 @@ BUSY_BACKOFF_S = 30.0
 # index locked by a CLI ingest) is tried again after its interval, at least this long: not every 2 s.
 FAILED_BACKOFF_S = 60.0  # a source another replica is syncing is looked at again after this
 PRUNE_EVERY_S = 3600.0  # finished jobs older than a week are removed at start and then hourly
+# The server's own scheduled syncs: they run what an operator set up (`rag sources add --every`).
+SCHEDULE = Principal("schedule", ((ALL_INDEXES, "editor"),), EVERY_DOCUMENT, kind="system")
 SOURCE_POLL_S = 2.0  # how often the server looks for a source whose scheduled sync is due (a few SQLite reads)
 
 
@@ -86,7 +88,7 @@ class AppState:
         sees them (metrics need a key), and every source of every index; what cannot be read now is left out."""
         assert self.store is not None
         try:
-            summary: tuple[str, int, int] | None = self.summary(None, RequestContext())
+            summary: tuple[str, int, int] | None = self.summary(None, RequestContext.local())
         except RagError:
             summary = None
         return IndexFigures(summary, every_source(self.store))
@@ -128,7 +130,7 @@ class AppState:
                 log.exception("scheduled source sync failed")
 
     def _scheduled_sync(self, target: StoredIndex, source) -> None:
-        running = self.start_sync(target, source.id, RequestContext(), principal="schedule")
+        running = self.start_sync(target, source.id, RequestContext(SCHEDULE), principal="schedule")
         while not running.done.wait(1.0):
             if self.stopping.is_set():
                 return

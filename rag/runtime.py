@@ -6,6 +6,7 @@ service from here, so each component is chosen by settings in exactly one place.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from rag.core.settings import Settings
 from rag.generation.base import Generator, SamplingOptions
 from rag.generation.ort import LocalGenerator
 from rag.generation.scheduler import GenerationScheduler
+
+log = logging.getLogger("rag.access")
 
 
 def open_store(settings: Settings) -> Store:
@@ -76,13 +79,24 @@ def open_audit_trail(settings: Settings) -> AuditLog:
 
 
 def open_keys(settings: Settings) -> KeyStore:
-    """The API keys' table: in the PostgreSQL store with ``store_url`` (replicas share it), else in the home."""
+    """The API keys' table: in the PostgreSQL store with ``store_url`` (replicas share it), else in the home.
+    Keys stored without groups (made when that meant every document) get the explicit grant ``*``, said once:
+    by the first process that opens the table after the change."""
+    store: KeyStore
     if settings.store_url:
         try:
-            return PostgresKeyStore(settings.store_url)
+            store = PostgresKeyStore(settings.store_url)
         except ImportError as exc:
             raise postgres_packages_missing(exc.name) from exc
-    return SqliteKeyStore(settings.home)
+    else:
+        store = SqliteKeyStore(settings.home)
+    migrated = store.migrate_implicit_groups()
+    if migrated:
+        log.warning("%d API key(s) made before every document was an explicit grant keep seeing every document: "
+                    "they now hold the document groups '*' (%s). A key made without --groups sees public documents "
+                    "only; narrow these with rag keys revoke and rag keys create --groups.", len(migrated),
+                    ", ".join(migrated), extra={"fields": {"keys": migrated}})
+    return store
 
 
 @contextmanager

@@ -35,7 +35,7 @@ def run_cli(home: Path, settings: Settings, *args: str, **env: str) -> subproces
 
 
 def add_key(home: Path, name: str, role: str, *indexes: str, expires: float | None = None,
-            groups: frozenset[str] | None = None) -> str:
+            groups: frozenset[str] = frozenset()) -> str:
     record, token = new_key(name, parse_grants(role, indexes), groups=groups, expires=expires)
     store = SqliteKeyStore(home)
     try:
@@ -69,7 +69,7 @@ def keys(home: Path) -> dict[str, str]:
     return {"reader": add_key(home, "reader-default", "reader", "default"),
             "hr": add_key(home, "reader-hr", "reader", "hr"),
             "editor": add_key(home, "editor-default", "editor", "default"),
-            "admin": add_key(home, "admin-all", "admin")}
+            "admin": add_key(home, "admin-all", "admin", groups=frozenset({"*"}))}
 
 
 @pytest.fixture(scope="module")
@@ -327,8 +327,8 @@ def test_bad_tokens_are_401(jwt_server):
 # --------------------------------------------------------------------------- keys over HTTP (the web app's admin page)
 def test_admins_manage_keys_over_http_and_others_may_not(server: str, keys: dict[str, str]):
     me = httpx.get(f"{server}/v1/me", headers=bearer(keys["hr"])).json()
-    assert me == {"name": "reader-hr", "roles": [{"index": "hr", "role": "reader"}], "groups": None,
-                  "authenticated": True}
+    assert me == {"name": "reader-hr", "roles": [{"index": "hr", "role": "reader"}], "groups": [],
+                  "sees": "public only", "authenticated": True}
     for who in ("reader", "editor", "hr"):
         assert error_type(httpx.get(f"{server}/v1/keys", headers=bearer(keys[who])), 403) == "forbidden"
     admin = bearer(keys["admin"])

@@ -151,3 +151,88 @@ def test_upload_over_hidden_document_is_stored_apart(deployment: Deployment):
     without_hidden = probe()
     assert with_hidden == without_hidden
     assert all(r["status"] == "added" and not r.get("renamed_from") for reply in with_hidden for r in reply)
+
+
+# --------------------------------------------------------------------------- 2. least privilege by default
+def store_env(d: Deployment) -> dict[str, str]:
+    return {k: v for k, v in d.env.items() if k == "RAG_STORE_URL"}
+
+
+def make_legacy(d: Deployment, name: str) -> None:
+    """Turn key ``name`` into one made before every document was an explicit grant (groups stored as NULL)."""
+    if d.store == "embedded":
+        import sqlite3
+
+        with sqlite3.connect(d.home / "access.sqlite") as conn:
+            conn.execute("UPDATE api_keys SET groups = NULL WHERE name = ?", (name,))
+    else:
+        import psycopg
+
+        with psycopg.connect(d.env["RAG_STORE_URL"], autocommit=True) as conn:
+            conn.execute("UPDATE rag.api_keys SET groups = NULL WHERE name = %s", (name,))
+
+
+MIGRATED = "keep seeing every document"
+
+
+def test_a_key_without_groups_sees_public_documents_only(deployment: Deployment, settings: Settings):
+    """Finding 2: `rag keys create bob --role reader --index X` (no --groups) sees public documents only; every
+    document is the explicit grant --groups '*'; a key made before (groups stored as NULL) keeps seeing every
+    document, migrated to '*' and said once; `rag keys list` says "public only" / "all groups"."""
+    d, index = deployment, fresh_index()
+    hidden = files_of(d.upload("admin", index, "Budget.md", SECRET, groups="finance"))[0]
+    public = files_of(d.upload("admin", index, "canteen.md", b"# Canteen\n\nThe canteen serves soup.\n"))[0]
+    env = store_env(d)
+    tokens = {}
+    for name, extra in (("bob", ()), ("carol", ("--groups", "*"))):
+        made = run_cli(d.home, settings, "keys", "create", f"{name}-{index}", "--role", "reader", "--index", index,
+                       *extra, **env)
+        assert made.returncode == 0, made.stderr
+        tokens[name] = made.stdout.strip().splitlines()[-1]
+    bob, carol = bearer(tokens["bob"]), bearer(tokens["carol"])
+    listed = httpx.get(f"{d.base}/v1/documents?index={index}", headers=bob).json()["documents"]
+    assert [doc["id"] for doc in listed] == [public["document_id"]]
+    found = httpx.post(f"{d.base}/v1/retrieve", headers=bob, json={"query": "Zorblax merger budget", "index": index})
+    assert found.status_code == 200 and all(c["document_id"] != hidden["document_id"] for c in found.json()["chunks"])
+    assert not any(word in str(found.json()["chunks"]) for word in SECRET_WORDS)
+    everything = httpx.get(f"{d.base}/v1/documents?index={index}", headers=carol).json()["documents"]
+    assert {doc["id"] for doc in everything} == {hidden["document_id"], public["document_id"]}
+    me = httpx.get(f"{d.base}/v1/me", headers=bob).json()
+    assert me["groups"] == [] and me["sees"] == "public only"
+    # A key from before: its NULL groups keep meaning every document, written out as "*" and said once.
+    make_legacy(d, f"bob-{index}")
+    legacy_listed = httpx.get(f"{d.base}/v1/documents?index={index}", headers=bob).json()["documents"]
+    assert {doc["id"] for doc in legacy_listed} == {hidden["document_id"], public["document_id"]}
+    first, second = (run_cli(d.home, settings, "keys", "list", "--json", **env) for _ in range(2))
+    assert first.returncode == 0 and second.returncode == 0, first.stderr
+    assert MIGRATED in first.stderr and f"bob-{index}" in first.stderr and MIGRATED not in second.stderr
+    import json
+
+    rows = {row["name"]: row for row in json.loads(second.stdout)}
+    assert rows[f"bob-{index}"]["groups"] == ["*"] and rows[f"bob-{index}"]["sees"] == "all groups"
+    assert rows[f"carol-{index}"]["sees"] == "all groups"
+    assert rows["hidden-finance"]["sees"] == "public + finance"
+    table = run_cli(d.home, settings, "keys", "list", **env)
+    assert "all groups" in table.stdout and "public + finance" in table.stdout, table.stdout
+
+
+def test_keys_made_before_are_migrated_and_said_once_at_start(settings: Settings, tmp_path: Path):
+    """Finding 2: a server started on a home whose keys were made before says once, at start, which keys now
+    hold the explicit grant '*'; a restart says nothing more."""
+    from ingest.store.keys import SqliteKeyStore
+
+    keys = SqliteKeyStore(tmp_path)
+    record, token = new_key("old-key", parse_grants("reader", ("*",)))
+    keys.add(record)
+    keys.close()
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "access.sqlite") as conn:
+        conn.execute("UPDATE api_keys SET groups = NULL")
+    for attempt in range(2):
+        log = tmp_path / f"serve-{attempt}.log"
+        with server_process(settings, tmp_path, log) as base:
+            me = httpx.get(f"{base}/v1/me", headers=bearer(token)).json()
+            assert me["groups"] == ["*"] and me["sees"] == "all groups", me
+        said = log.read_text(errors="replace").count(MIGRATED)
+        assert said == (1 if attempt == 0 else 0), log.read_text(errors="replace")

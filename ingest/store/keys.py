@@ -13,6 +13,7 @@ from typing import Any, Protocol, Sequence
 
 from ingest.store.postgres import MIGRATION_LOCK
 from rag.core.errors import ConflictError, NotFoundError, StoreUnavailableError
+from rag.core.access import EVERY_DOCUMENT
 from rag.core.keys import ApiKey
 
 DB_NAME = "access.sqlite"
@@ -25,21 +26,26 @@ class KeyStore(Protocol):
     def list(self) -> list[ApiKey]: ...
     def revoke(self, name: str) -> ApiKey: ...
     def any(self) -> bool: ...
+    def migrate_implicit_groups(self) -> list[str]: ...
     def close(self) -> None: ...
 
 
 def _record(row: Sequence[Any]) -> ApiKey:
     name, key_id, salt, digest, roles, groups, created, expires, revoked = row
+    # NULL groups: a key made before every document was an explicit grant, when no groups meant every
+    # document; it keeps that meaning (``migrate_implicit_groups`` writes it out as "*").
     return ApiKey(name=name, key_id=key_id, salt=bytes(salt), digest=bytes(digest),
                   roles=tuple((i, r) for i, r in json.loads(roles)),
-                  groups=frozenset(json.loads(groups)) if groups is not None else None,
+                  groups=frozenset(json.loads(groups)) if groups is not None else EVERY_DOCUMENT,
                   created=created, expires=expires, revoked=revoked)
 
 
 def _values(record: ApiKey) -> tuple[Any, ...]:
     return (record.name, record.key_id, record.salt, record.digest, json.dumps([list(g) for g in record.roles]),
-            json.dumps(sorted(record.groups)) if record.groups is not None else None,
-            record.created, record.expires, record.revoked)
+            json.dumps(sorted(record.groups)), record.created, record.expires, record.revoked)
+
+
+LEGACY_GROUPS = json.dumps(sorted(EVERY_DOCUMENT))  # what a key without groups meant before: every document
 
 
 def _exists(name: str) -> ConflictError:
@@ -115,6 +121,23 @@ class SqliteKeyStore:
         with self._lock:
             return self._db().execute("SELECT 1 FROM api_keys LIMIT 1").fetchone() is not None
 
+    def migrate_implicit_groups(self) -> list[str]:
+        """Give every key stored without groups (made when that meant every document) the explicit grant
+        ``*``, which it keeps meaning; the names of the keys changed (none the next time)."""
+        if not self.path.exists():
+            return []
+        with self._lock:
+            db = self._db()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                names = [r[0] for r in db.execute("SELECT name FROM api_keys WHERE groups IS NULL ORDER BY name")]
+                db.execute("UPDATE api_keys SET groups = ? WHERE groups IS NULL", (LEGACY_GROUPS,))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return names
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
@@ -182,6 +205,11 @@ class PostgresKeyStore:
 
     def any(self) -> bool:
         return bool(self._run("SELECT 1 FROM rag.api_keys LIMIT 1"))
+
+    def migrate_implicit_groups(self) -> list[str]:
+        """As ``SqliteKeyStore.migrate_implicit_groups`` (one statement: replicas starting at once agree)."""
+        rows = self._run("UPDATE rag.api_keys SET groups = %s WHERE groups IS NULL RETURNING name", (LEGACY_GROUPS,))
+        return sorted(r[0] for r in rows)
 
     def close(self) -> None:
         pass

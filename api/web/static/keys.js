@@ -40,7 +40,7 @@ export async function refreshKeys() {
     return h("tr", { dataset: { key: key.name } },
       h("td", {}, key.name),
       h("td", {}, key.roles.map((g) => `${g.index}=${g.role}`).join(", ")),
-      h("td", {}, key.groups ? key.groups.join(", ") : "all"),
+      h("td", {}, key.sees),
       h("td", {}, when(key.expires)),
       h("td", { class: "key-state" }, key.state),
       h("td", {}, revoke));
