@@ -68,6 +68,8 @@ class Deployment:
 PEOPLE = {
     "staff": ("editor", ("*",), ("staff",)),  # edits every index, sees staff documents
     "finance": ("reader", ("*",), ("finance",)),  # reads every index, sees finance documents
+    "boss": ("admin", ("*",), ("staff",)),  # administers every index, sees staff documents
+    "owner": ("admin", ("owned",), ("staff",)),  # administers index "owned", sees staff documents
 }
 
 
@@ -236,3 +238,40 @@ def test_keys_made_before_are_migrated_and_said_once_at_start(settings: Settings
             assert me["groups"] == ["*"] and me["sees"] == "all groups", me
         said = log.read_text(errors="replace").count(MIGRATED)
         assert said == (1 if attempt == 0 else 0), log.read_text(errors="replace")
+
+
+# --------------------------------------------------------------------------- 3. groups-restricted admins
+def test_a_restricted_admin_grants_at_most_what_it_holds(deployment: Deployment):
+    """Finding 3: an admin of every index who sees staff documents creates keys with at most its own groups,
+    roles and indexes, and revokes only keys that hold no more; an admin of one index with groups cannot delete
+    it (it holds documents the admin cannot see) — the index and its hidden document stay."""
+    d = deployment
+    boss = d.as_("boss")
+    tag = uuid.uuid4().hex[:6]
+
+    def create(name: str, **body: Any) -> httpx.Response:
+        return httpx.post(f"{d.base}/v1/keys", headers=boss, json={"name": f"{name}-{tag}", **body}, timeout=60)
+
+    for body in ({"role": "reader", "groups": ["finance"]}, {"role": "reader", "groups": ["*"]},
+                 {"role": "reader", "groups": ["staff", "finance"]}):
+        refused = create("wider", **body)
+        assert refused.status_code == 403 and refused.json()["error"]["type"] == "forbidden", (body, refused.text)
+    for name, body in (("plain", {"role": "reader"}), ("staffer", {"role": "editor", "groups": ["staff"]}),
+                       ("peer", {"role": "admin", "groups": ["staff"]})):
+        made = create(name, **body)
+        assert made.status_code == 201, made.text
+    owner = d.as_("owner")
+    assert httpx.post(f"{d.base}/v1/keys", headers=owner, json={"name": f"x-{tag}", "role": "reader"}).status_code == 403
+    listed = {k["name"]: k for k in httpx.get(f"{d.base}/v1/keys", headers=boss).json()["keys"]}
+    assert listed[f"plain-{tag}"]["sees"] == "public only" and f"wider-{tag}" not in listed
+    # Revoking: only a key that holds no more than the caller.
+    assert httpx.delete(f"{d.base}/v1/keys/hidden-finance", headers=boss).status_code == 403
+    assert httpx.delete(f"{d.base}/v1/keys/staffer-{tag}", headers=boss).json()["state"] == "revoked"
+    # Deleting an index needs an admin who sees every document.
+    hidden = files_of(d.upload("admin", "owned", "Budget.md", SECRET, groups="finance"))[0]
+    files_of(d.upload("owner", "owned", "rota.md", b"# Rota\n\nStaff rota.\n", groups="staff"))
+    for who in ("owner", "boss"):
+        gone = httpx.delete(f"{d.base}/v1/indexes/owned?confirm=owned", headers=d.as_(who), timeout=60)
+        assert gone.status_code == 403 and gone.json()["error"]["type"] == "forbidden", gone.text
+    kept = {doc["id"]: doc for doc in d.documents("finance", "owned")}
+    assert kept[hidden["document_id"]]["access_groups"] == "finance"

@@ -16,6 +16,7 @@ from api.protocol import KeyCreated, KeyCreateRequest, KeyInfo, KeyList, Me, Rol
 from api.requests import json_body
 from api.state import AppState
 from rag.core.access import describe_groups
+from rag.core.errors import ForbiddenError
 from rag.core.keys import ApiKey, new_key, parse_duration, parse_grants, validate_key_groups
 
 
@@ -52,6 +53,11 @@ class AccessController(Controller):
         expires = time.time() + parse_duration(data.expires) if data.expires else None
         record, token = new_key(data.name, parse_grants(data.role, data.indexes), validate_key_groups(data.groups),
                                 expires)
+        why_not = context.principal.may_grant(record.roles, record.groups)
+        if why_not is not None:  # a principal grants at most what it holds
+            app.record(context, "key.create", route="/v1/keys", key=record.name, outcome="refused",
+                       roles=[list(g) for g in record.roles], groups=sorted(record.groups))
+            raise ForbiddenError(f"this key may not create that key: {why_not}")
         await anyio.to_thread.run_sync(app.keys.add, record)
         app.record(context, "key.create", route="/v1/keys", key=record.name, outcome="created",
                    roles=[list(g) for g in record.roles], groups=sorted(record.groups), expires=expires)
@@ -63,6 +69,11 @@ class AccessController(Controller):
     async def revoke_key(self, state: State, context: Context, name: FromPath[str]) -> KeyInfo:
         authorize_all(context, "admin")
         app: AppState = state.app
+        held = next((r for r in await anyio.to_thread.run_sync(app.keys.list) if r.name == name), None)
+        why_not = None if held is None else context.principal.may_grant(held.roles, held.groups)
+        if why_not is not None:  # changing a key is granting: only one that holds no more than the caller
+            app.record(context, "key.revoke", route="/v1/keys/{name}", key=name, outcome="refused")
+            raise ForbiddenError(f"this key may not revoke key {name!r}: {why_not.replace('grant', 'hold', 1)}")
         record = await anyio.to_thread.run_sync(app.keys.revoke, name)
         app.record(context, "key.revoke", route="/v1/keys/{name}", key=name, outcome="revoked")
         return key_info(record)
