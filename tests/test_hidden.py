@@ -275,3 +275,129 @@ def test_a_restricted_admin_grants_at_most_what_it_holds(deployment: Deployment)
         assert gone.status_code == 403 and gone.json()["error"]["type"] == "forbidden", gone.text
     kept = {doc["id"]: doc for doc in d.documents("finance", "owned")}
     assert kept[hidden["document_id"]]["access_groups"] == "finance"
+
+
+# --------------------------------------------------------------------------- 4. access fails closed
+@pytest.fixture(params=STORES)
+def keyed_server(request, settings: Settings, tmp_path: Path) -> Iterator[tuple[str, str, Any, Any]]:
+    """A server of its own with one key (no RAG_API_KEY); yields its URL, the key, and how to take the key
+    store away and give it back."""
+    env: dict[str, str] = {}
+    if request.param == "embedded":
+        from ingest.store.keys import SqliteKeyStore
+
+        keys: Any = SqliteKeyStore(tmp_path)
+        files = [tmp_path / f"access.sqlite{suffix}" for suffix in ("", "-wal", "-shm")]
+        aside = tmp_path / "aside"
+
+        def take_away(garbage: bool) -> None:
+            aside.mkdir(exist_ok=True)
+            for path in files:
+                if path.exists():
+                    path.replace(aside / path.name)
+            if garbage:
+                files[0].write_bytes(b"this is not a database\n" * 64)
+
+        def give_back() -> None:
+            for path in files:
+                path.unlink(missing_ok=True)
+                if (aside / path.name).exists():
+                    (aside / path.name).replace(path)
+    else:
+        import psycopg
+
+        from ingest.store.keys import PostgresKeyStore
+
+        url = request.getfixturevalue("postgres_url")
+        name = f"rag_closed_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        url = url.replace("/postgres?", f"/{name}?", 1)
+        env["RAG_STORE_URL"] = url
+        keys = PostgresKeyStore(url)
+
+        def take_away(garbage: bool) -> None:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("ALTER TABLE rag.api_keys RENAME TO api_keys_aside")
+
+        def give_back() -> None:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("DROP TABLE IF EXISTS rag.api_keys")
+                conn.execute("ALTER TABLE rag.api_keys_aside RENAME TO api_keys")
+    record, token = new_key("only-key", parse_grants("reader", ("*",)))
+    keys.add(record)
+    keys.close()
+    with server_process(settings, tmp_path, tmp_path / "serve.log", **env) as base:
+        yield base, token, take_away, give_back
+
+
+def test_a_server_that_required_keys_never_serves_without_them(keyed_server):
+    """Finding 4: once a server required keys, a key store that disappears (a restore, an operator "resetting
+    keys") or cannot be read never opens it: no token is still 401, a key is 503 store_unavailable (never the
+    local admin), and the keys work again once the store is back."""
+    base, token, take_away, give_back = keyed_server
+    assert httpx.get(f"{base}/v1/documents").status_code == 401
+    assert httpx.get(f"{base}/v1/indexes", headers=bearer(token)).status_code == 200
+    take_away(garbage=False)
+    try:
+        anonymous = httpx.get(f"{base}/v1/indexes")
+        assert anonymous.status_code == 401, anonymous.text
+        keyed = httpx.get(f"{base}/v1/indexes", headers=bearer(token))
+        assert keyed.status_code in (401, 503) and keyed.status_code != 200, keyed.text
+        first = httpx.get(f"{base}/v1/me")
+        assert first.status_code == 401, first.text
+    finally:
+        give_back()
+    take_away(garbage=True)
+    try:
+        keyed = httpx.get(f"{base}/v1/indexes", headers=bearer(token))
+        assert keyed.status_code in (401, 503), keyed.text
+        assert httpx.get(f"{base}/v1/documents").status_code == 401
+    finally:
+        give_back()
+    assert httpx.get(f"{base}/v1/indexes", headers=bearer(token)).status_code == 200
+
+
+def test_a_missing_key_store_is_503_not_an_unknown_key(settings: Settings, tmp_path: Path):
+    """Finding 4: the embedded key store that this process saw and that is gone (or is no database) answers a
+    key with 503 store_unavailable, so an operator sees the store is broken rather than the key unknown."""
+    from ingest.store.keys import SqliteKeyStore
+
+    keys = SqliteKeyStore(tmp_path)
+    record, token = new_key("only-key", parse_grants("reader", ("*",)))
+    keys.add(record)
+    keys.close()
+    with server_process(settings, tmp_path, tmp_path / "serve.log") as base:
+        assert httpx.get(f"{base}/v1/indexes", headers=bearer(token)).status_code == 200
+        (tmp_path / "access.sqlite").replace(tmp_path / "access.sqlite.aside")
+        gone = httpx.get(f"{base}/v1/indexes", headers=bearer(token))
+        assert gone.status_code == 503 and gone.json()["error"]["type"] == "store_unavailable", gone.text
+        assert httpx.get(f"{base}/v1/indexes").status_code == 401
+
+
+def test_the_answer_services_default_context_sees_public_documents_only(settings: Settings, embedder, generator,
+                                                                       tmp_path: Path):
+    """Finding 4: a request that forgets its context is answered as "public documents only"; every document
+    is the explicit RequestContext.local()."""
+    from ingest.pipeline import ingest_paths
+    from ingest.store.embedded import EmbeddedStore
+    from rag.answering.service import AnswerRequest, AnswerService
+    from rag.core.access import RequestContext
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "budget.md").write_bytes(SECRET)
+    (folder / "canteen.md").write_bytes(b"# Canteen\n\nThe canteen budget buys soup.\n")
+    store = EmbeddedStore(tmp_path / "indexes")
+    ingest_paths([folder / "budget.md"], store.index("default"), embedder, groups=["finance"])
+    ingest_paths([folder / "canteen.md"], store.index("default"), embedder)
+    service = AnswerService(settings.replace(home=tmp_path), store, embedder, generator)
+    try:
+        forgot = service.retrieve("Zorblax merger budget")
+        assert forgot.hits and not any("Zorblax" in h.chunk.text for h in forgot.hits)
+        assert AnswerRequest(question="q").context.groups == frozenset()
+        operator = service.retrieve("Zorblax merger budget", context=RequestContext.local())
+        assert "Zorblax" in operator.hits[0].chunk.text
+    finally:
+        service.close()
+        store.close()

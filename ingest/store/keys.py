@@ -63,17 +63,53 @@ class SqliteKeyStore:
         self.path = home / DB_NAME
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        self._seen = False  # this process has seen the file: its disappearance is a failure, not "no keys"
+        self._identity: tuple[int, int] | None = None  # the file the open connection reads (device, inode)
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"CREATE TABLE IF NOT EXISTS api_keys (name TEXT PRIMARY KEY, key_id TEXT NOT NULL UNIQUE, "
-                         "salt BLOB NOT NULL, digest BLOB NOT NULL, roles TEXT NOT NULL, groups TEXT, "
-                         "created REAL NOT NULL, expires REAL, revoked REAL)")
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(f"CREATE TABLE IF NOT EXISTS api_keys (name TEXT PRIMARY KEY, key_id TEXT NOT NULL "
+                             "UNIQUE, salt BLOB NOT NULL, digest BLOB NOT NULL, roles TEXT NOT NULL, groups TEXT, "
+                             "created REAL NOT NULL, expires REAL, revoked REAL)")
+            except sqlite3.Error:
+                conn.close()
+                raise
             self._conn = conn
         return self._conn
+
+    def _present(self) -> bool:
+        """Whether the key file exists; one this process saw and that is gone now (a restore, a "reset") is
+        StoreUnavailableError: the keys cannot be read, which never means there are none. A file replaced
+        under the open connection (a restore) is opened again: its keys are the ones that count."""
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            stat = None
+        if stat is not None:
+            self._seen = True
+            identity = (stat.st_dev, stat.st_ino)
+            with self._lock:
+                if self._conn is not None and identity != self._identity:
+                    self._conn.close()
+                    self._conn = None
+                self._identity = identity
+            return True
+        if self._seen:
+            raise StoreUnavailableError(f"the key store {self.path} has disappeared; restore it (or restart the "
+                                        "server on purpose) — requests are refused meanwhile")
+        return False
+
+    def _read(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        """Rows of a query; a file that is not a database or cannot be read is StoreUnavailableError (503)."""
+        try:
+            with self._lock:
+                return self._db().execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"the key store {self.path} cannot be read: {exc}") from exc
 
     def add(self, record: ApiKey) -> None:
         with self._lock:
@@ -91,17 +127,15 @@ class SqliteKeyStore:
                 raise
 
     def by_id(self, key_id: str) -> ApiKey | None:
-        if not self.path.exists():
+        if not self._present():
             return None
-        with self._lock:
-            row = self._db().execute(f"SELECT {COLUMNS} FROM api_keys WHERE key_id = ?", (key_id,)).fetchone()
-        return _record(row) if row else None
+        rows = self._read(f"SELECT {COLUMNS} FROM api_keys WHERE key_id = ?", (key_id,))
+        return _record(rows[0]) if rows else None
 
     def list(self) -> list[ApiKey]:
-        if not self.path.exists():
+        if not self._present():
             return []
-        with self._lock:
-            return [_record(r) for r in self._db().execute(f"SELECT {COLUMNS} FROM api_keys ORDER BY name")]
+        return [_record(r) for r in self._read(f"SELECT {COLUMNS} FROM api_keys ORDER BY name")]
 
     def revoke(self, name: str) -> ApiKey:
         """Revoke key ``name`` (a key already revoked stays as it is: revoking is idempotent)."""
@@ -116,15 +150,14 @@ class SqliteKeyStore:
     def any(self) -> bool:
         """Whether any key was ever created (a revoked one included: revoking the last key never opens the
         service)."""
-        if not self.path.exists():
+        if not self._present():
             return False
-        with self._lock:
-            return self._db().execute("SELECT 1 FROM api_keys LIMIT 1").fetchone() is not None
+        return bool(self._read("SELECT 1 FROM api_keys LIMIT 1"))
 
     def migrate_implicit_groups(self) -> list[str]:
         """Give every key stored without groups (made when that meant every document) the explicit grant
         ``*``, which it keeps meaning; the names of the keys changed (none the next time)."""
-        if not self.path.exists():
+        if not self._present():
             return []
         with self._lock:
             db = self._db()
@@ -177,6 +210,10 @@ class PostgresKeyStore:
                 return cursor.fetchall() if fetch and cursor.description else []
         except self._psycopg.OperationalError as exc:
             raise StoreUnavailableError(f"the key store (PostgreSQL) cannot be reached: {exc}") from exc
+        except (self._psycopg.ProgrammingError, self._psycopg.InternalError, self._psycopg.DataError) as exc:
+            # The table gone or damaged (a restore, a "reset"): the keys cannot be read, which never means none.
+            self._ready = False
+            raise StoreUnavailableError(f"the key store (PostgreSQL table rag.api_keys) cannot be read: {exc}") from exc
 
     def add(self, record: ApiKey) -> None:
         inserted = self._run(
