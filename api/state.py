@@ -15,9 +15,9 @@ from litestar.types import Receive
 from api.observability import IndexFigures, ServiceMetrics, every_source
 from api.requests import cancel_on_disconnect
 from api.auth import Authenticator, authorize
-from ingest.jobs import INTERRUPTED, Job, JobRunner, JobStore, Outcome, Running, Tracker, Work
-from ingest.records import DocumentRecord
-from ingest.sources import due_sources, index_sources
+from ingest.jobs import INTERRUPTED, Job, JobRunner, JobStore, Outcome, Running, Tracker, Work, job_visible_to
+from ingest.records import DocumentRecord, FolderGroups
+from ingest.sources import Source, due_sources, index_sources, source_visible_to
 from ingest.store import Store, StoredIndex
 from ingest.store.keys import KeyStore
 from ingest.uploads import IncomingFile, Uploads
@@ -30,7 +30,7 @@ from rag.core.audit import AuditLog, question_fields
 from rag.core.errors import (DocumentNotFoundError, ForbiddenError, JobNotFoundError, JobStateError, ModelError,
                              RagError, SourceBusyError, SourceUnavailableError)
 from rag.core.names import validate_index_name
-from rag.core.settings import Settings
+from rag.core.settings import Settings, parse_folder_groups
 from rag.generation.scheduler import GenerationScheduler
 from rag.runtime import (Models, answer_service, generation_backend, open_audit, open_jobs,
                          open_keys, open_store, open_uploads)
@@ -211,7 +211,8 @@ class AppState:
                                             job.scope_groups()), context)
 
     def visible_job(self, context: RequestContext, job_id: str, route: str) -> Job:
-        """A job the principal may follow (editors of its index); any other is "not found", like a missing one."""
+        """A job the principal may follow and control (editors of its index: its starter, or one who sees
+        everything it touched); any other is "not found", like a missing one."""
         assert self.jobs is not None
         job = self.jobs.get(job_id)
         try:
@@ -219,7 +220,39 @@ class AppState:
         except ForbiddenError:
             self.record(context, "refused", route=route, index=job.index, outcome="refused", role_needed="editor")
             raise JobNotFoundError(f"no job {job_id!r}") from None
+        if not self.visible_jobs(context, job.index, [job]):
+            raise JobNotFoundError(f"no job {job_id!r}")
         return job
+
+    def visible_jobs(self, context: RequestContext, index: str, jobs: list[Job]) -> list[Job]:
+        """``jobs`` of ``index`` that ``context``'s principal may follow (``ingest.jobs.job_visible_to``)."""
+        if context.principal.unrestricted:
+            return jobs
+        target = self.index(index)
+        documents = {d.id: d for d in self._all_documents(target)}
+        sources = {s.id: s for s in self.visible_sources(target, context, list(documents.values()))}
+        return [j for j in jobs if job_visible_to(context.principal, j, documents,
+                                                  j.kind != "sync" or (j.source or "") in sources)]
+
+    def visible_sources(self, target: StoredIndex, context: RequestContext,
+                        documents: list[DocumentRecord] | None = None) -> list[Source]:
+        """The sources of ``target`` its principal may see (``ingest.sources.source_visible_to``)."""
+        sources = index_sources(target)
+        if context.principal.unrestricted:
+            return sources
+        documents = self._all_documents(target) if documents is None else documents
+        folder_groups = FolderGroups.of(parse_folder_groups(self.settings.folder_groups))
+        return [s for s in sources if source_visible_to(context.principal, s, documents, folder_groups)]
+
+    @staticmethod
+    def _all_documents(target: StoredIndex) -> list[DocumentRecord]:
+        if not target.exists():
+            return []
+        reader = target.reader()
+        try:
+            return reader.documents()
+        finally:
+            reader.close()
 
     def _start(self, job: Job, work: Work, context: RequestContext) -> Running:
         """Start ``job`` with one audit record when it ends (what an upload or a sync did, or why not)."""

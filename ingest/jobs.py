@@ -27,8 +27,9 @@ import msgspec
 import psutil
 
 from ingest.pipeline import FileOutcome
+from ingest.records import DocumentRecord
 from rag.core import observe
-from rag.core.access import ALL_GROUPS
+from rag.core.access import ALL_GROUPS, Principal
 from rag.core.errors import JobCancelled, JobNotFoundError, JobStateError, RagError
 from rag.core.files import remove_tree, replace_file, retry_locked
 
@@ -109,6 +110,29 @@ class Job(msgspec.Struct, omit_defaults=True):
             return None
         elapsed = self.elapsed_s(now)
         return round(elapsed * (1 - self.progress) / self.progress, 1)
+
+
+def job_visible_to(principal: Principal, job: Job, documents: dict[str, DocumentRecord],
+                   source_visible: bool = True) -> bool:
+    """Whether ``principal`` may follow and control ``job``: its starter, one who sees every document, or one
+    who sees everything the ended job touched — each file's document as it is now (``documents`` by id), the
+    groups an upload gave, and (a sync) its source (``source_visible``). A job still running touches what it
+    will: only its starter and those who see everything follow it."""
+    if principal.unrestricted or (job.starter and job.starter == principal.key):
+        return True
+    if job.state in ACTIVE or not source_visible:
+        return False
+    given = frozenset(job.groups or ())
+    if job.groups is not None and not principal.sees(given):
+        return False
+    for result in job.files:
+        record = documents.get(result.document_id or "")
+        if record is not None:
+            if not principal.sees(record.groups):
+                return False
+        elif job.groups is None:
+            return False  # no document now (failed, removed, deleted since): its groups are not known
+    return True
 
 
 def file_results(outcomes: Sequence[FileOutcome], renamed: dict[str, str] | None = None) -> list[JobFile]:

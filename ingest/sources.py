@@ -30,6 +30,7 @@ from ingest.pipeline import (ATTACHMENT_SEP, UNREADABLE_FOLDER, FileOutcome, Ing
 from ingest.records import Chunk, DocumentRecord, FolderGroups, display_path, document_id, normalise_path
 from ingest.store import IndexWriter, StoredIndex
 from rag.core import observe
+from rag.core.access import Principal
 from rag.core.errors import BadRequestError, SourceBusyError, SourceNotFoundError, SourceUnavailableError
 from rag.core.names import access_groups
 
@@ -136,6 +137,30 @@ def index_sources(index: StoredIndex) -> list[Source]:
 
 def save_source(writer: IndexWriter, source: Source) -> None:
     writer.put_source(source.id, msgspec.json.encode(source).decode("utf-8"))
+
+
+def groups_it_gives(source: Source, folder_groups: FolderGroups) -> set[str]:
+    """The stored groups a sync of ``source`` may give a new document: its own groups, else those of the mapped
+    folder it lies in and of every mapped folder inside it ("" when a file may be public)."""
+    if source.groups is not None:
+        return {source.groups}
+    inside = source.path.rstrip(os.sep) + os.sep
+    given = {folder_groups.groups_for(source.path) or ""}
+    given.update(groups for folder, groups in folder_groups.folders if folder.startswith(inside))
+    return given
+
+
+def source_visible_to(principal: Principal, source: Source, documents: Sequence[DocumentRecord],
+                      folder_groups: FolderGroups) -> bool:
+    """Whether ``principal`` may see ``source`` (its folder, its last sync's failures, its jobs) and sync it: it
+    sees every document. Anyone else only if it sees every document the source holds and every group a sync
+    of it may give; otherwise the source does not exist for it."""
+    if principal.unrestricted:
+        return True
+    inside = source.path.rstrip(os.sep) + os.sep
+    return (all(principal.sees(frozenset(g for g in groups.split(",") if g))
+                for groups in groups_it_gives(source, folder_groups))
+            and all(principal.sees(d.groups) for d in documents if d.path.startswith(inside)))
 
 
 def find_source(sources: Sequence[Source], id_or_path: str) -> Source:

@@ -401,3 +401,57 @@ def test_the_answer_services_default_context_sees_public_documents_only(settings
     finally:
         service.close()
         store.close()
+
+
+# --------------------------------------------------------------------------- 5. jobs and sources
+def test_jobs_and_sources_of_hidden_documents_do_not_exist(deployment: Deployment, settings: Settings,
+                                                           tmp_path: Path):
+    """Finding 5: an editor of ``staff`` does not see, follow, cancel, forget or re-run the job that uploaded a
+    finance document (404, as a job that never was), nor the finance source with its failures, nor sync it;
+    its own jobs and a public source it sees as before."""
+    d, index = deployment, fresh_index()
+    hidden = files_of(d.upload("admin", index, "Budget.md", SECRET, groups="finance"))[0]
+    mine = files_of(d.upload("staff", index, "rota.md", b"# Rota\n\nThe rota turns on Thursdays.\n", groups="staff"))[0]
+    admin_jobs = httpx.get(f"{d.base}/v1/jobs?index={index}", headers=d.as_("admin")).json()["jobs"]
+    secret_job = next(j for j in admin_jobs if any(f["document_id"] == hidden["document_id"] for f in j["files"]))
+    listed = httpx.get(f"{d.base}/v1/jobs?index={index}", headers=d.as_("staff"))
+    assert listed.status_code == 200 and not any(w in listed.text for w in ("Budget", hidden["document_id"]))
+    assert [f["document_id"] for j in listed.json()["jobs"] for f in j["files"]] == [mine["document_id"]]
+    never = uuid.uuid4().hex
+    for method, path in (("GET", "{}"), ("GET", "{}/events"), ("DELETE", "{}"), ("POST", "{}/retry")):
+        theirs = httpx.request(method, f"{d.base}/v1/jobs/{path.format(secret_job['id'])}", headers=d.as_("staff"))
+        missing = httpx.request(method, f"{d.base}/v1/jobs/{path.format(never)}", headers=d.as_("staff"))
+        assert theirs.status_code == missing.status_code == 404, (method, path, theirs.text)
+        assert theirs.json()["error"]["message"].replace(secret_job["id"], "X") == \
+            missing.json()["error"]["message"].replace(never, "X")
+    assert httpx.get(f"{d.base}/v1/jobs/{secret_job['id']}", headers=d.as_("admin")).status_code == 200
+    # Sources: a finance folder (with a file that fails) and a public one.
+    env = store_env(d)
+    folders = {}
+    for name, groups in (("finance-share", "finance"), ("public-share", None)):
+        folder = tmp_path / f"{name}-{index}"
+        folder.mkdir()
+        (folder / f"{name}.md").write_text(f"# {name}\n\nNotes of the {name} folder.\n", encoding="utf-8")
+        (folder / f"{name}-broken.pdf").write_bytes(b"%PDF-1.4 not really")
+        added = run_cli(d.home, settings, "sources", "add", str(folder), "--index", index,
+                        *(("--groups", groups) if groups else ()), "--json", **env)
+        assert added.returncode == 0, added.stderr
+        folders[name] = folder
+    sources = httpx.get(f"{d.base}/v1/sources?index={index}", headers=d.as_("admin")).json()["sources"]
+    ids = {Path(s["path"]).name.split("-" + index)[0]: s["id"] for s in sources}
+    for source_id in ids.values():
+        synced = httpx.post(f"{d.base}/v1/sources/{source_id}/sync?index={index}", headers=d.as_("admin"), timeout=120)
+        assert synced.status_code == 200, synced.text
+    seen = httpx.get(f"{d.base}/v1/sources?index={index}", headers=d.as_("staff"))
+    assert [s["id"] for s in seen.json()["sources"]] == [ids["public-share"]], seen.text
+    assert "finance-share" not in seen.text
+    theirs = httpx.post(f"{d.base}/v1/sources/{ids['finance-share']}/sync?index={index}", headers=d.as_("staff"))
+    missing = httpx.post(f"{d.base}/v1/sources/{'0' * 12}/sync?index={index}", headers=d.as_("staff"))
+    assert theirs.status_code == missing.status_code == 404, theirs.text
+    assert theirs.json()["error"]["message"].replace(ids["finance-share"], "X") == \
+        missing.json()["error"]["message"].replace("0" * 12, "X")
+    jobs_text = httpx.get(f"{d.base}/v1/jobs?index={index}", headers=d.as_("staff")).text
+    assert "finance-share" not in jobs_text and "Budget" not in jobs_text
+    ours = httpx.post(f"{d.base}/v1/sources/{ids['public-share']}/sync?index={index}", headers=d.as_("staff"),
+                      timeout=120)
+    assert ours.status_code == 200, ours.text
