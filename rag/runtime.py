@@ -27,6 +27,7 @@ from rag.core.errors import ConfigError
 from rag.core.files import remove_tree
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
+from rag.core.text import public_host
 from rag.generation.base import Generator, SamplingOptions
 from rag.generation.ort import LocalGenerator
 from rag.generation.scheduler import GenerationScheduler
@@ -161,9 +162,7 @@ def load_answer_generator(settings: Settings, embedder: Embedder) -> Generator:
 def generation_backend(settings: Settings) -> tuple[str, str | None]:
     """Which backend answers (for /healthz and the logs), and the host of a remote one."""
     if settings.generator_url:
-        from urllib.parse import urlsplit
-
-        return "openai-remote", urlsplit(settings.generator_url).netloc
+        return "openai-remote", public_host(settings.generator_url)
     return "onnx-genai", None
 
 

@@ -455,3 +455,23 @@ def test_jobs_and_sources_of_hidden_documents_do_not_exist(deployment: Deploymen
     ours = httpx.post(f"{d.base}/v1/sources/{ids['public-share']}/sync?index={index}", headers=d.as_("staff"),
                       timeout=120)
     assert ours.status_code == 200, ours.text
+
+
+# --------------------------------------------------------------------------- 8. credentials in generator_url
+def test_generator_url_credentials_are_never_shown(settings: Settings, tmp_path: Path):
+    """Finding 8: with ``generator_url = http://user:pass@host:port/v1``, the open /healthz, upstream errors and
+    the log show host:port only."""
+    from helpers import free_port
+
+    port = free_port()  # nothing listens there: every call to the generator fails
+    url = f"http://svc-user:Sup3r%2FS3cret@127.0.0.1:{port}/v1"
+    log = tmp_path / "serve.log"
+    with server_process(settings, tmp_path, log, RAG_GENERATOR_URL=url, RAG_GENERATOR_TIMEOUT_S="1") as base:
+        health = httpx.get(f"{base}/healthz")
+        assert health.json()["upstream"] == f"127.0.0.1:{port}", health.text
+        chat = {"messages": [{"role": "user", "content": "Say hello."}], "use_context": False}
+        failed = httpx.post(f"{base}/v1/chat/completions", json=chat, timeout=30)
+        assert failed.status_code in (502, 503, 504) and f"127.0.0.1:{port}" in failed.text, failed.text
+        asked = httpx.post(f"{base}/v1/ask", json={"question": "Who was Rollo?"}, timeout=30)
+        for text in (health.text, failed.text, asked.text, log.read_text(errors="replace")):
+            assert not any(s in text for s in ("svc-user", "Sup3r", "S3cret")), text
