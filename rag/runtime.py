@@ -30,6 +30,7 @@ from rag.core.settings import Settings
 from rag.core.text import public_host
 from rag.generation.base import Generator, SamplingOptions
 from rag.generation.ort import LocalGenerator
+from rag.generation.prefix_cache import common_prefix_length
 from rag.generation.scheduler import GenerationScheduler
 
 log = logging.getLogger("rag.access")
@@ -198,7 +199,11 @@ class Models:
         local = self.local_generator
         if local is not None:
             messages = short_answer_messages("What warms up?", "The model warms up.", answer_examples)
-            local.generate(local.prompt(messages).tokens, SamplingOptions(max_tokens=2))
+            tokens = local.prompt(messages).tokens
+            other = local.prompt(short_answer_messages("Which fish swims?", "A fish swims.", answer_examples)).tokens
+            # The fixed part every answer prompt starts with: the one part askers of other scopes share.
+            local.prefix_cache.shared_tokens = common_prefix_length(tokens, other)
+            local.generate(tokens, SamplingOptions(max_tokens=2))
         elif hasattr(self.generator, "warm_up"):
             self.generator.warm_up()  # a remote generator learns its model name
 

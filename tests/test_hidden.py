@@ -475,3 +475,32 @@ def test_generator_url_credentials_are_never_shown(settings: Settings, tmp_path:
         asked = httpx.post(f"{base}/v1/ask", json={"question": "Who was Rollo?"}, timeout=30)
         for text in (health.text, failed.text, asked.text, log.read_text(errors="replace")):
             assert not any(s in text for s in ("svc-user", "Sup3r", "S3cret")), text
+
+
+# --------------------------------------------------------------------------- 7. the prefix cache
+def test_the_prefix_cache_tells_no_one_what_another_was_shown(deployment: Deployment):
+    """Finding 7: a finance reader's prompt (here a plain chat holding a finance sentence, as its evidence would
+    be) stays in the generator's prefix cache; a staff editor sending a guess of it with ``use_context: false``
+    is told the same ``cached_tokens`` whether its guess is right or wrong (only the fixed shared prefix is ever
+    reused across askers). The asker's own repeat still reuses its whole prompt."""
+    d = deployment
+    if d.store != "embedded":
+        pytest.skip("the generator's prefix cache does not touch the store")
+    secret = "The Zorblax merger budget is 41 million crowns, for the finance board only."
+    wrong = "The Zorblax merger budget is 97 million ducats, for the harbour board only."
+
+    def chat(who: str, sentence: str) -> int:
+        body = {"index": "default", "use_context": False, "max_tokens": 2,
+                "messages": [{"role": "system", "content": "You repeat notes."},
+                             {"role": "user", "content": f"Note: {sentence}\nRepeat the note."}]}
+        reply = httpx.post(f"{d.base}/v1/chat/completions", headers=d.as_(who), json=body, timeout=120)
+        assert reply.status_code == 200, reply.text
+        return reply.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+    chat("finance", secret)
+    right_guess = chat("staff", secret)
+    chat("finance", secret)
+    wrong_guess = chat("staff", wrong)
+    assert right_guess == wrong_guess, (right_guess, wrong_guess)
+    chat("staff", wrong)
+    assert chat("staff", wrong) > wrong_guess  # one's own prompt is reused in full

@@ -34,6 +34,10 @@ class SamplingOptions:
     # (the answering layer's candidate answers, copied from the passages). A generator without a logits step
     # (a remote server, the batching engine) ignores it; the answering layer verifies the reply either way.
     spans: tuple[TokenSpan, ...] = ()
+    # Whose prompt this is (the answering layer: the asker and the index). A cached prompt of another scope is
+    # reused only as far as the fixed shared prefix (instruction and worked examples): how much of a prompt was
+    # cached, and how fast it started, never tell one asker what another asked or was shown.
+    cache_scope: str = ""
 
     def validate(self) -> "SamplingOptions":
         if not 1 <= self.max_tokens <= 4096:
