@@ -1,7 +1,8 @@
 """Watched folders ("sources"): a sync brings an index to a folder's current state.
 
 New and changed files are ingested (size and modification time first, so an unchanged file is not even read;
-the content hash decides for the rest), files gone from the folder are removed from the index, and a file
+the content hash decides for the rest), files the source ingested that are gone from the folder (or no longer
+match its glob) are removed from the index — never a document under the folder it did not ingest — and a file
 moved or renamed with the same content keeps its chunks and vectors (nothing is embedded again). A folder that
 is missing or cannot be listed is an error and removes nothing; neither does a subfolder that cannot be read.
 Sources live with their index (a table in either store); on the embedded store a sync is one commit, so a
@@ -329,6 +330,9 @@ def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Sou
 
     prefix = source.path.rstrip(os.sep) + os.sep
     indexed = {d.path: d for d in writer.documents_under(prefix) if ATTACHMENT_SEP not in d.path[len(prefix):]}
+    # What this source ingested (its last sync's files): only those may it remove or move. A document under the
+    # folder that came another way (`rag ingest`, an earlier glob, another index's tool) is not its to delete.
+    owned = {path: record for path, record in indexed.items() if path in source.files}
     states: dict[str, FileState] = {}
     current: dict[str, Path] = {}
     for path in files:
@@ -351,7 +355,7 @@ def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Sou
             summary.outcomes.append(FileOutcome(shown(path), "unchanged", record.id, record.chunks))
             continue
         changed.append(path)
-    gone = {p: d for p, d in indexed.items()
+    gone = {p: d for p, d in owned.items()
             if p not in current and not any(p.startswith(u + os.sep) or p == u for u in unreadable)}
     # Renames: a new path whose content is a vanished document's keeps that document's chunks and vectors.
     by_hash: dict[str, DocumentRecord] = {}

@@ -504,3 +504,37 @@ def test_the_prefix_cache_tells_no_one_what_another_was_shown(deployment: Deploy
     assert right_guess == wrong_guess, (right_guess, wrong_guess)
     chat("staff", wrong)
     assert chat("staff", wrong) > wrong_guess  # one's own prompt is reused in full
+
+
+# --------------------------------------------------------------------------- 11. a sync removes only its own
+def test_a_sync_removes_only_what_it_ingested(deployment: Deployment, settings: Settings, tmp_path: Path):
+    """Finding 11: a folder's Markdown files ingested with their groups, then the folder added as a source with
+    a narrower glob (the README's `--glob '*.pdf'`, here '*.txt'): a sync ingests the matching files and keeps
+    the earlier documents and their groups; a file it ingested and that is gone is still removed."""
+    d, index = deployment, fresh_index()
+    env = store_env(d)
+    folder = tmp_path / f"share-{index}"
+    folder.mkdir()
+    (folder / "policy.md").write_text("# Policy\n\nThe finance policy caps travel at 900 crowns.\n", encoding="utf-8")
+    (folder / "notes.txt").write_text("Notes: the share holds policies.\n", encoding="utf-8")
+    (folder / "old.txt").write_text("Old notes: the share once held memos.\n", encoding="utf-8")
+    ingested = run_cli(d.home, settings, "ingest", str(folder / "policy.md"), "--index", index, "--groups", "finance",
+                       **env)
+    assert ingested.returncode == 0, ingested.stderr
+    added = run_cli(d.home, settings, "sources", "add", str(folder), "--index", index, "--glob", "*.txt", **env)
+    assert added.returncode == 0, added.stderr
+    (source,) = httpx.get(f"{d.base}/v1/sources?index={index}", headers=d.as_("admin")).json()["sources"]
+
+    def sync() -> dict[str, Any]:
+        synced = httpx.post(f"{d.base}/v1/sources/{source['id']}/sync?index={index}", headers=d.as_("admin"),
+                            timeout=120)
+        assert synced.status_code == 200, synced.text
+        return synced.json()["last"]
+
+    assert sync()["removed"] == 0
+    kept = {Path(doc["path"]).name: doc for doc in d.documents("admin", index)}
+    assert set(kept) == {"policy.md", "notes.txt", "old.txt"}
+    assert kept["policy.md"]["access_groups"] == "finance"
+    (folder / "old.txt").unlink()
+    assert sync()["removed"] == 1
+    assert {Path(doc["path"]).name for doc in d.documents("admin", index)} == {"policy.md", "notes.txt"}
