@@ -30,7 +30,7 @@ from ingest.pipeline import (ATTACHMENT_SEP, UNREADABLE_FOLDER, FileOutcome, Ing
                              ingest_into)
 from ingest.records import Chunk, DocumentRecord, FolderGroups, display_path, document_id, normalise_path
 from ingest.store import IndexWriter, StoredIndex
-from rag.core import observe
+from rag.core import observe, paths
 from rag.core.access import Principal
 from rag.core.errors import BadRequestError, SourceBusyError, SourceNotFoundError, SourceUnavailableError
 from rag.core.names import access_groups
@@ -165,9 +165,9 @@ def source_visible_to(principal: Principal, source: Source, documents: Sequence[
 
 
 def find_source(sources: Sequence[Source], id_or_path: str) -> Source:
-    """A source by its id or its folder's path."""
+    """A source by its id or its folder's path (matched by its spelling: never resolved on disk)."""
     try:
-        wanted = normalise_path(id_or_path)
+        wanted = paths.lexical_identity(id_or_path)
     except (OSError, ValueError):
         wanted = None
     for source in sources:

@@ -538,3 +538,34 @@ def test_a_sync_removes_only_what_it_ingested(deployment: Deployment, settings: 
     (folder / "old.txt").unlink()
     assert sync()["removed"] == 1
     assert {Path(doc["path"]).name for doc in d.documents("admin", index)} == {"policy.md", "notes.txt"}
+
+
+# --------------------------------------------------------------------------- 12. caller input never touches the disk
+def test_caller_paths_are_matched_by_spelling_never_resolved(deployment: Deployment, settings: Settings,
+                                                            tmp_path: Path):
+    """Finding 12: a document named by a path that reaches it only through a link on the server's disk is
+    "no document" (as a filter, to delete, as a source): the server matched the caller's text against stored
+    identities and never resolved it there (on Windows, a ``\\\\host\\share`` path would have made it connect)."""
+    d, index = deployment, fresh_index()
+    env = store_env(d)
+    real = tmp_path / f"real-{index}"
+    real.mkdir()
+    (real / "memo.md").write_text("# Memo\n\nThe memo names the Quarry project.\n", encoding="utf-8")
+    assert run_cli(d.home, settings, "ingest", str(real), "--index", index, **env).returncode == 0
+    assert run_cli(d.home, settings, "sources", "add", str(real), "--index", index, **env).returncode == 0
+    alias = tmp_path / f"alias-{index}"
+    alias.symlink_to(real, target_is_directory=True)
+    admin = d.as_("admin")
+    (doc,) = d.documents("admin", index)
+    by_own_path = httpx.post(f"{d.base}/v1/retrieve", headers=admin, timeout=60,
+                             json={"query": "Quarry memo", "index": index, "documents": [str(real / "memo.md")]})
+    assert by_own_path.status_code == 200 and by_own_path.json()["chunks"], by_own_path.text
+    through_link = httpx.post(f"{d.base}/v1/retrieve", headers=admin, timeout=60,
+                              json={"query": "Quarry memo", "index": index, "documents": [str(alias / "memo.md")]})
+    assert through_link.status_code == 404, through_link.text
+    from urllib.parse import quote
+
+    deleted = httpx.delete(f"{d.base}/v1/documents/{quote(str(alias / 'memo.md'), safe='')}?index={index}",
+                           headers=admin)
+    assert deleted.status_code == 404, deleted.text
+    assert [x["id"] for x in d.documents("admin", index)] == [doc["id"]]

@@ -28,7 +28,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ingest.records import Chunk, ChunkRecord, DocumentRecord, IndexInfo, candidate_ids
+from ingest.records import Chunk, ChunkRecord, DocumentRecord, IndexInfo, candidate_display, candidate_ids
 from ingest.store.lexical import LEXICAL_ROW_BUDGET, choose_words
 from rag.core.errors import (
     DocumentNotFoundError,
@@ -342,6 +342,10 @@ class EmbeddedWriter:
 
     def find_document(self, id_or_path: str) -> DocumentRecord:
         record = next(filter(None, map(self.document, candidate_ids(id_or_path))), None)
+        if record is None and (spelled := candidate_display(id_or_path)) is not None \
+                and _has_column(self._conn, "display_path"):
+            row = self._conn.execute("SELECT * FROM documents WHERE display_path = ? LIMIT 1", (spelled,)).fetchone()
+            record = _document(row) if row else None
         if record is None:
             raise DocumentNotFoundError(f"no document {id_or_path!r} in index {self.root.name!r}")
         return record
@@ -531,6 +535,9 @@ class EmbeddedReader:
     def find_document(self, id_or_path: str) -> DocumentRecord | None:
         ids = candidate_ids(id_or_path)
         rows = self._query("SELECT * FROM documents WHERE id = ? OR id = ?", ids) if ids else []
+        spelled = candidate_display(id_or_path)
+        if not rows and spelled is not None and self._shown_path() == "d.display_path":
+            rows = self._query("SELECT * FROM documents WHERE display_path = ? LIMIT 1", (spelled,))
         return _document(rows[0]) if rows else None
 
     def _shown_path(self) -> str:

@@ -38,7 +38,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ingest.records import Chunk, ChunkRecord, DocumentRecord, IndexInfo, candidate_ids
+from ingest.records import Chunk, ChunkRecord, DocumentRecord, IndexInfo, candidate_display, candidate_ids
 from ingest.store.lexical import choose_words
 from rag.core.errors import (
     ConfigError,
@@ -393,6 +393,10 @@ class PostgresReader:
             return None
         rows = self.store.query(f"SELECT {DOCUMENT_COLUMNS} FROM {self.schema}.documents WHERE id = ANY(%s)",
                                 (ids,))
+        spelled = candidate_display(id_or_path)
+        if not rows and spelled is not None:
+            rows = self.store.query(f"SELECT {DOCUMENT_COLUMNS} FROM {self.schema}.documents "
+                                    "WHERE display_path = %s LIMIT 1", (spelled,))
         return _document(rows[0]) if rows else None
 
     def chunks(self, ids: Iterable[int]) -> dict[int, ChunkRecord]:
@@ -518,6 +522,10 @@ class PostgresWriter:
 
     def find_document(self, id_or_path: str) -> DocumentRecord:
         record = next(filter(None, map(self.document, candidate_ids(id_or_path))), None)
+        if record is None and (spelled := candidate_display(id_or_path)) is not None:
+            row = self._conn.execute(f"SELECT {DOCUMENT_COLUMNS} FROM {self.schema}.documents "
+                                     "WHERE display_path = %s LIMIT 1", (spelled,)).fetchone()
+            record = _document(row) if row else None
         if record is None:
             raise DocumentNotFoundError(f"no document {id_or_path!r} in index {self.name!r}")
         return record

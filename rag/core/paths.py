@@ -51,6 +51,21 @@ def path_identity(path: str, rules: PathRules) -> str:
     return resolved
 
 
+def path_lexical_identity(path: str, rules: PathRules) -> str:
+    """What ``path`` would be as an identity, by its spelling alone: absolute, case-folded where the platform
+    folds it — never resolved on disk, never a drive mapping looked up. For paths a caller sends (a document
+    filter, a delete, a source): matched against stored identities, they never make the service open a file,
+    a link or a network share (a reader sending ``\\\\host\\share\\x`` on Windows would otherwise have the
+    service connect to that host with its account's credentials)."""
+    flavour = ntpath if rules.windows else posixpath
+    absolute = flavour.abspath(path)
+    if rules.windows:
+        absolute = _unc(absolute, lambda drive: None)
+    if rules.case_insensitive:
+        absolute = ntpath.normcase(absolute) if rules.windows else absolute.lower()
+    return absolute
+
+
 def path_display(path: str, rules: PathRules) -> str:
     """The display spelling of ``path`` under ``rules``: absolute, nothing resolved, letter case kept."""
     return (ntpath if rules.windows else posixpath).abspath(path)
@@ -118,6 +133,11 @@ LOCAL = local_rules()
 def identity(path: str | os.PathLike[str]) -> str:
     """``path``'s identity on this machine."""
     return path_identity(os.fspath(path), LOCAL)
+
+
+def lexical_identity(path: str | os.PathLike[str]) -> str:
+    """``path``'s identity on this machine by its spelling alone (``path_lexical_identity``)."""
+    return path_lexical_identity(os.fspath(path), LOCAL)
 
 
 def display(path: str | os.PathLike[str]) -> str:
