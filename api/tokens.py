@@ -72,7 +72,19 @@ class TokenVerifier:
         if not settings.jwt_jwks:
             return None
         source = settings.jwt_jwks
-        if source.startswith(("http://", "https://")):
+        if not (settings.jwt_issuer and settings.jwt_audience):
+            if not settings.jwt_skip_iss_aud:
+                raise ConfigError("jwt_jwks needs jwt_issuer and jwt_audience: without them a token the identity "
+                                  "provider made for any other application would be accepted here (set "
+                                  "jwt_skip_iss_aud = true only if that is really meant)")
+            log.warning("SECURITY: jwt_skip_iss_aud is set: tokens are accepted without checking %s — "
+                        "a token the identity provider made for any other application gets in",
+                        " and ".join(n for n, v in (("the issuer", settings.jwt_issuer),
+                                                    ("the audience", settings.jwt_audience)) if not v))
+        if source.startswith("http://"):
+            raise ConfigError(f"jwt_jwks must be an https:// URL (or a file): the signing keys of {source} could be "
+                              "replaced on the way, and any token with them accepted")
+        if source.startswith("https://"):
             keys: Any = jwt.PyJWKClient(source, cache_keys=True, lifespan=300, timeout=10)
         else:
             try:

@@ -569,3 +569,25 @@ def test_caller_paths_are_matched_by_spelling_never_resolved(deployment: Deploym
                            headers=admin)
     assert deleted.status_code == 404, deleted.text
     assert [x["id"] for x in d.documents("admin", index)] == [doc["id"]]
+
+
+# --------------------------------------------------------------------------- 10. JWT issuer and audience
+def test_jwt_needs_issuer_audience_and_https_keys(settings: Settings, tmp_path: Path):
+    """Finding 10: `rag serve` with jwt_jwks but without jwt_issuer or jwt_audience refuses to start (a token made
+    for any other application of the identity provider would get in), as it does with an http:// JWKS URL; the
+    explicit opt-out starts and says so loudly."""
+    from helpers import free_port, jwt_env, signing_key
+
+    full = jwt_env(tmp_path, signing_key(), {"staff": {"roles": ["reader"]}})
+    cases = {"no audience": {k: v for k, v in full.items() if k != "RAG_JWT_AUDIENCE"},
+             "no issuer": {k: v for k, v in full.items() if k != "RAG_JWT_ISSUER"},
+             "http keys": {**full, "RAG_JWT_JWKS": "http://sso.example.test/jwks.json"}}
+    for what, env in cases.items():
+        started = run_cli(tmp_path / what.replace(" ", "-"), settings, "serve", "--port", str(free_port()), **env)
+        assert started.returncode == 3, (what, started.returncode, started.stderr[-2000:])
+        assert ("jwt_issuer and jwt_audience" in started.stderr) or ("https://" in started.stderr), started.stderr
+    opted = {**cases["no audience"], "RAG_JWT_SKIP_ISS_AUD": "true"}
+    log = tmp_path / "opted.log"
+    with server_process(settings, tmp_path / "opted", log, **opted) as base:
+        assert httpx.get(f"{base}/v1/documents").status_code == 401
+    assert "SECURITY: jwt_skip_iss_aud" in log.read_text(errors="replace")

@@ -126,10 +126,12 @@ class Settings:
         default="", metadata={"doc": "comma-separated host names accepted in Host and Origin besides localhost and "
                                      "the bound address (the public name behind a reverse proxy); * = any Host"})
     jwt_jwks: str | None = field(
-        default=None, metadata={"doc": "JWKS file path or http(s) URL on the site network: accept signed JWT "
-                                       "bearer tokens (OIDC access tokens) besides API keys"})
+        default=None, metadata={"doc": "JWKS file or https:// URL: accept signed JWT bearer tokens besides API "
+                                       "keys (needs jwt_issuer and jwt_audience)"})
     jwt_issuer: str | None = field(default=None, metadata={"doc": "required `iss` of accepted tokens"})
     jwt_audience: str | None = field(default=None, metadata={"doc": "required `aud` of accepted tokens"})
+    jwt_skip_iss_aud: bool = field(
+        default=False, metadata={"doc": "accept tokens without an issuer or audience check (unsafe; logged)"})
     jwt_groups_claim: str = field(default="groups", metadata={"doc": "the token claim listing the user's groups"})
     jwt_groups: dict | None = field(
         default=None, metadata={"doc": "rag.toml table [jwt_groups.NAME] roles = [\"index=role\", …], "
