@@ -128,6 +128,8 @@ def candidate_ids(id_or_path: str) -> tuple[str, ...]:
     """The document ids a user's "id or path" may stand for: itself, and the id of the identity it spells —
     matched by its spelling alone, never resolved on disk (``paths.lexical_identity``: caller input never
     touches the file system). Text that can be neither (a NUL byte, an unpaired surrogate) stands for none."""
+    if "\x00" in id_or_path:  # no path and no id holds one (PostgreSQL text cannot)
+        return ()
     try:
         identity = paths.lexical_identity(id_or_path)
         return id_or_path, hashlib.sha256(identity.encode("utf-8")).hexdigest()[:16]
