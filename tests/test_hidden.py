@@ -591,3 +591,29 @@ def test_jwt_needs_issuer_audience_and_https_keys(settings: Settings, tmp_path: 
     with server_process(settings, tmp_path / "opted", log, **opted) as base:
         assert httpx.get(f"{base}/v1/documents").status_code == 401
     assert "SECURITY: jwt_skip_iss_aud" in log.read_text(errors="replace")
+
+
+# --------------------------------------------------------------------------- 6. scores
+def test_scores_do_not_count_hidden_chunks(deployment: Deployment):
+    """Finding 6: a staff reader's retrieval (every score: lexical BM25, dense, fused, relevance, and the order)
+    is the same while finance documents hold the query's words and once they are gone — BM25's statistics are
+    taken over what it may see, never over the whole index."""
+    d, index = deployment, fresh_index()
+    files_of(d.upload("admin", index, "weather.md", b"# Weather\n\nA zephyr is a soft wind; the zephyr came west.\n"))
+    files_of(d.upload("admin", index, "sailing.md",
+                      b"# Sailing\n\nThe harbour wind turned, and a zephyr filled the sails at noon.\n"))
+    hidden = [files_of(d.upload("admin", index, f"memo-{n}.md",
+                                (f"# Memo {n}\n\nZephyr zephyr: the Zephyr account pays {n} crowns.\n").encode(),
+                                groups="finance"))[0] for n in range(3)]
+
+    def seen() -> list[dict[str, Any]]:
+        reply = httpx.post(f"{d.base}/v1/retrieve", headers=d.as_("staff"), timeout=60,
+                           json={"query": "zephyr wind", "index": index, "top_k": 5})
+        assert reply.status_code == 200, reply.text
+        return reply.json()["chunks"]
+
+    with_hidden = seen()
+    assert with_hidden and all(c["lexical_score"] for c in with_hidden)
+    for doc in hidden:
+        assert d.delete("admin", index, doc["document_id"]).status_code == 200
+    assert seen() == with_hidden

@@ -15,6 +15,7 @@ Commit protocol (crash-safe, one writer, many readers):
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -55,6 +56,18 @@ CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
     text, content='chunks', content_rowid='id', tokenize='porter unicode61');
 CREATE TABLE IF NOT EXISTS sources (id TEXT PRIMARY KEY, data TEXT NOT NULL);
 """
+
+
+def _varint(blob: bytes) -> int:
+    """The first value of an FTS5 docsize record (SQLite's varint: big-endian, 7 bits a byte): a row's tokens."""
+    value = 0
+    for position, byte in enumerate(bytes(blob or b"")[:9]):
+        if position == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            break
+    return value
 
 
 def fts_query(text: str) -> str | None:
@@ -608,12 +621,17 @@ class EmbeddedReader:
         sql = f"SELECT count(*) FROM (SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?{limit})"
         return {word: int(self._query(sql, (f'"{word}"',))[0][0]) for word in words}
 
-    def lexical_search(self, text: str, k: int, doc_ids: Sequence[str] | None = None) -> list[tuple[int, float]]:
+    def lexical_search(self, text: str, k: int, doc_ids: Sequence[str] | None = None,
+                       searched_stats: bool = False) -> list[tuple[int, float]]:
         """BM25 via SQLite FTS5 over the query's words (on a large index, the rarest ones: ``choose_words``);
-        scores are positive (higher is better)."""
+        scores are positive (higher is better). ``searched_stats``: BM25's statistics (chunk count, average
+        length, each word's chunk count) over the searched documents only (``doc_ids``, or all), never the
+        whole index: what a principal who sees only some documents gets (``_searched_bm25``)."""
         words = content_terms(text)
         if not words:
             return []
+        if searched_stats:
+            return self._searched_bm25(words, k, doc_ids)
         query = fts_query(text)
         if self._chunk_count() > LEXICAL_ROW_BUDGET:
             chosen, _ = choose_words(words, self._count_matches, LEXICAL_ROW_BUDGET)
@@ -629,6 +647,74 @@ class EmbeddedReader:
             args += list(doc_ids)
         rows = self._query(sql + where + " ORDER BY bm25(chunks_fts) LIMIT ?", args + [k])
         return [(int(r[0]), float(r[1])) for r in rows]
+
+    def _searched_bm25(self, words: Sequence[str], k: int, doc_ids: Sequence[str] | None) -> list[tuple[int, float]]:
+        """BM25 (k1 1.2, b 0.75, idf log(1 + (N - df + 0.5) / (df + 0.5))) with every statistic taken over the
+        chunks of ``doc_ids`` (None: all): FTS5 finds the rows and marks each word's occurrences
+        (``highlight``: its own tokenizer and stemmer), its docsize table gives each row's length. Nothing in a
+        score, and so in the ranking, depends on a chunk outside the searched documents."""
+        sizes = self._document_sizes()
+        docs = list(sizes) if doc_ids is None else [d for d in dict.fromkeys(doc_ids) if d in sizes]
+        count = sum(sizes[d][0] for d in docs)
+        if not count:
+            return []
+        average = max(sum(sizes[d][1] for d in docs) / count, 1e-9)
+        join, filter_args = "", []
+        if doc_ids is not None:
+            join = f" JOIN chunks c ON c.id = f.rowid AND c.doc_id IN ({','.join('?' * len(docs))})"
+            filter_args = docs
+
+        def matches(batch: Sequence[str], cap: int | None) -> dict[str, int]:
+            limit = f" LIMIT {int(cap)}" if cap else ""
+            sql = f"SELECT count(*) FROM (SELECT f.rowid FROM chunks_fts f{join} WHERE chunks_fts MATCH ?{limit})"
+            return {w: int(self._query(sql, [*filter_args, f'"{w}"'])[0][0]) for w in batch}
+
+        chosen = list(dict.fromkeys(words))
+        if count > LEXICAL_ROW_BUDGET:
+            chosen, _ = choose_words(chosen, matches, LEXICAL_ROW_BUDGET)
+        frequencies: dict[str, int] = {}
+        occurrences: dict[int, dict[str, int]] = {}
+        for word in chosen:
+            rows = self._query(f"SELECT f.rowid, highlight(chunks_fts, 0, char(1), char(2)) FROM chunks_fts f{join} "
+                               "WHERE chunks_fts MATCH ?", [*filter_args, f'"{word}"'])
+            frequencies[word] = len(rows)
+            for rowid, marked in rows:
+                occurrences.setdefault(int(rowid), {})[word] = max(1, str(marked).count("\x01"))
+        if not occurrences:
+            return []
+        lengths = self._row_lengths(list(occurrences))
+        k1, b = 1.2, 0.75
+        idf = {w: math.log(1 + (count - df + 0.5) / (df + 0.5)) for w, df in frequencies.items()}
+        scored = []
+        for rowid, found in occurrences.items():
+            norm = k1 * (1 - b + b * lengths.get(rowid, average) / average)
+            scored.append((rowid, sum(idf[w] * tf * (k1 + 1) / (tf + norm) for w, tf in found.items())))
+        scored.sort(key=lambda pair: (-pair[1], pair[0]))
+        return scored[:k]
+
+    def _document_sizes(self) -> dict[str, tuple[int, int]]:
+        """Each document's (chunks, tokens as FTS5 counts them), read once per committed generation."""
+        with self._lock:
+            generation = int(self._meta().get("generation", 0))
+            if getattr(self, "_sizes_generation", None) != generation:
+                sizes: dict[str, list[int]] = {}
+                for doc_id, size in self._conn.execute(
+                        "SELECT c.doc_id, d.sz FROM chunks c JOIN chunks_fts_docsize d ON d.id = c.id"):
+                    entry = sizes.setdefault(doc_id, [0, 0])
+                    entry[0] += 1
+                    entry[1] += _varint(size)
+                self._sizes = {d: (c, t) for d, (c, t) in sizes.items()}
+                self._sizes_generation = generation
+            return self._sizes
+
+    def _row_lengths(self, rowids: list[int]) -> dict[int, int]:
+        lengths: dict[int, int] = {}
+        for start in range(0, len(rowids), 900):
+            batch = rowids[start:start + 900]
+            rows = self._query(f"SELECT id, sz FROM chunks_fts_docsize WHERE id IN ({','.join('?' * len(batch))})",
+                               batch)
+            lengths.update((int(i), _varint(sz)) for i, sz in rows)
+        return lengths
 
     def _chunk_count(self) -> int:
         """Chunks in the index (the vector count, once vectors are loaded: no query per search)."""
