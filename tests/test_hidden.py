@@ -617,3 +617,16 @@ def test_scores_do_not_count_hidden_chunks(deployment: Deployment):
     for doc in hidden:
         assert d.delete("admin", index, doc["document_id"]).status_code == 200
     assert seen() == with_hidden
+
+
+# --------------------------------------------------------------------------- 14. metrics
+def test_metrics_need_an_admin_who_sees_everything(deployment: Deployment):
+    """Finding 14 (metrics): /metrics counts every document and names every index, so it answers only an admin of
+    every index who sees every document; a reader, an editor or an admin with groups gets 403."""
+    d = deployment
+    if d.store != "embedded":
+        pytest.skip("one store is enough: the route does not read documents before it refuses")
+    for who in ("finance", "staff", "boss"):
+        refused = httpx.get(f"{d.base}/metrics", headers=d.as_(who))
+        assert refused.status_code == 403 and "rag_" not in refused.text, (who, refused.text[:200])
+    assert "rag_requests_total" in httpx.get(f"{d.base}/metrics", headers=d.as_("admin")).text
