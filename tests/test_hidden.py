@@ -630,3 +630,101 @@ def test_metrics_need_an_admin_who_sees_everything(deployment: Deployment):
         refused = httpx.get(f"{d.base}/metrics", headers=d.as_(who))
         assert refused.status_code == 403 and "rag_" not in refused.text, (who, refused.text[:200])
     assert "rag_requests_total" in httpx.get(f"{d.base}/metrics", headers=d.as_("admin")).text
+
+
+# --------------------------------------------------------------------------- the property: hidden means absent
+WORDS = ("harbour", "lantern", "copper", "orchard", "glacier", "ledger", "falcon", "meadow", "quarry", "beacon",
+         "saffron", "tundra", "violin", "walnut", "zephyr", "amber", "basalt", "cobalt", "dune", "ember")
+GROUP_CHOICES = ("", "", "staff", "staff,hr", "finance", "hr", "finance,board")
+VOLATILE = {"metrics", "created_at", "started_at", "finished_at", "request_id", "cached_prompt_tokens",
+            "cached_tokens", "prompt_tokens_details"}
+
+
+def steady(value: Any) -> Any:
+    """A reply without what changes from one run to the next whatever the index holds (timings, timestamps, the
+    asker's own prefix-cache reuse)."""
+    if isinstance(value, dict):
+        return {k: steady(v) for k, v in value.items()
+                if k not in VOLATILE and not k.endswith(("_ms", "_s"))}
+    if isinstance(value, list):
+        return [steady(v) for v in value]
+    return value
+
+
+def test_a_restricted_principals_replies_are_the_same_without_hidden_documents(deployment: Deployment):
+    """The "Done when" property: random documents with random groups; a staff editor's replies to 220 generated
+    requests (retrieve with scores and document filters, ask, the document list, jobs, sources, and errors that
+    name hidden documents) are identical between the index without the documents it cannot see and the same index
+    once they were added."""
+    import random
+
+    from ingest.records import document_id
+
+    d, index = deployment, fresh_index()
+    rng = random.Random(f"hidden-means-absent-{d.store}")
+
+    def text(n: int) -> str:
+        return ". ".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 9))).capitalize()
+                         for _ in range(n)) + "."
+
+    documents = []
+    for n in range(16):
+        groups = rng.choice(GROUP_CHOICES)
+        visible = not groups or "staff" in groups.split(",")
+        name = f"doc-{n:02d}.md"
+        documents.append((name, f"# {' '.join(rng.sample(WORDS, 2)).title()}\n\n{text(rng.randint(2, 5))}\n".encode(),
+                          groups, visible))
+    assert any(v for *_, v in documents) and not all(v for *_, v in documents)
+    shown = [doc for doc in documents if doc[3]]
+    hidden = [doc for doc in documents if not doc[3]]
+    folder = d.home / "uploads" / index
+    hidden_names = [str(folder / name) for name, *_ in hidden] + [document_id(folder / name) for name, *_ in hidden]
+
+    def upload(doc: tuple[str, bytes, str, bool]) -> dict[str, Any]:
+        name, content, groups, _ = doc
+        return files_of(d.upload("admin", index, name, content, groups=groups or None))[0]
+
+    shown_ids = [upload(doc)["document_id"] for doc in shown]
+    visible_jobs = [j["id"] for j in httpx.get(f"{d.base}/v1/jobs?index={index}", headers=d.as_("admin")).json()["jobs"]]
+    requests: list[tuple[str, str, dict[str, Any] | None]] = []
+    for _ in range(220):
+        kind = rng.random()
+        query = " ".join(rng.sample(WORDS, rng.randint(1, 4)))
+        if kind < 0.55:
+            body: dict[str, Any] = {"query": query, "index": index, "top_k": rng.randint(1, 8)}
+            if rng.random() < 0.25:
+                body["documents"] = [rng.choice([*shown_ids, *hidden_names])]
+            requests.append(("POST", "/v1/retrieve", body))
+        elif kind < 0.62:
+            requests.append(("POST", "/v1/ask", {"question": f"What about the {query}?", "index": index}))
+        elif kind < 0.70:
+            requests.append(("GET", f"/v1/documents?index={index}", None))
+        elif kind < 0.78:
+            requests.append(("GET", f"/v1/jobs?index={index}", None))
+        elif kind < 0.84:
+            requests.append(("GET", f"/v1/jobs/{rng.choice(visible_jobs)}", None))
+        elif kind < 0.88:
+            requests.append(("GET", f"/v1/sources?index={index}", None))
+        elif kind < 0.94:
+            requests.append(("DELETE", f"/v1/documents/{rng.choice(hidden_names[len(hidden):])}?index={index}", None))
+        else:
+            requests.append(("GET", f"/v1/indexes", None))
+
+    def replies() -> list[tuple[int, Any]]:
+        out = []
+        for method, path, body in requests:
+            reply = httpx.request(method, f"{d.base}{path}", json=body, headers=d.as_("staff"), timeout=120)
+            try:
+                content: Any = reply.json()
+            except ValueError:
+                content = reply.text
+            out.append((reply.status_code, steady(content)))
+        return out
+
+    without = replies()
+    for doc in hidden:
+        upload(doc)
+    with_hidden = replies()
+    differing = [(requests[i], a, b) for i, (a, b) in enumerate(zip(without, with_hidden)) if a != b]
+    assert not differing, f"{len(differing)} of {len(requests)} replies differ; the first: {differing[0]}"
+    assert {status for status, _ in without} >= {200, 404}
