@@ -728,3 +728,25 @@ def test_a_restricted_principals_replies_are_the_same_without_hidden_documents(d
     differing = [(requests[i], a, b) for i, (a, b) in enumerate(zip(without, with_hidden)) if a != b]
     assert not differing, f"{len(differing)} of {len(requests)} replies differ; the first: {differing[0]}"
     assert {status for status, _ in without} >= {200, 404}
+
+
+# --------------------------------------------------------------------------- 13. folder groups on a drive this session lacks
+def test_a_folder_group_on_a_drive_the_session_lacks_is_refused():
+    """Finding 13 (with Windows' facts, as tests/test_windows.py does on Linux: a service has no drive Z: although
+    the user mapped it): a [folder_groups] entry "Z:\\HR" would never match, and new HR files would be public;
+    start refuses it and names the UNC path instead. Drives this session has (C:, a mapping it sees) and UNC
+    paths pass."""
+    import ntpath
+
+    from rag.core.paths import PathRules, unreachable_drive
+
+    service = PathRules(windows=True, case_insensitive=True, realpath=ntpath.abspath,
+                        mapped_drive=lambda drive: "\\\\files\\share" if drive == "Y:" else None,
+                        drive_exists=lambda drive: drive == "C:")
+    assert unreachable_drive("Z:\\HR", service) == "Z:"
+    assert unreachable_drive("z:\\hr\\pay", service) == "Z:"
+    assert unreachable_drive("C:\\Shares\\HR", service) is None
+    assert unreachable_drive("Y:\\HR", service) is None  # mapped in this session: spelled as its UNC root
+    assert unreachable_drive("\\\\files\\share\\HR", service) is None
+    posix = PathRules(windows=False, case_insensitive=False, realpath=lambda p: p)
+    assert unreachable_drive("/srv/share/hr", posix) is None

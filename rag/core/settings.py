@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from rag.core import paths
 from rag.core.errors import BadRequestError, ConfigError
 from rag.core.names import access_groups, validate_index_name
 
@@ -351,6 +352,11 @@ def parse_folder_groups(table: Mapping[str, Any] | None) -> tuple[tuple[Path, st
         if not path.is_absolute():
             raise ConfigError(f"folder_groups: {folder!r} is not an absolute path; name folders in full, "
                               "e.g. \"/srv/share/finance\" = \"finance\"")
+        if (drive := paths.unreachable_drive_here(path)) is not None:
+            raise ConfigError(f"folder_groups: {folder!r} is on drive {drive}, which this session does not have (a "
+                              "network drive mapped for a user is not there for a service or an elevated session): "
+                              "its files would never get these groups; name the folder by its UNC path, "
+                              "e.g. \"\\\\server\\share\\HR\"")
         if isinstance(value, str):
             names = value.split(",")
         elif isinstance(value, list) and all(isinstance(v, str) for v in value):
