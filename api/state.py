@@ -355,7 +355,9 @@ class AppState:
     def record(self, context: RequestContext, event: str, **fields: Any) -> None:
         """One audit record (nothing without an audit trail)."""
         if self.audit is not None:
-            self.audit.append(event, principal=context.principal.name, request_id=context.request_id, **fields)
+            # The kind keeps names of two kinds apart: the key "dana" is not the signed-in "dana" (jwt).
+            self.audit.append(event, principal=context.principal.name, principal_kind=context.principal.kind,
+                              request_id=context.request_id, **fields)
 
     def record_question(self, question: str) -> dict[str, str]:
         return question_fields(question, self.settings.audit_questions)

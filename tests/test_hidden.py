@@ -750,3 +750,20 @@ def test_a_folder_group_on_a_drive_the_session_lacks_is_refused():
     assert unreachable_drive("\\\\files\\share\\HR", service) is None
     posix = PathRules(windows=False, case_insensitive=False, realpath=lambda p: p)
     assert unreachable_drive("/srv/share/hr", posix) is None
+
+
+def test_audit_records_say_which_kind_of_principal_acted(deployment: Deployment, settings: Settings):
+    """Finding 14 (one namespace): a key, RAG_API_KEY and a signed-in user may share a name; each audit record
+    carries the principal's kind (key, env, jwt, local, anonymous, system) beside its name."""
+    import json
+
+    d, index = deployment, fresh_index()
+    files_of(d.upload("admin", index, "canteen.md", b"# Canteen\n\nSoup on Mondays.\n"))
+    httpx.post(f"{d.base}/v1/retrieve", headers=d.as_("staff"), json={"query": "soup", "index": index}, timeout=60)
+    import time
+
+    time.sleep(1.5)  # fsync'd within a second
+    shown = run_cli(d.home, settings, "audit", "show", "--json", "--index", index, **store_env(d))
+    assert shown.returncode == 0, shown.stderr
+    kinds = {(r["principal"], r.get("principal_kind")) for r in map(json.loads, shown.stdout.splitlines())}
+    assert ("hidden-staff", "key") in kinds and ("api-key", "env") in kinds, kinds

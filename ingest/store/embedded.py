@@ -58,6 +58,22 @@ CREATE TABLE IF NOT EXISTS sources (id TEXT PRIMARY KEY, data TEXT NOT NULL);
 """
 
 
+BM25_K1, BM25_B = 1.2, 0.75  # FTS5's bm25() constants, and those of the searched-set BM25
+
+
+def _term_frequency(score: float, hits: int, rows: int, length: int, average: float) -> int:
+    """A word's count in a row, from FTS5's ``bm25()`` of that one word there (``score``, made positive): its
+    formula solved for the count, with the index-wide figures FTS5 used (``hits`` rows of ``rows`` hold the
+    word; ``length`` tokens in this row, ``average`` in a row)."""
+    idf = math.log((rows - hits + 0.5) / (hits + 0.5))
+    idf = idf if idf > 0 else 1e-6
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * length / average)
+    top = idf * (BM25_K1 + 1)
+    if score <= 0 or score >= top:
+        return 1
+    return max(1, round(score * norm / (top - score)))
+
+
 def _varint(blob: bytes) -> int:
     """The first value of an FTS5 docsize record (SQLite's varint: big-endian, 7 bits a byte): a row's tokens."""
     value = 0
@@ -650,15 +666,18 @@ class EmbeddedReader:
 
     def _searched_bm25(self, words: Sequence[str], k: int, doc_ids: Sequence[str] | None) -> list[tuple[int, float]]:
         """BM25 (k1 1.2, b 0.75, idf log(1 + (N - df + 0.5) / (df + 0.5))) with every statistic taken over the
-        chunks of ``doc_ids`` (None: all): FTS5 finds the rows and marks each word's occurrences
-        (``highlight``: its own tokenizer and stemmer), its docsize table gives each row's length. Nothing in a
-        score, and so in the ranking, depends on a chunk outside the searched documents."""
+        chunks of ``doc_ids`` (None: all): FTS5 finds the rows of each word in the searched documents and its
+        own ``bm25()`` of that one word gives back the word's count in each row (``_term_frequency``: no row is
+        tokenised again); its docsize table gives each row's length. Nothing in a score, and so in the ranking,
+        depends on a chunk outside the searched documents."""
         sizes = self._document_sizes()
         docs = list(sizes) if doc_ids is None else [d for d in dict.fromkeys(doc_ids) if d in sizes]
         count = sum(sizes[d][0] for d in docs)
         if not count:
             return []
         average = max(sum(sizes[d][1] for d in docs) / count, 1e-9)
+        index_rows = sum(c for c, _ in sizes.values())
+        index_average = max(sum(t for _, t in sizes.values()) / max(index_rows, 1), 1e-9)
         join, filter_args = "", []
         if doc_ids is not None:
             join = f" JOIN chunks c ON c.id = f.rowid AND c.doc_id IN ({','.join('?' * len(docs))})"
@@ -674,20 +693,24 @@ class EmbeddedReader:
             chosen, _ = choose_words(chosen, matches, LEXICAL_ROW_BUDGET)
         frequencies: dict[str, int] = {}
         occurrences: dict[int, dict[str, int]] = {}
+        lengths: dict[int, int] = {}
         for word in chosen:
-            rows = self._query(f"SELECT f.rowid, highlight(chunks_fts, 0, char(1), char(2)) FROM chunks_fts f{join} "
-                               "WHERE chunks_fts MATCH ?", [*filter_args, f'"{word}"'])
+            everywhere = self._count_matches([word], None)[word]  # what FTS5's bm25() counts the word in
+            rows = self._query(f"SELECT f.rowid, -bm25(chunks_fts), s.sz FROM chunks_fts f{join} "
+                               "JOIN chunks_fts_docsize s ON s.id = f.rowid WHERE chunks_fts MATCH ?",
+                               [*filter_args, f'"{word}"'])
             frequencies[word] = len(rows)
-            for rowid, marked in rows:
-                occurrences.setdefault(int(rowid), {})[word] = max(1, str(marked).count("\x01"))
+            for rowid, score, size in rows:
+                length = lengths.setdefault(int(rowid), _varint(size))
+                occurrences.setdefault(int(rowid), {})[word] = _term_frequency(
+                    float(score), everywhere, index_rows, length, index_average)
         if not occurrences:
             return []
-        lengths = self._row_lengths(list(occurrences))
-        k1, b = 1.2, 0.75
+        k1, b = BM25_K1, BM25_B
         idf = {w: math.log(1 + (count - df + 0.5) / (df + 0.5)) for w, df in frequencies.items()}
         scored = []
         for rowid, found in occurrences.items():
-            norm = k1 * (1 - b + b * lengths.get(rowid, average) / average)
+            norm = k1 * (1 - b + b * lengths[rowid] / average)
             scored.append((rowid, sum(idf[w] * tf * (k1 + 1) / (tf + norm) for w, tf in found.items())))
         scored.sort(key=lambda pair: (-pair[1], pair[0]))
         return scored[:k]
@@ -706,15 +729,6 @@ class EmbeddedReader:
                 self._sizes = {d: (c, t) for d, (c, t) in sizes.items()}
                 self._sizes_generation = generation
             return self._sizes
-
-    def _row_lengths(self, rowids: list[int]) -> dict[int, int]:
-        lengths: dict[int, int] = {}
-        for start in range(0, len(rowids), 900):
-            batch = rowids[start:start + 900]
-            rows = self._query(f"SELECT id, sz FROM chunks_fts_docsize WHERE id IN ({','.join('?' * len(batch))})",
-                               batch)
-            lengths.update((int(i), _varint(sz)) for i, sz in rows)
-        return lengths
 
     def _chunk_count(self) -> int:
         """Chunks in the index (the vector count, once vectors are loaded: no query per search)."""

@@ -24,7 +24,8 @@ def _record(settings: Settings, event: str, **fields) -> None:
     trail = open_audit(settings)
     if trail is not None:
         try:
-            trail.append(event, principal=RequestContext.local().principal.name, route="cli", **fields)
+            principal = RequestContext.local().principal
+            trail.append(event, principal=principal.name, principal_kind=principal.kind, route="cli", **fields)
         finally:
             trail.close()
 
