@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from threading import Lock
@@ -19,15 +20,17 @@ from litestar.di import NamedDependency
 
 from api.tokens import TokenVerifier
 from ingest.store.keys import KeyStore
-from rag.core.access import ALL_INDEXES, LOCAL_ADMIN, Principal, RequestContext
-from rag.core.errors import ForbiddenError
+from rag.core.access import ALL_INDEXES, EVERY_DOCUMENT, LOCAL_ADMIN, PUBLIC_ONLY, Principal, RequestContext
+from rag.core.errors import ForbiddenError, RagError
 from rag.core.keys import ApiKey, secret_matches, split_token
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
 
+log = logging.getLogger("rag.access")
 CONTEXT_SCOPE_KEY = "rag.context"
 ENV_KEY_PRINCIPAL = "api-key"  # the name RAG_API_KEY's principal is recorded under
-ANONYMOUS = Principal("anonymous", roles=(), groups=frozenset())  # open pages without a key: public documents
+ANONYMOUS = Principal("anonymous", roles=(), groups=PUBLIC_ONLY, kind="anonymous")  # open pages: public documents
+ENV_KEY = Principal(ENV_KEY_PRINCIPAL, ((ALL_INDEXES, "admin"),), EVERY_DOCUMENT, kind="env")  # the operator's key
 VERIFIED_CACHE_SIZE = 1024
 Context = NamedDependency[RequestContext]  # a route's parameter ``context: Context``: the request's one context
 
@@ -43,14 +46,24 @@ class Authenticator:
     tokens: TokenVerifier | None = None
     _verified: OrderedDict[bytes, bytes] = field(default_factory=OrderedDict)
     _lock: Lock = field(default_factory=Lock)
+    _required: bool = False  # latched: once authentication was required, this process never serves without
 
     @classmethod
     def from_settings(cls, settings: Settings, keys: KeyStore) -> "Authenticator":
-        return cls(keys=keys, api_key=settings.api_key or None, tokens=TokenVerifier.from_settings(settings))
+        auth = cls(keys=keys, api_key=settings.api_key or None, tokens=TokenVerifier.from_settings(settings))
+        try:
+            auth.required()  # latched at start when keys exist
+        except RagError as exc:  # the key store cannot be read now: every request is a 503 until it can
+            log.warning("the key store cannot be read at start: %s", exc.message)
+        return auth
 
     def required(self) -> bool:
-        """Whether requests need a token: a key is configured, a key was ever created, or tokens are on."""
-        return bool(self.api_key) or self.tokens is not None or self.keys.any()
+        """Whether requests need a token: a key is configured, a key was ever created, or tokens are on — and,
+        once that was so, for the rest of the process (a key store restored, reset or gone missing never
+        opens the server). A key store that cannot be read raises StoreUnavailableError: a 503, never open."""
+        if not self._required:
+            self._required = bool(self.api_key) or self.tokens is not None or self.keys.any()
+        return self._required
 
     def principal(self, token: str) -> Principal | None:
         """The principal of ``token`` (None: unknown, expired, revoked or invalid — the caller says 401);
@@ -60,7 +73,7 @@ class Authenticator:
         if not token:
             return None
         if self.api_key and hmac.compare_digest(token.encode(), self.api_key.encode()):
-            return Principal(ENV_KEY_PRINCIPAL)
+            return ENV_KEY
         parts = split_token(token)
         if parts is not None:
             record = self.keys.by_id(parts[0])

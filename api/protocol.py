@@ -456,7 +456,8 @@ class RoleGrant(msgspec.Struct):
 class Me(msgspec.Struct):
     name: str
     roles: list[RoleGrant]
-    groups: list[str] | None  # document groups it sees; null: every document
+    groups: list[str]  # document groups it sees besides public ones; ["*"]: every document; []: public only
+    sees: str  # the same in words: "all groups", "public only", "public + finance, hr"
     authenticated: bool  # false: the server has no key at all (open on loopback)
 
 
@@ -465,14 +466,16 @@ class KeyCreateRequest(msgspec.Struct, forbid_unknown_fields=True):
     role: Annotated[str, msgspec.Meta(pattern=r"^(reader|editor|admin)$")]
     indexes: Annotated[list[Grant], msgspec.Meta(max_length=64)] = []  # empty: "*"
     expires: Annotated[str, msgspec.Meta(pattern=r"^\s*0*[1-9][0-9]{0,8}\s*[smhdw]\s*$")] | None = None  # "90d"
+    # Document groups the key sees besides public ones: ["*"] every document; left out or []: public only.
     groups: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=64)]],
-                      msgspec.Meta(max_length=64)] | None = None
+                      msgspec.Meta(max_length=64)] = []
 
 
 class KeyInfo(msgspec.Struct):
     name: str
     roles: list[RoleGrant]
-    groups: list[str] | None
+    groups: list[str]  # ["*"]: every document; []: public only
+    sees: str  # "all groups", "public only", "public + finance, hr"
     created: float
     expires: float | None
     state: str  # active | expired | revoked

@@ -15,9 +15,9 @@ from litestar.types import Receive
 from api.observability import IndexFigures, ServiceMetrics, every_source
 from api.requests import cancel_on_disconnect
 from api.auth import Authenticator, authorize
-from ingest.jobs import INTERRUPTED, Job, JobRunner, JobStore, Outcome, Running, Tracker, Work
-from ingest.records import DocumentRecord
-from ingest.sources import due_sources, index_sources
+from ingest.jobs import INTERRUPTED, Job, JobRunner, JobStore, Outcome, Running, Tracker, Work, job_visible_to
+from ingest.records import DocumentRecord, FolderGroups
+from ingest.sources import Source, due_sources, index_sources, source_visible_to
 from ingest.store import Store, StoredIndex
 from ingest.store.conversations import ConversationStore
 from ingest.store.keys import KeyStore
@@ -26,12 +26,12 @@ from ingest.parameters import IngestParameters
 from ingest.work import sync_work, upload_work
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, AnswerService, final_result
-from rag.core.access import RequestContext
+from rag.core.access import ALL_INDEXES, EVERY_DOCUMENT, Principal, RequestContext
 from rag.core.audit import AuditLog, question_fields
 from rag.core.errors import (DocumentNotFoundError, ForbiddenError, JobNotFoundError, JobStateError, ModelError,
                              RagError, SourceBusyError, SourceUnavailableError)
 from rag.core.names import validate_index_name
-from rag.core.settings import Settings
+from rag.core.settings import Settings, parse_folder_groups
 from rag.generation.scheduler import GenerationScheduler
 from rag.runtime import (Models, answer_service, delete_index, generation_backend, open_audit, open_conversations,
                          open_jobs,
@@ -43,6 +43,8 @@ BUSY_BACKOFF_S = 30.0
 # index locked by a CLI ingest) is tried again after its interval, at least this long: not every 2 s.
 FAILED_BACKOFF_S = 60.0  # a source another replica is syncing is looked at again after this
 PRUNE_EVERY_S = 3600.0  # finished jobs older than a week are removed at start and then hourly
+# The server's own scheduled syncs: they run what an operator set up (`rag sources add --every`).
+SCHEDULE = Principal("schedule", ((ALL_INDEXES, "editor"),), EVERY_DOCUMENT, kind="system")
 SOURCE_POLL_S = 2.0  # how often the server looks for a source whose scheduled sync is due (a few SQLite reads)
 
 
@@ -92,7 +94,7 @@ class AppState:
         sees them (metrics need a key), and every source of every index; what cannot be read now is left out."""
         assert self.store is not None
         try:
-            summary: tuple[str, int, int] | None = self.summary(None, RequestContext())
+            summary: tuple[str, int, int] | None = self.summary(None, RequestContext.local())
         except RagError:
             summary = None
         return IndexFigures(summary, every_source(self.store))
@@ -142,7 +144,7 @@ class AppState:
                     log.exception("scheduled source sync of index %s failed", name)
 
     def _scheduled_sync(self, target: StoredIndex, source) -> None:
-        running = self.start_sync(target, source.id, RequestContext(), principal="schedule")
+        running = self.start_sync(target, source.id, RequestContext(SCHEDULE), principal="schedule")
         while not running.done.wait(1.0):
             if self.stopping.is_set():
                 return
@@ -177,19 +179,27 @@ class AppState:
 
     def start_upload(self, target: StoredIndex, context: RequestContext, files: list[IncomingFile],
                      groups: list[str] | None) -> Running:
-        """Queue an upload as a job (its names checked first: a bad upload is refused before any work)."""
+        """Queue an upload as a job (its names checked first: a bad upload is refused before any work). An
+        uploader gives documents only groups it holds, and stores where a document it cannot see is never met
+        (``ingest.uploads.placement``)."""
         assert self.jobs is not None and self.runner is not None and self.uploads is not None
+        if groups is not None and not context.principal.may_assign(groups):
+            self.record(context, "refused", route="/v1/documents", index=target.name, outcome="refused",
+                        groups_needed=sorted(set(groups)))
+            raise ForbiddenError("this key may give documents only the groups it holds")
         parameters = self.ingest_parameters()
-        self.uploads.check(target.name, files)
+        scope = context.groups
+        self.uploads.check(target, files, scope)
         job = self.jobs.create("upload", target.name, context.principal.name, [(f.name, f.content) for f in files],
-                               groups)
-        return self._start(job, upload_work(self.jobs, self.uploads, target, parameters, groups), context)
+                               groups, starter=context.principal.key, scope=scope)
+        return self._start(job, upload_work(self.jobs, self.uploads, target, parameters, groups, scope), context)
 
     def start_sync(self, target: StoredIndex, source_id: str, context: RequestContext,
                    principal: str | None = None) -> Running:
         assert self.jobs is not None
         parameters = self.ingest_parameters()
-        job = self.jobs.create("sync", target.name, principal or context.principal.name, source=source_id)
+        job = self.jobs.create("sync", target.name, principal or context.principal.name, source=source_id,
+                               starter=context.principal.key, scope=context.groups)
         return self._start(job, sync_work(target, source_id, parameters), context)
 
     def retry(self, job: Job, context: RequestContext) -> Running:
@@ -202,16 +212,21 @@ class AppState:
         target = self.index(job.index)
         parameters = self.ingest_parameters()
         if job.kind == "sync":
-            new = self.jobs.create("sync", job.index, context.principal.name, source=job.source, retry_of=job.id)
+            new = self.jobs.create("sync", job.index, context.principal.name, source=job.source, retry_of=job.id,
+                                   starter=job.starter, scope=job.scope_groups())
             return self._start(new, sync_work(target, job.source or "", parameters), context)
-        new = self.jobs.create("upload", job.index, context.principal.name, groups=job.groups, retry_of=job.id)
+        new = self.jobs.create("upload", job.index, context.principal.name, groups=job.groups, retry_of=job.id,
+                               starter=job.starter, scope=job.scope_groups())
         new.names = job.names
         self.jobs.take_inputs(job, new)
         self.jobs.save(new)
-        return self._start(new, upload_work(self.jobs, self.uploads, target, parameters, job.groups), context)
+        # As its first uploader would have stored it: where it goes never depends on who runs it again.
+        return self._start(new, upload_work(self.jobs, self.uploads, target, parameters, job.groups,
+                                            job.scope_groups()), context)
 
     def visible_job(self, context: RequestContext, job_id: str, route: str) -> Job:
-        """A job the principal may follow (editors of its index); any other is "not found", like a missing one."""
+        """A job the principal may follow and control (editors of its index: its starter, or one who sees
+        everything it touched); any other is "not found", like a missing one."""
         assert self.jobs is not None
         job = self.jobs.get(job_id)
         try:
@@ -219,7 +234,39 @@ class AppState:
         except ForbiddenError:
             self.record(context, "refused", route=route, index=job.index, outcome="refused", role_needed="editor")
             raise JobNotFoundError(f"no job {job_id!r}") from None
+        if not self.visible_jobs(context, job.index, [job]):
+            raise JobNotFoundError(f"no job {job_id!r}")
         return job
+
+    def visible_jobs(self, context: RequestContext, index: str, jobs: list[Job]) -> list[Job]:
+        """``jobs`` of ``index`` that ``context``'s principal may follow (``ingest.jobs.job_visible_to``)."""
+        if context.principal.unrestricted:
+            return jobs
+        target = self.index(index)
+        documents = {d.id: d for d in self._all_documents(target)}
+        sources = {s.id: s for s in self.visible_sources(target, context, list(documents.values()))}
+        return [j for j in jobs if job_visible_to(context.principal, j, documents,
+                                                  j.kind != "sync" or (j.source or "") in sources)]
+
+    def visible_sources(self, target: StoredIndex, context: RequestContext,
+                        documents: list[DocumentRecord] | None = None) -> list[Source]:
+        """The sources of ``target`` its principal may see (``ingest.sources.source_visible_to``)."""
+        sources = index_sources(target)
+        if context.principal.unrestricted:
+            return sources
+        documents = self._all_documents(target) if documents is None else documents
+        folder_groups = FolderGroups.of(parse_folder_groups(self.settings.folder_groups))
+        return [s for s in sources if source_visible_to(context.principal, s, documents, folder_groups)]
+
+    @staticmethod
+    def _all_documents(target: StoredIndex) -> list[DocumentRecord]:
+        if not target.exists():
+            return []
+        reader = target.reader()
+        try:
+            return reader.documents()
+        finally:
+            reader.close()
 
     def _start(self, job: Job, work: Work, context: RequestContext) -> Running:
         """Start ``job`` with one audit record when it ends (what an upload or a sync did, or why not)."""
@@ -331,7 +378,9 @@ class AppState:
     def record(self, context: RequestContext, event: str, **fields: Any) -> None:
         """One audit record (nothing without an audit trail)."""
         if self.audit is not None:
-            self.audit.append(event, principal=context.principal.name, request_id=context.request_id, **fields)
+            # The kind keeps names of two kinds apart: the key "dana" is not the signed-in "dana" (jwt).
+            self.audit.append(event, principal=context.principal.name, principal_kind=context.principal.kind,
+                              request_id=context.request_id, **fields)
 
     def record_question(self, question: str) -> dict[str, str]:
         return question_fields(question, self.settings.audit_questions)

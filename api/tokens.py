@@ -7,30 +7,32 @@ groups claim maps to roles and document groups through the ``jwt_groups`` table 
     jwt_audience = "rag"
     [jwt_groups.hr-staff]
     roles = ["hr=reader"]          # index=role; a role alone is that role on every index
-    groups = ["hr"]                # document groups the token may see
+    groups = ["hr"]                # document groups the token may see ("*": every document; none: public only)
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jwt
 
-from rag.core.access import Principal
+from rag.core.access import PUBLIC_ONLY, Principal, held_groups
 from rag.core.errors import ConfigError, RagError
-from rag.core.keys import parse_grant
+from rag.core.keys import parse_grant, validate_key_groups
 from rag.core.settings import Settings
 
+log = logging.getLogger("rag.access")
 ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
 
 
 @dataclass(frozen=True)
 class GroupGrant:
     roles: tuple[tuple[str, str], ...]
-    groups: frozenset[str] | None  # None: the grant does not restrict documents
+    groups: frozenset[str]  # document groups besides public ones; {"*"}: every document
 
 
 def parse_group_table(table: dict[str, Any] | None) -> dict[str, GroupGrant]:
@@ -44,7 +46,16 @@ def parse_group_table(table: dict[str, Any] | None) -> dict[str, GroupGrant]:
         except RagError as exc:
             raise ConfigError(f"jwt_groups.{name}: {exc.message}") from exc
         groups = entry.get("groups")
-        grants[str(name)] = GroupGrant(roles, frozenset(map(str, groups)) if groups is not None else None)
+        if groups is not None and not isinstance(groups, list):
+            raise ConfigError(f"jwt_groups.{name}.groups must be a list of document groups (\"*\": every document)")
+        try:
+            held = validate_key_groups(map(str, groups or ()))
+        except RagError as exc:
+            raise ConfigError(f"jwt_groups.{name}: {exc.message}") from exc
+        if groups is None and roles:
+            log.warning("jwt_groups.%s gives roles but no document groups: its tokens see public documents only "
+                        "(groups = [\"*\"] for every document)", name)
+        grants[str(name)] = GroupGrant(roles, held)
     return grants
 
 
@@ -61,7 +72,19 @@ class TokenVerifier:
         if not settings.jwt_jwks:
             return None
         source = settings.jwt_jwks
-        if source.startswith(("http://", "https://")):
+        if not (settings.jwt_issuer and settings.jwt_audience):
+            if not settings.jwt_skip_iss_aud:
+                raise ConfigError("jwt_jwks needs jwt_issuer and jwt_audience: without them a token the identity "
+                                  "provider made for any other application would be accepted here (set "
+                                  "jwt_skip_iss_aud = true only if that is really meant)")
+            log.warning("SECURITY: jwt_skip_iss_aud is set: tokens are accepted without checking %s — "
+                        "a token the identity provider made for any other application gets in",
+                        " and ".join(n for n, v in (("the issuer", settings.jwt_issuer),
+                                                    ("the audience", settings.jwt_audience)) if not v))
+        if source.startswith("http://"):
+            raise ConfigError(f"jwt_jwks must be an https:// URL (or a file): the signing keys of {source} could be "
+                              "replaced on the way, and any token with them accepted")
+        if source.startswith("https://"):
             keys: Any = jwt.PyJWKClient(source, cache_keys=True, lifespan=300, timeout=10)
         else:
             try:
@@ -91,16 +114,12 @@ class TokenVerifier:
         claimed = claims.get(self.groups_claim) or []
         claimed = [claimed] if isinstance(claimed, str) else [str(g) for g in claimed if isinstance(g, (str, int))]
         roles: list[tuple[str, str]] = []
-        groups: set[str] = set()
-        unrestricted = False
+        groups: set[str] = set(PUBLIC_ONLY)
         for group in claimed:
             grant = self.grants.get(group)
             if grant is None:
                 continue
             roles.extend(grant.roles)
-            if grant.groups is None:
-                unrestricted = unrestricted or bool(grant.roles)
-            else:
-                groups |= grant.groups
+            groups |= grant.groups
         name = str(claims.get("preferred_username") or claims["sub"])
-        return Principal(name, tuple(roles), None if unrestricted else frozenset(groups))
+        return Principal(name, tuple(roles), held_groups(groups), kind="jwt")

@@ -27,7 +27,9 @@ import msgspec
 import psutil
 
 from ingest.pipeline import FileOutcome
+from ingest.records import DocumentRecord
 from rag.core import observe
+from rag.core.access import ALL_GROUPS, Principal
 from rag.core.errors import JobCancelled, JobNotFoundError, JobStateError, RagError
 from rag.core.files import LOCK_RETRIES, MOVE_RETRIES, remove_tree, replace_file, retry_locked, unlink_file
 from rag.core.paths import fold_case
@@ -88,6 +90,15 @@ class Job(msgspec.Struct, omit_defaults=True):
     source: str | None = None
     retry_of: str | None = None
     owner: str = ""  # host:pid:process start time of the process running it
+    # Who started it (``Principal.key``: kind and name) and the document groups it saw ("*": every document;
+    # none: public documents only, what a record without them means): a re-run stores its files as that
+    # uploader would, and only the starter or one who sees everything it touched may follow or change it.
+    starter: str = ""
+    scope: list[str] = msgspec.field(default_factory=list)
+
+    def scope_groups(self) -> frozenset[str] | None:
+        """The groups its uploader saw (None: every document)."""
+        return None if ALL_GROUPS in self.scope else frozenset(self.scope)
 
     def elapsed_s(self, now: float) -> float:
         if self.started_at is None:
@@ -100,6 +111,29 @@ class Job(msgspec.Struct, omit_defaults=True):
             return None
         elapsed = self.elapsed_s(now)
         return round(elapsed * (1 - self.progress) / self.progress, 1)
+
+
+def job_visible_to(principal: Principal, job: Job, documents: dict[str, DocumentRecord],
+                   source_visible: bool = True) -> bool:
+    """Whether ``principal`` may follow and control ``job``: its starter, one who sees every document, or one
+    who sees everything the ended job touched — each file's document as it is now (``documents`` by id), the
+    groups an upload gave, and (a sync) its source (``source_visible``). A job still running touches what it
+    will: only its starter and those who see everything follow it."""
+    if principal.unrestricted or (job.starter and job.starter == principal.key):
+        return True
+    if job.state in ACTIVE or not source_visible:
+        return False
+    given = frozenset(job.groups or ())
+    if job.groups is not None and not principal.sees(given):
+        return False
+    for result in job.files:
+        record = documents.get(result.document_id or "")
+        if record is not None:
+            if not principal.sees(record.groups):
+                return False
+        elif job.groups is None:
+            return False  # no document now (failed, removed, deleted since): its groups are not known
+    return True
 
 
 def file_results(outcomes: Sequence[FileOutcome], renamed: dict[str, str] | None = None) -> list[JobFile]:
@@ -140,12 +174,15 @@ class JobStore:
         return self.folder / job_id
 
     def create(self, kind: str, index: str, principal: str | None, inputs: Sequence[tuple[str, bytes]] = (),
-               groups: Sequence[str] | None = None, source: str | None = None, retry_of: str | None = None) -> Job:
+               groups: Sequence[str] | None = None, source: str | None = None, retry_of: str | None = None,
+               starter: str = "", scope: frozenset[str] | None = frozenset()) -> Job:
+        """``scope``: the document groups the starter sees (None: every document)."""
         now = time.time()
         job = Job(uuid.uuid4().hex, kind, index, principal=principal, created_at=now, updated_at=now,
                   owner=process_identity(),
                   names=[name for name, _ in inputs], groups=list(groups) if groups is not None else None,
-                  source=source, retry_of=retry_of)
+                  source=source, retry_of=retry_of, starter=starter,
+                  scope=[ALL_GROUPS] if scope is None else sorted(scope))
         folder = self.folder / job.id / INPUT_DIR
         (folder if kind == "upload" else folder.parent).mkdir(parents=True)
         for position, (_, content) in enumerate(inputs):

@@ -48,7 +48,9 @@ class IngestParameters:
                            load_options=self.load_options, folder_groups=self.folder_groups, allow_empty=allow_empty)
 
     def upload(self, uploads: Uploads, index: StoredIndex, files: Sequence[IncomingFile],
-               groups: Sequence[str] | None, progress: Progress | None = None) -> UploadReport:
-        """``Uploads.add`` with these parameters (uploads are not mapped by folder: their groups come with them)."""
+               groups: Sequence[str] | None, progress: Progress | None = None,
+               scope: frozenset[str] | None = None) -> UploadReport:
+        """``Uploads.add`` with these parameters (uploads are not mapped by folder: their groups come with them);
+        ``scope``: the document groups the uploader sees (None: every document)."""
         return uploads.add(index, files, self.embedder, self.chunk_tokens, self.chunk_overlap, self.max_file_bytes,
-                           self.load_options, groups, progress=progress)
+                           self.load_options, groups, progress=progress, scope=scope)

@@ -124,10 +124,23 @@ def document_id(path: Path | str) -> str:
 
 
 def candidate_ids(id_or_path: str) -> tuple[str, ...]:
-    """The document ids a user's "id or path" may stand for: itself, and the id of the file it names.
-    Text that can be neither (a NUL byte, an unpaired surrogate) stands for none: it is simply not found."""
+    """The document ids a user's "id or path" may stand for: itself, and the id of the identity it spells —
+    matched by its spelling alone, never resolved on disk (``paths.lexical_identity``: caller input never
+    touches the file system). Text that can be neither (a NUL byte, an unpaired surrogate) stands for none."""
+    if "\x00" in id_or_path:  # no path and no id holds one (PostgreSQL text cannot)
+        return ()
     try:
-        id_or_path.encode("utf-8")
-        return id_or_path, document_id(id_or_path)
+        identity = paths.lexical_identity(id_or_path)
+        return id_or_path, hashlib.sha256(identity.encode("utf-8")).hexdigest()[:16]
     except (ValueError, OSError):  # UnicodeEncodeError is a ValueError; NUL: "embedded null byte"
         return ()
+
+
+def candidate_display(id_or_path: str) -> str | None:
+    """The display path a user's "id or path" may spell (absolute, by its spelling alone: never resolved on
+    disk): a document is found by the spelling it was last ingested or synced under, a link's too."""
+    try:
+        id_or_path.encode("utf-8")
+        return paths.display(id_or_path) if "\x00" not in id_or_path else None
+    except (ValueError, OSError):
+        return None

@@ -1,7 +1,8 @@
 """Watched folders ("sources"): a sync brings an index to a folder's current state.
 
 New and changed files are ingested (size and modification time first, so an unchanged file is not even read;
-the content hash decides for the rest), files gone from the folder are removed from the index, and a file
+the content hash decides for the rest), files the source ingested that are gone from the folder (or no longer
+match its glob) are removed from the index — never a document under the folder it did not ingest — and a file
 moved or renamed with the same content keeps its chunks and vectors (nothing is embedded again). A folder that
 is missing or cannot be listed is an error and removes nothing; neither does a subfolder that cannot be read.
 Sources live with their index (a table in either store); on the embedded store a sync is one commit, so a
@@ -29,7 +30,8 @@ from ingest.pipeline import (ATTACHMENT_SEP, UNREADABLE_FOLDER, FileOutcome, Ing
                              ingest_into)
 from ingest.records import Chunk, DocumentRecord, FolderGroups, display_path, document_id, normalise_path
 from ingest.store import IndexWriter, StoredIndex
-from rag.core import observe
+from rag.core import observe, paths
+from rag.core.access import Principal
 from rag.core.errors import BadRequestError, SourceBusyError, SourceNotFoundError, SourceUnavailableError
 from rag.core.files import read_with_stat
 from rag.core.names import access_groups
@@ -140,10 +142,34 @@ def save_source(writer: IndexWriter, source: Source) -> None:
     writer.put_source(source.id, msgspec.json.encode(source).decode("utf-8"))
 
 
+def groups_it_gives(source: Source, folder_groups: FolderGroups) -> set[str]:
+    """The stored groups a sync of ``source`` may give a new document: its own groups, else those of the mapped
+    folder it lies in and of every mapped folder inside it ("" when a file may be public)."""
+    if source.groups is not None:
+        return {source.groups}
+    inside = source.path.rstrip(os.sep) + os.sep
+    given = {folder_groups.groups_for(source.path) or ""}
+    given.update(groups for folder, groups in folder_groups.folders if folder.startswith(inside))
+    return given
+
+
+def source_visible_to(principal: Principal, source: Source, documents: Sequence[DocumentRecord],
+                      folder_groups: FolderGroups) -> bool:
+    """Whether ``principal`` may see ``source`` (its folder, its last sync's failures, its jobs) and sync it: it
+    sees every document. Anyone else only if it sees every document the source holds and every group a sync
+    of it may give; otherwise the source does not exist for it."""
+    if principal.unrestricted:
+        return True
+    inside = source.path.rstrip(os.sep) + os.sep
+    return (all(principal.sees(frozenset(g for g in groups.split(",") if g))
+                for groups in groups_it_gives(source, folder_groups))
+            and all(principal.sees(d.groups) for d in documents if d.path.startswith(inside)))
+
+
 def find_source(sources: Sequence[Source], id_or_path: str) -> Source:
-    """A source by its id or its folder's path."""
+    """A source by its id or its folder's path (matched by its spelling: never resolved on disk)."""
     try:
-        wanted = normalise_path(id_or_path)
+        wanted = paths.lexical_identity(id_or_path)
     except (OSError, ValueError):
         wanted = None
     for source in sources:
@@ -306,6 +332,9 @@ def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Sou
 
     prefix = source.path.rstrip(os.sep) + os.sep
     indexed = {d.path: d for d in writer.documents_under(prefix) if ATTACHMENT_SEP not in d.path[len(prefix):]}
+    # What this source ingested (its last sync's files): only those may it remove or move. A document under the
+    # folder that came another way (`rag ingest`, an earlier glob, another index's tool) is not its to delete.
+    owned = {path: record for path, record in indexed.items() if path in source.files}
     states: dict[str, FileState] = {}
     current: dict[str, Path] = {}
     for path in files:
@@ -328,7 +357,7 @@ def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Sou
             summary.outcomes.append(FileOutcome(shown(path), "unchanged", record.id, record.chunks))
             continue
         changed.append(path)
-    gone = {p: d for p, d in indexed.items()
+    gone = {p: d for p, d in owned.items()
             if p not in current and not any(is_under(p, u) or p == u for u in unreadable)}
     # Renames: a new path whose content is a vanished document's keeps that document's chunks and vectors.
     by_hash: dict[str, DocumentRecord] = {}

@@ -17,12 +17,12 @@ import unicodedata
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ingest.embedder import Embedder
 from ingest.formats.options import LoadOptions
 from ingest.pipeline import FileOutcome, Progress, delete_document, ingest_paths
-from ingest.records import DocumentRecord, normalise_path
+from ingest.records import DocumentRecord, document_id, normalise_path
 from ingest.store import StoredIndex
 from rag.core.errors import BadRequestError
 from rag.core.files import WINDOWS_DEVICE_NAMES, replace_file, unlink_file
@@ -34,6 +34,8 @@ UNSAFE_CHARACTERS = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]')  # reserved on Wind
 MAX_NAME_BYTES = 200
 WINDOWS_MAX_PATH = 260  # with the terminating NUL, where LongPathsEnabled is off
 STAGED_PREFIX = ".incoming-"
+SCOPE_PREFIX = "@"  # an uploader's own folder (``scope_folder``): "@staff-1a2b3c4d"
+Scope = frozenset[str] | None  # the document groups an uploader sees; None: every document
 # A staged file lives from its write until it is moved into place, after at most the wait for the index's
 # upload lock; one older than this was left by a server that was killed mid-upload (replicas sharing the
 # folder may be staging younger ones right now, so those stay).
@@ -129,7 +131,7 @@ class Uploads:
         """Remove staged uploads left behind by a killed server (the index never saw them); the removed paths."""
         now = time.time() if now is None else now
         removed = []
-        for staged in self.root.glob(f"*/{STAGED_PREFIX}*"):
+        for staged in [*self.root.glob(f"*/{STAGED_PREFIX}*"), *self.root.glob(f"*/{SCOPE_PREFIX}*/{STAGED_PREFIX}*")]:
             try:
                 if now - staged.stat().st_mtime > STALE_STAGED_S:
                     unlink_file(staged)
@@ -141,35 +143,37 @@ class Uploads:
                         "them): %s", len(removed), ", ".join(str(p) for p in removed))
         return removed
 
-    def check(self, index: str, files: Sequence[IncomingFile]) -> list[str]:
-        """The names ``files`` will be stored under; raises BadRequestError for an upload that cannot be
+    def check(self, index: StoredIndex, files: Sequence[IncomingFile], scope: Scope = None) -> list[Path]:
+        """Where ``files`` will be stored (``placement``); raises BadRequestError for an upload that cannot be
         taken at all (no files, unusable or repeated names) — before any work is queued for it."""
         if not files:
             raise BadRequestError("no files in the upload (send them in the multipart field 'data')")
-        folder = self.folder(index)
         stored = [safe_filename(f.name) for f in files]
-        names = _spelled_as_stored(folder, stored) if folder.is_dir() else stored
-        folded = [fold_case(n) for n in names]  # one file on Windows and macOS: "Report.pdf", "report.pdf"
-        repeated = sorted({n for n, f in zip(names, folded) if folded.count(f) > 1})
+        finals = placement(self.folder(index.name), stored, scope, _visible_in(index, scope))
+        folded = [fold_case(p.name) for p in finals]  # one file on Windows and macOS: "Report.pdf", "report.pdf"
+        repeated = sorted({p.name for p, f in zip(finals, folded) if folded.count(f) > 1})
         if repeated:
             raise BadRequestError(f"one upload holds several files named {', '.join(repeated)} (letter case "
                                   "aside); stored names must differ")
-        return names
+        return finals
 
     def add(self, index: StoredIndex, files: Sequence[IncomingFile], embedder: Embedder, chunk_tokens: int,
             chunk_overlap: int, max_file_bytes: int, load_options: LoadOptions | None = None,
-            groups: Sequence[str] | None = None, progress: Progress | None = None) -> UploadReport:
+            groups: Sequence[str] | None = None, progress: Progress | None = None,
+            scope: Scope = None) -> UploadReport:
         """Store and ingest ``files``; per-file outcomes, in the order given. Raises BadRequestError for an
         upload that cannot be taken at all (no files, unusable or repeated names). ``progress``: as for
-        ``ingest_paths`` (it may raise to stop the upload: nothing of it is kept then)."""
-        folder = self.folder(index.name)
-        folder.mkdir(parents=True, exist_ok=True)
-        names = self.check(index.name, files)
+        ``ingest_paths`` (it may raise to stop the upload: nothing of it is kept then). ``scope``: the document
+        groups the uploader sees (None: every document; see ``placement``)."""
+        finals = self.check(index, files, scope)
         self.remove_stale_staged()
+        names = [p.name for p in finals]
         report = UploadReport(index.name, renamed={stored: name_as_sent(f.name) for f, stored in zip(files, names)
                                                    if stored != name_as_sent(f.name)})
         accepted: list[_Staged] = []
-        for incoming, name in zip(files, names):
+        for incoming, final in zip(files, finals):
+            name, folder = final.name, final.parent
+            folder.mkdir(parents=True, exist_ok=True)
             if len(incoming.content) > max_file_bytes:
                 report.outcomes.append(FileOutcome(name, "failed", reason_type=TOO_LARGE,
                                                    reason=f"file is larger than {max_file_bytes // 2**20} MB"))
@@ -182,7 +186,7 @@ class Uploads:
                 report.outcomes.append(FileOutcome(name, "failed", reason_type="unwritable",
                                                    reason=f"cannot store {folder / name}: {exc.strerror or exc}"))
                 continue
-            accepted.append(_Staged(staged, folder / name))
+            accepted.append(_Staged(staged, final))
         if accepted:
             with self._lock(index.name):
                 report.outcomes += _ingest_staged(accepted, index, embedder, chunk_tokens, chunk_overlap,
@@ -196,7 +200,9 @@ class Uploads:
         stay where they are)."""
         record = delete_document(index, id_or_path)
         stored = Path(record.display_path)  # the file as spelled on disk (the identity may be case-folded)
-        if normalise_path(stored.parent) == normalise_path(self.folder(index.name)):
+        folder = normalise_path(self.folder(index.name))
+        if normalise_path(stored.parent) == folder or (
+                stored.parent.name.startswith(SCOPE_PREFIX) and normalise_path(stored.parent.parent) == folder):
             try:  # retried while a scanner holds it; a file someone keeps open stays behind, the document is gone
                 unlink_file(stored)
             except OSError as exc:
@@ -205,11 +211,64 @@ class Uploads:
         return record
 
 
-def _spelled_as_stored(folder: Path, names: list[str]) -> list[str]:
-    """``names``, each spelled as the file already stored under it with other letter case ("report.pdf" updates
-    "Report.pdf"), so a name is one document on every platform, as it is one file on Windows."""
-    stored = {fold_case(p.name): p.name for p in folder.iterdir() if not p.name.startswith(".")}
-    return [stored.get(fold_case(n), n) for n in names]
+def scope_folder(groups: frozenset[str]) -> str:
+    """The uploads subfolder of an uploader who sees only public documents and those of ``groups``: readable,
+    and never a stored file's name (stored names always hold a dot; this one never does)."""
+    readable = "+".join(sorted(groups)).replace(".", "_")[:80] or "public"
+    tag = hashlib.sha256(",".join(sorted(groups)).encode("utf-8")).hexdigest()[:8]
+    return f"{SCOPE_PREFIX}{readable}-{tag}"
+
+
+def _stored_files(folder: Path) -> dict[str, str]:
+    """The files of ``folder`` by case-folded name (nothing when it does not exist)."""
+    if not folder.is_dir():
+        return {}
+    return {fold_case(p.name): p.name for p in folder.iterdir() if not p.name.startswith(".") and p.is_file()}
+
+
+def placement(folder: Path, names: Sequence[str], scope: Scope, visible: Callable[[Path], bool]) -> list[Path]:
+    """Where each of ``names`` is stored, spelled as a file already stored there with other letter case
+    ("report.pdf" updates "Report.pdf": a name is one document on every platform, as it is one file on Windows).
+
+    An uploader who sees every document (``scope`` None) stores in the index's folder. One who sees less
+    stores in a folder of its own scope (``scope_folder``), where every document is one it sees (only uploaders
+    of that very scope write there, with groups they hold), unless the index's folder already holds that name
+    as a document it sees (``visible``): it replaces that one. A name whose document it cannot see is never
+    matched, re-spelled or replaced, so where an upload goes, and what it answers, is the same whether or not
+    such a document exists."""
+    if scope is None:
+        stored = _stored_files(folder)
+        return [folder / stored.get(fold_case(n), n) for n in names]
+    own = folder / scope_folder(scope)
+    mine, shared = _stored_files(own), _stored_files(folder)
+    finals = []
+    for name in names:
+        key = fold_case(name)
+        if key in mine:
+            finals.append(own / mine[key])
+        elif key in shared and visible(folder / shared[key]):
+            finals.append(folder / shared[key])
+        else:
+            finals.append(own / name)
+    return finals
+
+
+def _visible_in(index: StoredIndex, scope: Scope) -> Callable[[Path], bool]:
+    """Whether the document stored from a path is one an uploader of ``scope`` sees (no document: no)."""
+
+    def visible(path: Path) -> bool:
+        if scope is None:
+            return True
+        if not index.exists():
+            return False
+        reader = index.reader()
+        try:
+            record = reader.find_document(document_id(path))
+        finally:
+            reader.close()
+        return record is not None and (not record.groups or bool(scope & record.groups))
+
+    return visible
 
 
 def _unstorable(final: Path, exc: OSError) -> FileOutcome:

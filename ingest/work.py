@@ -14,12 +14,13 @@ from ingest.uploads import TOO_LARGE, IncomingFile, Uploads
 
 
 def upload_work(jobs: JobStore, uploads: Uploads, index: StoredIndex, parameters: IngestParameters,
-                groups: Sequence[str] | None) -> Work:
-    """Store and ingest the job's uploaded files (read from the job's folder when it starts)."""
+                groups: Sequence[str] | None, scope: frozenset[str] | None) -> Work:
+    """Store and ingest the job's uploaded files (read from the job's folder when it starts) as an uploader who
+    sees the documents of ``scope`` (None: every document)."""
 
     def work(tracker: Tracker, running: Running) -> Outcome:
         files = [IncomingFile(name, content) for name, content in jobs.inputs(running.job)]
-        report = parameters.upload(uploads, index, files, groups, progress=tracker)
+        report = parameters.upload(uploads, index, files, groups, progress=tracker, scope=scope)
         running.result = report
         counts = Counter(o.status for o in report.outcomes)
         summary = {**{s: counts[s] for s in ("added", "updated", "unchanged", "failed")},

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, Callable, Sequence
 
 from ingest.parameters import IngestParameters
+from rag.core.access import RequestContext
 from rag.answering.evidence import CITATION, cuts_a_clause, dangles, first_sentence, glued
 from rag.answering.prompt import refers_back
 from rag.answering.result import AnswerResult
@@ -21,6 +22,8 @@ from rag.bench.stats import percentile
 from rag.core.errors import BadRequestError
 from rag.core.settings import Settings
 from rag.runtime import Models, answer_service, scratch_store
+
+LOCAL = RequestContext.local()  # an evaluation reads every document, as the operator
 
 
 PUNCTUATION = frozenset(string.punctuation)
@@ -178,11 +181,12 @@ def answer_report(service: AnswerService, questions: list[dict], top_k: int, n: 
     sample_a = rng.sample(candidates, min(n, len(candidates)))
     sample_u = rng.sample(unanswerable, min(n, len(unanswerable)))
     options = options_from(service.settings, top_k=top_k)
-    service.ask(AnswerRequest(question="warm-up question?", options=options))
+    service.ask(AnswerRequest(question="warm-up question?", options=options, context=LOCAL))
     verdicts: list[dict] = []
     ttft, total, output_tokens, failures = [], [], [], []
     for i, q in enumerate(sample_a + sample_u, 1):
-        prepared = service.prepare(AnswerRequest.conversation(conversation_of(service, q, options), options=options))
+        prepared = service.prepare(AnswerRequest.conversation(conversation_of(service, q, options), options=options,
+                                                              context=LOCAL))
         result = service.ask_prepared(prepared)
         total.append(result.metrics.total_ms)
         if result.metrics.output_tokens:
@@ -220,7 +224,7 @@ def conversation_of(service: AnswerService, question: dict, options) -> list[dic
     messages: list[dict[str, str]] = []
     for turn in question.get("history", ()):
         messages.append({"role": "user", "content": turn})
-        reply = service.ask(AnswerRequest.conversation(messages, options=options))
+        reply = service.ask(AnswerRequest.conversation(messages, options=options, context=LOCAL))
         messages.append({"role": "assistant", "content": reply.answer})
     return [*messages, {"role": "user", "content": question["question"]}]
 
@@ -388,15 +392,15 @@ def off_topic_report(service: AnswerService, questions: list[dict], top_k: int, 
     refused_alone = refused_later = 0
     off_topic = off_topic_questions()
     for question in off_topic:
-        alone = service.ask(AnswerRequest(question=question, options=options))
+        alone = service.ask(AnswerRequest(question=question, options=options, context=LOCAL))
         first, second = rng.sample(on_topic, 2)
         messages: list[dict[str, str]] = []
         for turn in (first["question"], second["question"]):
             messages.append({"role": "user", "content": turn})
-            reply = service.ask(AnswerRequest.conversation(messages, options=options))
+            reply = service.ask(AnswerRequest.conversation(messages, options=options, context=LOCAL))
             messages.append({"role": "assistant", "content": reply.answer})
         messages.append({"role": "user", "content": question})
-        later = service.ask(AnswerRequest.conversation(messages, options=options))
+        later = service.ask(AnswerRequest.conversation(messages, options=options, context=LOCAL))
         refused_alone += alone.abstained
         refused_later += later.abstained
         if dump is not None:

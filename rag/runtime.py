@@ -28,9 +28,13 @@ from rag.core.errors import ConfigError, IndexBusyError
 from rag.core.files import make_private_folder, remove_tree
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings
+from rag.core.text import public_host
 from rag.generation.base import Generator, SamplingOptions
 from rag.generation.ort import LocalGenerator
+from rag.generation.prefix_cache import common_prefix_length
 from rag.generation.scheduler import GenerationScheduler
+
+log = logging.getLogger("rag.access")
 
 
 def open_store(settings: Settings) -> Store:
@@ -81,13 +85,24 @@ def open_audit_trail(settings: Settings) -> AuditLog:
 
 
 def open_keys(settings: Settings) -> KeyStore:
-    """The API keys' table: in the PostgreSQL store with ``store_url`` (replicas share it), else in the home."""
+    """The API keys' table: in the PostgreSQL store with ``store_url`` (replicas share it), else in the home.
+    Keys stored without groups (made when that meant every document) get the explicit grant ``*``, said once:
+    by the first process that opens the table after the change."""
+    store: KeyStore
     if settings.store_url:
         try:
-            return PostgresKeyStore(settings.store_url)
+            store = PostgresKeyStore(settings.store_url)
         except ImportError as exc:
             raise postgres_packages_missing(exc.name) from exc
-    return SqliteKeyStore(settings.home)
+    else:
+        store = SqliteKeyStore(settings.home)
+    migrated = store.migrate_implicit_groups()
+    if migrated:
+        log.warning("%d API key(s) made before every document was an explicit grant keep seeing every document: "
+                    "they now hold the document groups '*' (%s). A key made without --groups sees public documents "
+                    "only; narrow these with rag keys revoke and rag keys create --groups.", len(migrated),
+                    ", ".join(migrated), extra={"fields": {"keys": migrated}})
+    return store
 
 
 def open_conversations(settings: Settings) -> ConversationStore:
@@ -171,9 +186,7 @@ def load_answer_generator(settings: Settings, embedder: Embedder) -> Generator:
 def generation_backend(settings: Settings) -> tuple[str, str | None]:
     """Which backend answers (for /healthz and the logs), and the host of a remote one."""
     if settings.generator_url:
-        from urllib.parse import urlsplit
-
-        return "openai-remote", urlsplit(settings.generator_url).netloc
+        return "openai-remote", public_host(settings.generator_url)
     return "onnx-genai", None
 
 
@@ -209,7 +222,11 @@ class Models:
         local = self.local_generator
         if local is not None:
             messages = short_answer_messages("What warms up?", "The model warms up.", answer_examples)
-            local.generate(local.prompt(messages).tokens, SamplingOptions(max_tokens=2))
+            tokens = local.prompt(messages).tokens
+            other = local.prompt(short_answer_messages("Which fish swims?", "A fish swims.", answer_examples)).tokens
+            # The fixed part every answer prompt starts with: the one part askers of other scopes share.
+            local.prefix_cache.shared_tokens = common_prefix_length(tokens, other)
+            local.generate(tokens, SamplingOptions(max_tokens=2))
         elif hasattr(self.generator, "warm_up"):
             self.generator.warm_up()  # a remote generator learns its model name
 

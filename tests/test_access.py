@@ -35,7 +35,7 @@ def run_cli(home: Path, settings: Settings, *args: str, **env: str) -> subproces
 
 
 def add_key(home: Path, name: str, role: str, *indexes: str, expires: float | None = None,
-            groups: frozenset[str] | None = None) -> str:
+            groups: frozenset[str] = frozenset()) -> str:
     record, token = new_key(name, parse_grants(role, indexes), groups=groups, expires=expires)
     store = SqliteKeyStore(home)
     try:
@@ -69,7 +69,7 @@ def keys(home: Path) -> dict[str, str]:
     return {"reader": add_key(home, "reader-default", "reader", "default"),
             "hr": add_key(home, "reader-hr", "reader", "hr"),
             "editor": add_key(home, "editor-default", "editor", "default"),
-            "admin": add_key(home, "admin-all", "admin")}
+            "admin": add_key(home, "admin-all", "admin", groups=frozenset({"*"}))}
 
 
 @pytest.fixture(scope="module")
@@ -327,8 +327,8 @@ def test_bad_tokens_are_401(jwt_server):
 # --------------------------------------------------------------------------- keys over HTTP (the web app's admin page)
 def test_admins_manage_keys_over_http_and_others_may_not(server: str, keys: dict[str, str]):
     me = httpx.get(f"{server}/v1/me", headers=bearer(keys["hr"])).json()
-    assert me == {"name": "reader-hr", "roles": [{"index": "hr", "role": "reader"}], "groups": None,
-                  "authenticated": True}
+    assert me == {"name": "reader-hr", "roles": [{"index": "hr", "role": "reader"}], "groups": [],
+                  "sees": "public only", "authenticated": True}
     for who in ("reader", "editor", "hr"):
         assert error_type(httpx.get(f"{server}/v1/keys", headers=bearer(keys[who])), 403) == "forbidden"
     admin = bearer(keys["admin"])
@@ -382,6 +382,39 @@ def leaks(text: str, vault: dict[str, str]) -> list[str]:
 
 def test_a_reader_outside_a_documents_groups_never_learns_of_it(server: str, vault: dict[str, str]):
     assert_never_leaks(server, vault)
+    assert_uploaded_secret_stays_hidden(server, vault)
+
+
+UPLOADED_SECRET = b"# Quillon ledger\n\nThe Quillon ledger key is 3-3-8-1, kept by the finance team.\n"
+
+
+def assert_uploaded_secret_stays_hidden(server: str, vault: dict[str, str]) -> None:
+    """An *uploaded* finance document (issue 34): a staff editor's probes — listing, retrieving, uploading a
+    case variant of its name and its very bytes — never learn of it, and it keeps its text and groups."""
+    admin, staff, finance = bearer(ENV_KEY), bearer(vault["staff"]), bearer(vault["finance"])
+    up = httpx.post(f"{server}/v1/documents?index=vault&groups=finance", headers=admin, timeout=120,
+                    files={"data": ("Quillon-Ledger.md", UPLOADED_SECRET, "text/markdown")})
+    assert up.status_code == 200, up.text
+    secret_id = up.json()["files"][0]["document_id"]
+    try:
+        listed = httpx.get(f"{server}/v1/documents?index=vault", headers=staff)
+        found = httpx.post(f"{server}/v1/retrieve", headers=staff, timeout=60,
+                           json={"query": "Quillon ledger key", "index": "vault"})
+        for response in (listed, found):
+            assert response.status_code == 200 and secret_id not in response.text and "3-3-8-1" not in response.text
+        for name in ("quillon-ledger.md", "QUILLON-LEDGER.md", "Quillon-Ledger.md"):
+            probe = httpx.post(f"{server}/v1/documents?index=vault", headers=staff, timeout=120,
+                               files={"data": (name, UPLOADED_SECRET, "text/markdown")})
+            assert probe.status_code == 200, probe.text
+            result = probe.json()["files"][0]
+            assert result["status"] == "added" and not result.get("renamed_from"), result
+            assert result["document_id"] != secret_id and "Quillon-Ledger" not in probe.text.replace(name, "")
+            assert httpx.delete(f"{server}/v1/documents/{result['document_id']}?index=vault",
+                                headers=staff).status_code == 200
+        theirs = {d["id"]: d for d in httpx.get(f"{server}/v1/documents?index=vault", headers=finance).json()["documents"]}
+        assert theirs[secret_id]["access_groups"] == "finance"
+    finally:
+        assert httpx.delete(f"{server}/v1/documents/{secret_id}?index=vault", headers=admin).status_code == 200
 
 
 def assert_never_leaks(server: str, vault: dict[str, str]) -> None:
@@ -485,6 +518,7 @@ def postgres_vault(settings: Settings, postgres_url: str, embedder, tmp_path_fac
 def test_postgres_a_reader_outside_a_documents_groups_never_learns_of_it(postgres_vault):
     server, vault = postgres_vault
     assert_never_leaks(server, vault)
+    assert_uploaded_secret_stays_hidden(server, vault)
     asked = httpx.post(f"{server}/v1/ask", json={"question": VAULT_QUESTION, "index": "vault"}, timeout=120,
                        headers=bearer(vault["finance"]))
     assert asked.status_code == 200 and asked.json()["sources"][0]["document_id"] == vault["secret_id"]

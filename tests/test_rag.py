@@ -20,6 +20,7 @@ from conftest import SQUAD_DOCS, SQUAD_QUESTIONS
 from helpers import cli_env
 from ingest.pipeline import ingest_paths
 from ingest.store.embedded import EmbeddedIndex
+from rag.core.access import RequestContext
 from rag.answering.service import AnswerOptions, AnswerRequest, AnswerService, options_from
 from rag.answering.compress import Passage, Sentence, candidate_sentences, score_sentences, select_passages, split_sentences
 from rag.core.errors import BadRequestError
@@ -113,7 +114,9 @@ def retriever(service: AnswerService) -> Retriever:
 
 
 def ask(service: AnswerService, question: str, options: AnswerOptions) -> AnswerResult:
-    return service.ask(AnswerRequest(question=question, options=options))
+    # As the CLI asks (``rag ask``): the operator, who sees every document (a context made without one sees
+    # public documents only, and gets BM25 over what it searches: other lexical scores).
+    return service.ask(AnswerRequest(question=question, options=options, context=RequestContext.local()))
 
 
 async def collect(events) -> list:

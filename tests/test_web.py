@@ -606,7 +606,7 @@ def test_roles_in_the_page_readers_see_no_upload_or_delete_admins_manage_keys(pa
     shutil.copytree(web_home / "indexes", home / "indexes")
     store = SqliteKeyStore(home)
     reader, reader_key = new_key("reader-web", parse_grants("reader", ["default"]))
-    admin, admin_key = new_key("admin-web", parse_grants("admin", ["*"]))
+    admin, admin_key = new_key("admin-web", parse_grants("admin", ["*"]), groups=frozenset({"*"}))
     store.add(reader)
     store.add(admin)
     store.close()

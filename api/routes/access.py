@@ -15,13 +15,15 @@ from api.openapi import errors, operation
 from api.protocol import KeyCreated, KeyCreateRequest, KeyInfo, KeyList, Me, RoleGrant
 from api.requests import json_body
 from api.state import AppState
-from rag.core.keys import ApiKey, new_key, parse_duration, parse_grants
+from rag.core.access import describe_groups
+from rag.core.errors import ForbiddenError
+from rag.core.keys import ApiKey, new_key, parse_duration, parse_grants, validate_key_groups
 
 
 def key_info(record: ApiKey) -> KeyInfo:
-    return KeyInfo(name=record.name, roles=[RoleGrant(i, r) for i, r in record.roles],
-                   groups=sorted(record.groups) if record.groups is not None else None, created=record.created,
-                   expires=record.expires, state=record.state())
+    return KeyInfo(name=record.name, roles=[RoleGrant(i, r) for i, r in record.roles], groups=sorted(record.groups),
+                   sees=describe_groups(record.groups), created=record.created, expires=record.expires,
+                   state=record.state())
 
 
 class AccessController(Controller):
@@ -34,8 +36,7 @@ class AccessController(Controller):
         principal = context.principal
         required = await anyio.to_thread.run_sync(app.auth.required)
         return Me(name=principal.name, roles=[RoleGrant(i, r) for i, r in principal.roles],
-                  groups=sorted(principal.groups) if principal.groups is not None else None,
-                  authenticated=required)
+                  groups=sorted(principal.groups), sees=describe_groups(principal.groups), authenticated=required)
 
     @get("/keys", summary="API keys (admin on every index)", responses=errors())
     async def list_keys(self, state: State, context: Context) -> KeyList:
@@ -50,11 +51,16 @@ class AccessController(Controller):
         data = await json_body(request, KeyCreateRequest)
         app: AppState = state.app
         expires = time.time() + parse_duration(data.expires) if data.expires else None
-        groups = frozenset(data.groups) if data.groups else None
-        record, token = new_key(data.name, parse_grants(data.role, data.indexes), groups, expires)
+        record, token = new_key(data.name, parse_grants(data.role, data.indexes), validate_key_groups(data.groups),
+                                expires)
+        why_not = context.principal.may_grant(record.roles, record.groups)
+        if why_not is not None:  # a principal grants at most what it holds
+            app.record(context, "key.create", route="/v1/keys", key=record.name, outcome="refused",
+                       roles=[list(g) for g in record.roles], groups=sorted(record.groups))
+            raise ForbiddenError(f"this key may not create that key: {why_not}")
         await anyio.to_thread.run_sync(app.keys.add, record)
         app.record(context, "key.create", route="/v1/keys", key=record.name, outcome="created",
-                   roles=[list(g) for g in record.roles], groups=sorted(groups) if groups else None, expires=expires)
+                   roles=[list(g) for g in record.roles], groups=sorted(record.groups), expires=expires)
         info = key_info(record)
         return KeyCreated(**{f: getattr(info, f) for f in info.__struct_fields__}, key=token)
 
@@ -63,6 +69,11 @@ class AccessController(Controller):
     async def revoke_key(self, state: State, context: Context, name: FromPath[str]) -> KeyInfo:
         authorize_all(context, "admin")
         app: AppState = state.app
+        held = next((r for r in await anyio.to_thread.run_sync(app.keys.list) if r.name == name), None)
+        why_not = None if held is None else context.principal.may_grant(held.roles, held.groups)
+        if why_not is not None:  # changing a key is granting: only one that holds no more than the caller
+            app.record(context, "key.revoke", route="/v1/keys/{name}", key=name, outcome="refused")
+            raise ForbiddenError(f"this key may not revoke key {name!r}: {why_not.replace('grant', 'hold', 1)}")
         record = await anyio.to_thread.run_sync(app.keys.revoke, name)
         app.record(context, "key.revoke", route="/v1/keys/{name}", key=name, outcome="revoked")
         return key_info(record)

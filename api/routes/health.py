@@ -6,11 +6,12 @@ import anyio.to_thread
 from litestar import Controller, Response, get
 from litestar.datastructures import State
 
-from api.auth import Context
+from api.auth import Context, authorize_all
 from api.openapi import HEALTH_RESPONSES, errors
 from api.protocol import HealthResponse, IndexSummary
 from api.state import AppState
 from rag.core.access import RequestContext
+from rag.core.errors import ForbiddenError
 from rag.generation.ort import provider_facts
 
 
@@ -39,9 +40,14 @@ class HealthController(Controller):
             return Response(body, status_code=503, headers={"Retry-After": "5"})
         return Response(body)
 
-    @get("/metrics", summary="Prometheus metrics", media_type="text/plain; version=0.0.4", responses=errors())
-    async def metrics(self, state: State) -> bytes:
+    @get("/metrics", summary="Prometheus metrics (an admin of every index who sees every document: the figures "
+         "count every document and name every index)", media_type="text/plain; version=0.0.4", responses=errors())
+    async def metrics(self, state: State, context: Context) -> bytes:
         app: AppState = state.app
+        authorize_all(context, "admin")
+        if not context.principal.unrestricted:
+            raise ForbiddenError("the metrics count every document: they need an admin who sees every document "
+                                 "(groups '*')")
         if app.scheduler is not None:
             app.metrics.queue(app.scheduler.depth)
         return await anyio.to_thread.run_sync(app.metrics.render)  # the index gauges read the indexes

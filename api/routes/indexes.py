@@ -13,7 +13,7 @@ from api.auth import Context
 from api.openapi import errors
 from api.protocol import IndexDeleted, IndexList, IndexSummary
 from api.state import AppState
-from rag.core.errors import ConfirmationRequiredError, ConflictError, IndexNotFoundError
+from rag.core.errors import ConfirmationRequiredError, ConflictError, ForbiddenError, IndexNotFoundError
 from rag.core.names import INDEX_NAME_PATTERN
 
 
@@ -43,6 +43,11 @@ class IndexesController(Controller):
                                description="the index name again: there is no undo")] = None) -> IndexDeleted:
         app: AppState = state.app
         target = app.index(app.authorize(context, name, "admin", "/v1/indexes/{name}"))
+        if not context.principal.unrestricted:  # it would delete documents it cannot see
+            app.record(context, "refused", route="/v1/indexes/{name}", index=target.name, outcome="refused",
+                       role_needed="admin", groups_needed=["*"])
+            raise ForbiddenError(f"deleting index {target.name!r} needs an admin who sees every document (groups "
+                                 "'*')")
         _, documents, chunks = await anyio.to_thread.run_sync(app.summary, target.name, context)
         if not target.exists():
             target.reader().close()  # the store's own "no index" error, with the names it has

@@ -37,7 +37,8 @@ class JobsController(Controller):
         app: AppState = state.app
         target = app.index(app.authorize(context, index, "editor", "/v1/jobs"))
         assert app.jobs is not None
-        jobs = await anyio.to_thread.run_sync(lambda: app.jobs.list(target.name))
+        jobs = await anyio.to_thread.run_sync(
+            lambda: app.visible_jobs(context, target.name, app.jobs.list(target.name)))
         return JobList(index=target.name, jobs=[job_status(j, app) for j in jobs])
 
     @get("/{job_id:str}", summary="A job's state and progress: files done of total, OCR pages, chunks, elapsed "

@@ -15,7 +15,7 @@ from api.openapi import errors
 from api.protocol import JobStatus, SourceList, SourceStatus
 from api.routes.documents import AsyncQuery, IndexQuery
 from api.state import AppState
-from ingest.sources import Source, find_source, index_sources
+from ingest.sources import Source, find_source
 
 
 def status(source: Source) -> SourceStatus:
@@ -31,7 +31,7 @@ class SourcesController(Controller):
     async def list_sources(self, state: State, context: Context, index: IndexQuery = None) -> SourceList:
         app: AppState = state.app
         target = app.index(app.authorize(context, index, "editor", "/v1/sources"))
-        sources = await anyio.to_thread.run_sync(index_sources, target)
+        sources = await anyio.to_thread.run_sync(app.visible_sources, target, context)
         return SourceList(index=target.name, sources=[status(s) for s in sources])
 
     @post("/{source_id:str}/sync", status_code=200,
@@ -45,7 +45,7 @@ class SourcesController(Controller):
         app: AppState = state.app
         target = app.index(app.authorize(context, index, "editor", "/v1/sources/{source_id}/sync"))
         app.require_ready()
-        source = find_source(await anyio.to_thread.run_sync(index_sources, target), source_id)
+        source = find_source(await anyio.to_thread.run_sync(app.visible_sources, target, context), source_id)
         running = await anyio.to_thread.run_sync(app.start_sync, target, source.id, context)
         if run_async or not await finished(running, app.settings.job_wait_s):
             return accepted(running.job, app)

@@ -15,6 +15,7 @@ Commit protocol (crash-safe, one writer, many readers):
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sqlite3
@@ -27,7 +28,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ingest.records import Chunk, ChunkRecord, DocumentRecord, IndexInfo, candidate_ids
+from ingest.records import Chunk, ChunkRecord, DocumentRecord, IndexInfo, candidate_display, candidate_ids
 from ingest.store.lexical import LEXICAL_ROW_BUDGET, choose_words
 from rag.core.errors import (
     BadRequestError,
@@ -66,6 +67,34 @@ CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
     text, content='chunks', content_rowid='id', tokenize='porter unicode61');
 CREATE TABLE IF NOT EXISTS sources (id TEXT PRIMARY KEY, data TEXT NOT NULL);
 """
+
+
+BM25_K1, BM25_B = 1.2, 0.75  # FTS5's bm25() constants, and those of the searched-set BM25
+
+
+def _term_frequency(score: float, hits: int, rows: int, length: int, average: float) -> int:
+    """A word's count in a row, from FTS5's ``bm25()`` of that one word there (``score``, made positive): its
+    formula solved for the count, with the index-wide figures FTS5 used (``hits`` rows of ``rows`` hold the
+    word; ``length`` tokens in this row, ``average`` in a row)."""
+    idf = math.log((rows - hits + 0.5) / (hits + 0.5))
+    idf = idf if idf > 0 else 1e-6
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * length / average)
+    top = idf * (BM25_K1 + 1)
+    if score <= 0 or score >= top:
+        return 1
+    return max(1, round(score * norm / (top - score)))
+
+
+def _varint(blob: bytes) -> int:
+    """The first value of an FTS5 docsize record (SQLite's varint: big-endian, 7 bits a byte): a row's tokens."""
+    value = 0
+    for position, byte in enumerate(bytes(blob or b"")[:9]):
+        if position == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            break
+    return value
 
 
 def fts_query(text: str) -> str | None:
@@ -353,6 +382,10 @@ class EmbeddedWriter:
 
     def find_document(self, id_or_path: str) -> DocumentRecord:
         record = next(filter(None, map(self.document, candidate_ids(id_or_path))), None)
+        if record is None and (spelled := candidate_display(id_or_path)) is not None \
+                and _has_column(self._conn, "display_path"):
+            row = self._conn.execute("SELECT * FROM documents WHERE display_path = ? LIMIT 1", (spelled,)).fetchone()
+            record = _document(row) if row else None
         if record is None:
             raise DocumentNotFoundError(f"no document {id_or_path!r} in index {self.root.name!r}")
         return record
@@ -548,6 +581,9 @@ class EmbeddedReader:
     def find_document(self, id_or_path: str) -> DocumentRecord | None:
         ids = candidate_ids(id_or_path)
         rows = self._query("SELECT * FROM documents WHERE id = ? OR id = ?", ids) if ids else []
+        spelled = candidate_display(id_or_path)
+        if not rows and spelled is not None and self._shown_path() == "d.display_path":
+            rows = self._query("SELECT * FROM documents WHERE display_path = ? LIMIT 1", (spelled,))
         return _document(rows[0]) if rows else None
 
     def _shown_path(self) -> str:
@@ -618,12 +654,17 @@ class EmbeddedReader:
         sql = f"SELECT count(*) FROM (SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?{limit})"
         return {word: int(self._query(sql, (f'"{word}"',))[0][0]) for word in words}
 
-    def lexical_search(self, text: str, k: int, doc_ids: Sequence[str] | None = None) -> list[tuple[int, float]]:
+    def lexical_search(self, text: str, k: int, doc_ids: Sequence[str] | None = None,
+                       searched_stats: bool = False) -> list[tuple[int, float]]:
         """BM25 via SQLite FTS5 over the query's words (on a large index, the rarest ones: ``choose_words``);
-        scores are positive (higher is better)."""
+        scores are positive (higher is better). ``searched_stats``: BM25's statistics (chunk count, average
+        length, each word's chunk count) over the searched documents only (``doc_ids``, or all), never the
+        whole index: what a principal who sees only some documents gets (``_searched_bm25``)."""
         words = content_terms(text)
         if not words:
             return []
+        if searched_stats:
+            return self._searched_bm25(words, k, doc_ids)
         query = fts_query(text)
         if self._chunk_count() > LEXICAL_ROW_BUDGET:
             chosen, _ = choose_words(words, self._count_matches, LEXICAL_ROW_BUDGET)
@@ -639,6 +680,72 @@ class EmbeddedReader:
             args += list(doc_ids)
         rows = self._query(sql + where + " ORDER BY bm25(chunks_fts) LIMIT ?", args + [k])
         return [(int(r[0]), float(r[1])) for r in rows]
+
+    def _searched_bm25(self, words: Sequence[str], k: int, doc_ids: Sequence[str] | None) -> list[tuple[int, float]]:
+        """BM25 (k1 1.2, b 0.75, idf log(1 + (N - df + 0.5) / (df + 0.5))) with every statistic taken over the
+        chunks of ``doc_ids`` (None: all): FTS5 finds the rows of each word in the searched documents and its
+        own ``bm25()`` of that one word gives back the word's count in each row (``_term_frequency``: no row is
+        tokenised again); its docsize table gives each row's length. Nothing in a score, and so in the ranking,
+        depends on a chunk outside the searched documents."""
+        sizes = self._document_sizes()
+        docs = list(sizes) if doc_ids is None else [d for d in dict.fromkeys(doc_ids) if d in sizes]
+        count = sum(sizes[d][0] for d in docs)
+        if not count:
+            return []
+        average = max(sum(sizes[d][1] for d in docs) / count, 1e-9)
+        index_rows = sum(c for c, _ in sizes.values())
+        index_average = max(sum(t for _, t in sizes.values()) / max(index_rows, 1), 1e-9)
+        join, filter_args = "", []
+        if doc_ids is not None:
+            join = f" JOIN chunks c ON c.id = f.rowid AND c.doc_id IN ({','.join('?' * len(docs))})"
+            filter_args = docs
+
+        def matches(batch: Sequence[str], cap: int | None) -> dict[str, int]:
+            limit = f" LIMIT {int(cap)}" if cap else ""
+            sql = f"SELECT count(*) FROM (SELECT f.rowid FROM chunks_fts f{join} WHERE chunks_fts MATCH ?{limit})"
+            return {w: int(self._query(sql, [*filter_args, f'"{w}"'])[0][0]) for w in batch}
+
+        chosen = list(dict.fromkeys(words))
+        if count > LEXICAL_ROW_BUDGET:
+            chosen, _ = choose_words(chosen, matches, LEXICAL_ROW_BUDGET)
+        frequencies: dict[str, int] = {}
+        occurrences: dict[int, dict[str, int]] = {}
+        lengths: dict[int, int] = {}
+        for word in chosen:
+            everywhere = self._count_matches([word], None)[word]  # what FTS5's bm25() counts the word in
+            rows = self._query(f"SELECT f.rowid, -bm25(chunks_fts), s.sz FROM chunks_fts f{join} "
+                               "JOIN chunks_fts_docsize s ON s.id = f.rowid WHERE chunks_fts MATCH ?",
+                               [*filter_args, f'"{word}"'])
+            frequencies[word] = len(rows)
+            for rowid, score, size in rows:
+                length = lengths.setdefault(int(rowid), _varint(size))
+                occurrences.setdefault(int(rowid), {})[word] = _term_frequency(
+                    float(score), everywhere, index_rows, length, index_average)
+        if not occurrences:
+            return []
+        k1, b = BM25_K1, BM25_B
+        idf = {w: math.log(1 + (count - df + 0.5) / (df + 0.5)) for w, df in frequencies.items()}
+        scored = []
+        for rowid, found in occurrences.items():
+            norm = k1 * (1 - b + b * lengths[rowid] / average)
+            scored.append((rowid, sum(idf[w] * tf * (k1 + 1) / (tf + norm) for w, tf in found.items())))
+        scored.sort(key=lambda pair: (-pair[1], pair[0]))
+        return scored[:k]
+
+    def _document_sizes(self) -> dict[str, tuple[int, int]]:
+        """Each document's (chunks, tokens as FTS5 counts them), read once per committed generation."""
+        with self._lock:
+            generation = int(self._meta().get("generation", 0))
+            if getattr(self, "_sizes_generation", None) != generation:
+                sizes: dict[str, list[int]] = {}
+                for doc_id, size in self._conn.execute(
+                        "SELECT c.doc_id, d.sz FROM chunks c JOIN chunks_fts_docsize d ON d.id = c.id"):
+                    entry = sizes.setdefault(doc_id, [0, 0])
+                    entry[0] += 1
+                    entry[1] += _varint(size)
+                self._sizes = {d: (c, t) for d, (c, t) in sizes.items()}
+                self._sizes_generation = generation
+            return self._sizes
 
     def _chunk_count(self) -> int:
         """Chunks in the index (the vector count, once vectors are loaded: no query per search)."""

@@ -13,6 +13,7 @@ from typing import Any, Protocol, Sequence
 
 from ingest.store.postgres import MIGRATION_LOCK
 from rag.core.errors import ConflictError, NotFoundError, StoreUnavailableError
+from rag.core.access import EVERY_DOCUMENT
 from rag.core.keys import ApiKey
 from rag.core.files import make_private_folder
 
@@ -26,21 +27,26 @@ class KeyStore(Protocol):
     def list(self) -> list[ApiKey]: ...
     def revoke(self, name: str) -> ApiKey: ...
     def any(self) -> bool: ...
+    def migrate_implicit_groups(self) -> list[str]: ...
     def close(self) -> None: ...
 
 
 def _record(row: Sequence[Any]) -> ApiKey:
     name, key_id, salt, digest, roles, groups, created, expires, revoked = row
+    # NULL groups: a key made before every document was an explicit grant, when no groups meant every
+    # document; it keeps that meaning (``migrate_implicit_groups`` writes it out as "*").
     return ApiKey(name=name, key_id=key_id, salt=bytes(salt), digest=bytes(digest),
                   roles=tuple((i, r) for i, r in json.loads(roles)),
-                  groups=frozenset(json.loads(groups)) if groups is not None else None,
+                  groups=frozenset(json.loads(groups)) if groups is not None else EVERY_DOCUMENT,
                   created=created, expires=expires, revoked=revoked)
 
 
 def _values(record: ApiKey) -> tuple[Any, ...]:
     return (record.name, record.key_id, record.salt, record.digest, json.dumps([list(g) for g in record.roles]),
-            json.dumps(sorted(record.groups)) if record.groups is not None else None,
-            record.created, record.expires, record.revoked)
+            json.dumps(sorted(record.groups)), record.created, record.expires, record.revoked)
+
+
+LEGACY_GROUPS = json.dumps(sorted(EVERY_DOCUMENT))  # what a key without groups meant before: every document
 
 
 def _exists(name: str) -> ConflictError:
@@ -58,17 +64,53 @@ class SqliteKeyStore:
         self.path = home / DB_NAME
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        self._seen = False  # this process has seen the file: its disappearance is a failure, not "no keys"
+        self._identity: tuple[int, int] | None = None  # the file the open connection reads (device, inode)
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
             make_private_folder(self.path.parent)  # the home: its key store is no one else's to change
             conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"CREATE TABLE IF NOT EXISTS api_keys (name TEXT PRIMARY KEY, key_id TEXT NOT NULL UNIQUE, "
-                         "salt BLOB NOT NULL, digest BLOB NOT NULL, roles TEXT NOT NULL, groups TEXT, "
-                         "created REAL NOT NULL, expires REAL, revoked REAL)")
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(f"CREATE TABLE IF NOT EXISTS api_keys (name TEXT PRIMARY KEY, key_id TEXT NOT NULL "
+                             "UNIQUE, salt BLOB NOT NULL, digest BLOB NOT NULL, roles TEXT NOT NULL, groups TEXT, "
+                             "created REAL NOT NULL, expires REAL, revoked REAL)")
+            except sqlite3.Error:
+                conn.close()
+                raise
             self._conn = conn
         return self._conn
+
+    def _present(self) -> bool:
+        """Whether the key file exists; one this process saw and that is gone now (a restore, a "reset") is
+        StoreUnavailableError: the keys cannot be read, which never means there are none. A file replaced
+        under the open connection (a restore) is opened again: its keys are the ones that count."""
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            stat = None
+        if stat is not None:
+            self._seen = True
+            identity = (stat.st_dev, stat.st_ino)
+            with self._lock:
+                if self._conn is not None and identity != self._identity:
+                    self._conn.close()
+                    self._conn = None
+                self._identity = identity
+            return True
+        if self._seen:
+            raise StoreUnavailableError(f"the key store {self.path} has disappeared; restore it (or restart the "
+                                        "server on purpose) — requests are refused meanwhile")
+        return False
+
+    def _read(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        """Rows of a query; a file that is not a database or cannot be read is StoreUnavailableError (503)."""
+        try:
+            with self._lock:
+                return self._db().execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"the key store {self.path} cannot be read: {exc}") from exc
 
     def add(self, record: ApiKey) -> None:
         with self._lock:
@@ -86,17 +128,15 @@ class SqliteKeyStore:
                 raise
 
     def by_id(self, key_id: str) -> ApiKey | None:
-        if not self.path.exists():
+        if not self._present():
             return None
-        with self._lock:
-            row = self._db().execute(f"SELECT {COLUMNS} FROM api_keys WHERE key_id = ?", (key_id,)).fetchone()
-        return _record(row) if row else None
+        rows = self._read(f"SELECT {COLUMNS} FROM api_keys WHERE key_id = ?", (key_id,))
+        return _record(rows[0]) if rows else None
 
     def list(self) -> list[ApiKey]:
-        if not self.path.exists():
+        if not self._present():
             return []
-        with self._lock:
-            return [_record(r) for r in self._db().execute(f"SELECT {COLUMNS} FROM api_keys ORDER BY name")]
+        return [_record(r) for r in self._read(f"SELECT {COLUMNS} FROM api_keys ORDER BY name")]
 
     def revoke(self, name: str) -> ApiKey:
         """Revoke key ``name`` (a key already revoked stays as it is: revoking is idempotent)."""
@@ -111,10 +151,26 @@ class SqliteKeyStore:
     def any(self) -> bool:
         """Whether any key was ever created (a revoked one included: revoking the last key never opens the
         service)."""
-        if not self.path.exists():
+        if not self._present():
             return False
+        return bool(self._read("SELECT 1 FROM api_keys LIMIT 1"))
+
+    def migrate_implicit_groups(self) -> list[str]:
+        """Give every key stored without groups (made when that meant every document) the explicit grant
+        ``*``, which it keeps meaning; the names of the keys changed (none the next time)."""
+        if not self._present():
+            return []
         with self._lock:
-            return self._db().execute("SELECT 1 FROM api_keys LIMIT 1").fetchone() is not None
+            db = self._db()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                names = [r[0] for r in db.execute("SELECT name FROM api_keys WHERE groups IS NULL ORDER BY name")]
+                db.execute("UPDATE api_keys SET groups = ? WHERE groups IS NULL", (LEGACY_GROUPS,))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return names
 
     def close(self) -> None:
         if self._conn is not None:
@@ -155,6 +211,10 @@ class PostgresKeyStore:
                 return cursor.fetchall() if fetch and cursor.description else []
         except self._psycopg.OperationalError as exc:
             raise StoreUnavailableError(f"the key store (PostgreSQL) cannot be reached: {exc}") from exc
+        except (self._psycopg.ProgrammingError, self._psycopg.InternalError, self._psycopg.DataError) as exc:
+            # The table gone or damaged (a restore, a "reset"): the keys cannot be read, which never means none.
+            self._ready = False
+            raise StoreUnavailableError(f"the key store (PostgreSQL table rag.api_keys) cannot be read: {exc}") from exc
 
     def add(self, record: ApiKey) -> None:
         inserted = self._run(
@@ -183,6 +243,11 @@ class PostgresKeyStore:
 
     def any(self) -> bool:
         return bool(self._run("SELECT 1 FROM rag.api_keys LIMIT 1"))
+
+    def migrate_implicit_groups(self) -> list[str]:
+        """As ``SqliteKeyStore.migrate_implicit_groups`` (one statement: replicas starting at once agree)."""
+        rows = self._run("UPDATE rag.api_keys SET groups = %s WHERE groups IS NULL RETURNING name", (LEGACY_GROUPS,))
+        return sorted(r[0] for r in rows)
 
     def close(self) -> None:
         pass

@@ -38,7 +38,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ingest.records import Chunk, ChunkRecord, DocumentRecord, IndexInfo, candidate_ids
+from ingest.records import Chunk, ChunkRecord, DocumentRecord, IndexInfo, candidate_display, candidate_ids
 from ingest.store.lexical import choose_words
 from rag.core.errors import (
     ConfigError,
@@ -400,6 +400,10 @@ class PostgresReader:
             return None
         rows = self.store.query(f"SELECT {DOCUMENT_COLUMNS} FROM {self.schema}.documents WHERE id = ANY(%s)",
                                 (ids,))
+        spelled = candidate_display(id_or_path)
+        if not rows and spelled is not None:
+            rows = self.store.query(f"SELECT {DOCUMENT_COLUMNS} FROM {self.schema}.documents "
+                                    "WHERE display_path = %s LIMIT 1", (spelled,))
         return _document(rows[0]) if rows else None
 
     def chunks(self, ids: Iterable[int]) -> dict[int, ChunkRecord]:
@@ -437,14 +441,25 @@ class PostgresReader:
                                 f"ORDER BY embedding <#> %(q)s LIMIT %(k)s", args, settings)
         return [(int(i), float(s)) for i, s in rows]
 
-    def _count_matches(self, words: Sequence[str], cap: int | None) -> dict[str, int]:
-        """Chunks holding each word, counted through the GIN index in one query; counting stops at ``cap``."""
+    def _count_matches(self, words: Sequence[str], cap: int | None,
+                       doc_ids: Sequence[str] | None = None) -> dict[str, int]:
+        """Chunks holding each word (of ``doc_ids`` only, when given), counted through the GIN index in one
+        query; counting stops at ``cap``."""
         limit = "LIMIT %(cap)s" if cap else ""
+        among = "AND doc_id = ANY(%(docs)s)" if doc_ids is not None else ""
         rows = self.store.query(
             f"SELECT t, (SELECT count(*) FROM (SELECT 1 FROM {self.schema}.chunks "
-            f"WHERE tsv @@ plainto_tsquery('{TEXT_SEARCH_CONFIG}', t) {limit}) hits) "
-            f"FROM unnest(%(words)s::text[]) AS t", {"words": list(words), "cap": cap})
+            f"WHERE tsv @@ plainto_tsquery('{TEXT_SEARCH_CONFIG}', t) {among} {limit}) hits) "
+            f"FROM unnest(%(words)s::text[]) AS t",
+            {"words": list(words), "cap": cap, "docs": list(doc_ids) if doc_ids is not None else None})
         return {word: int(count) for word, count in rows}
+
+    def _chunk_count_of(self, doc_ids: Sequence[str] | None) -> float:
+        """The exact number of chunks of ``doc_ids`` (None: of every document)."""
+        if doc_ids is None:
+            return float(self.store.query(f"SELECT count(*) FROM {self.schema}.chunks")[0][0])
+        return float(self.store.query(f"SELECT count(*) FROM {self.schema}.chunks WHERE doc_id = ANY(%s)",
+                                      (list(doc_ids),))[0][0])
 
     def _chunk_estimate(self) -> float:
         """The planner's row count of the chunks table (exact count once it was never analysed): idf needs
@@ -454,7 +469,8 @@ class PostgresReader:
             return float(estimate[0][0])
         return float(self.store.query(f"SELECT count(*) FROM {self.schema}.chunks")[0][0])
 
-    def lexical_search(self, text: str, k: int, doc_ids: Sequence[str] | None = None) -> list[tuple[int, float]]:
+    def lexical_search(self, text: str, k: int, doc_ids: Sequence[str] | None = None,
+                       searched_stats: bool = False) -> list[tuple[int, float]]:
         """PostgreSQL full-text search (GIN) with BM25's idf over the query's words (on a large index, the
         rarest ones: ``choose_words``): the score of a chunk is the sum, over the query's
         words it contains, of idf(word) x ``ts_rank(chunk, word, 1)`` (a saturating term frequency divided by
@@ -464,12 +480,19 @@ class PostgresReader:
         if not terms:
             return []
         s = self.schema
-        total = self._chunk_estimate()
+        # ``searched_stats``: the corpus size and each word's chunk count over the searched documents only (a
+        # principal who sees only some documents: nothing it gets depends on a chunk it cannot see).
+        scope = (doc_ids if doc_ids is not None else None) if searched_stats else None
+        total = self._chunk_count_of(scope) if searched_stats else self._chunk_estimate()
+
+        def count(words: Sequence[str], cap: int | None) -> dict[str, int]:
+            return self._count_matches(words, cap, scope)
+
         if total <= LEXICAL_ROW_BUDGET:
-            frequencies = self._count_matches(list(dict.fromkeys(terms)), None)
+            frequencies = count(list(dict.fromkeys(terms)), None)
             chosen = [w for w, df in frequencies.items() if df > 0]
         else:
-            chosen, frequencies = choose_words(terms, self._count_matches, LEXICAL_ROW_BUDGET)
+            chosen, frequencies = choose_words(terms, count, LEXICAL_ROW_BUDGET)
         if not chosen:
             return []
         weights = [float(np.log(1 + (total - frequencies[w] + 0.5) / (frequencies[w] + 0.5))) for w in chosen]
@@ -525,6 +548,10 @@ class PostgresWriter:
 
     def find_document(self, id_or_path: str) -> DocumentRecord:
         record = next(filter(None, map(self.document, candidate_ids(id_or_path))), None)
+        if record is None and (spelled := candidate_display(id_or_path)) is not None:
+            row = self._conn.execute(f"SELECT {DOCUMENT_COLUMNS} FROM {self.schema}.documents "
+                                     "WHERE display_path = %s LIMIT 1", (spelled,)).fetchone()
+            record = _document(row) if row else None
         if record is None:
             raise DocumentNotFoundError(f"no document {id_or_path!r} in index {self.name!r}")
         return record

@@ -93,7 +93,9 @@ class Retriever:
         pool = max(k * CANDIDATES_PER_SIDE, 20)
         dense_lists = [self.reader.dense_search(v, pool, doc_ids) if mode != "lexical" else [] for v in vectors]
         searched_dense = time.perf_counter()
-        lexical_lists = [self.reader.lexical_search(q, pool, doc_ids) if mode != "dense" else [] for q in queries]
+        # A principal with groups gets BM25 over what it may see: never statistics that count hidden chunks.
+        lexical_lists = [self.reader.lexical_search(q, pool, doc_ids, searched_stats=groups is not None)
+                         if mode != "dense" else [] for q in queries]
         searched_lexical = time.perf_counter()
         fused = rrf_fuse([[i for i, _ in ranked] for ranked in dense_lists + lexical_lists], k)
         records = self.reader.chunks(i for i, _ in fused)

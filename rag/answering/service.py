@@ -243,6 +243,9 @@ class AnswerService:
     def prepare(self, request: AnswerRequest) -> PreparedAnswer:
         started = time.perf_counter()
         options = request.options.validate()
+        # The generator's prefix cache is the asker's own on this index (its shared fixed prefix aside).
+        scope = f"{request.context.principal.key}\0{validate_index_name(request.index or self.settings.index)}"
+        options = dataclasses.replace(options, sampling=dataclasses.replace(options.sampling, cache_scope=scope))
         if not request.use_context:
             question = (request.question or "").strip()
             messages = request.messages or ({"role": "user", "content": question},)

@@ -12,6 +12,7 @@ import random
 from pathlib import Path
 from typing import Any, Callable
 
+from rag.core.access import RequestContext
 from rag.bench.stats import summarise
 from rag.core import observe
 
@@ -38,12 +39,13 @@ def bench_rag(settings: Any, questions_file: Path, n: int, seed: int,
     skipped: list[dict] = []
     try:
         progress("warm-up")
-        service.ask(AnswerRequest(question="warm-up question?", options=options))
+        service.ask(AnswerRequest(question="warm-up question?", options=options, context=RequestContext.local()))
         for i, q in enumerate(sample, 1):
             progress(f"question {i}/{len(sample)}")
             try:
                 with observe.start_span("rag bench question"):  # one trace per question, as per request
-                    result = service.ask(AnswerRequest(question=q["question"], options=options))
+                    result = service.ask(AnswerRequest(question=q["question"], options=options,
+                                                       context=RequestContext.local()))
             except BadRequestError as exc:
                 skipped.append({"question": q["question"], "reason": exc.message})
                 continue

@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from rag.core.access import RequestContext
 from rag.bench.stats import summarise
 
 INDEX = "scale"
@@ -246,7 +247,8 @@ def probe(spec: dict) -> dict:
     options = options_from(settings)
     ttft, total = [], []
     for q in random.Random(spec["seed"]).sample(questions, min(spec["asks"], len(questions))):
-        metrics = service.ask(AnswerRequest(question=q["question"], options=options)).metrics
+        metrics = service.ask(AnswerRequest(question=q["question"], options=options,
+                                               context=RequestContext.local())).metrics
         ttft.append(metrics.ttft_ms)
         total.append(metrics.total_ms)
     service.close()

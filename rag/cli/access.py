@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from rag.cli.common import console, fail, handle_errors, json_option, literal, out, print_json
-from rag.core.access import RequestContext
+from rag.core.access import RequestContext, describe_groups
 from rag.core.audit import timestamp
 from rag.core.keys import new_key, parse_duration, parse_grants, parse_groups
 from rag.core.settings import Settings
@@ -24,7 +24,8 @@ def _record(settings: Settings, event: str, **fields) -> None:
     trail = open_audit(settings)
     if trail is not None:
         try:
-            trail.append(event, principal=RequestContext().principal.name, route="cli", **fields)
+            principal = RequestContext.local().principal
+            trail.append(event, principal=principal.name, principal_kind=principal.kind, route="cli", **fields)
         finally:
             trail.close()
 
@@ -40,7 +41,8 @@ def keys() -> None:
               help="reader: ask, retrieve, list; editor: + upload, delete; admin: + keys, audit.")
 @click.option("--index", "indexes", multiple=True, help="Index the role applies to (repeatable; default * = all).")
 @click.option("--expires", help="Lifetime, e.g. 90d, 12h, 2w (default: never expires).")
-@click.option("--groups", help="Document groups the key sees, comma-separated (default: every document).")
+@click.option("--groups", help="Document groups the key sees besides public documents, comma-separated; '*': "
+                              "every document (default: public documents only).")
 @json_option()
 @click.pass_obj
 @handle_errors
@@ -54,13 +56,14 @@ def keys_create(settings: Settings, name: str, role: str, indexes: tuple[str, ..
         store.add(record)
     finally:
         store.close()
-    _record(settings, "key.create", key=name, roles=[list(g) for g in record.roles],
-            groups=sorted(record.groups) if record.groups is not None else None, expires=expiry, outcome="created")
+    _record(settings, "key.create", key=name, roles=[list(g) for g in record.roles], groups=sorted(record.groups),
+            expires=expiry, outcome="created")
     if as_json:
         print_json({"name": name, "key": token, "roles": [list(g) for g in record.roles],
-                    "groups": sorted(record.groups) if record.groups is not None else None, "expires": expiry})
+                    "groups": sorted(record.groups), "sees": describe_groups(record.groups), "expires": expiry})
         return
-    console.print(literal(f"key {name!r} created; it is shown only now, keep it somewhere safe:"))
+    console.print(literal(f"key {name!r} created (documents: {describe_groups(record.groups)}); it is shown only "
+                          "now, keep it somewhere safe:"))
     click.echo(token)
 
 
@@ -75,16 +78,15 @@ def keys_list(settings: Settings, as_json: bool) -> None:
         records = store.list()
     finally:
         store.close()
-    rows = [{"name": r.name, "roles": [f"{i}={role}" for i, role in r.roles],
-             "groups": sorted(r.groups) if r.groups is not None else None, "created": _when(r.created),
-             "expires": _when(r.expires), "state": r.state()} for r in records]
+    rows = [{"name": r.name, "roles": [f"{i}={role}" for i, role in r.roles], "groups": sorted(r.groups),
+             "sees": describe_groups(r.groups), "created": _when(r.created), "expires": _when(r.expires),
+             "state": r.state()} for r in records]
     if as_json:
         print_json(rows)
         return
-    table = Table("name", "roles", "groups", "created", "expires", "state", title="API keys")
+    table = Table("name", "roles", "documents", "created", "expires", "state", title="API keys")
     for row in rows:
-        table.add_row(*(literal(v) for v in (row["name"], ", ".join(row["roles"]),
-                                              "all" if row["groups"] is None else ",".join(row["groups"]),
+        table.add_row(*(literal(v) for v in (row["name"], ", ".join(row["roles"]), row["sees"],
                                               row["created"], row["expires"], row["state"])))
     out.print(table)
 

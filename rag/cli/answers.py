@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
+from rag.core.access import RequestContext
 from rag.cli.documents import open_reader
 from rag.cli.common import (console, handle_errors, index_option, json_option, literal, out, plural, print_json,
                             progress, settings_from, traced)
@@ -40,7 +41,8 @@ def ask_cmd(ctx: click.Context, question: str, index: str | None, top_k: int | N
                            copy_bias=copy_bias, documents=list(documents) or None)
 
     async def answer() -> AnswerResult | None:
-        async for item in service.stream(AnswerRequest(question=question, options=options)):
+        async for item in service.stream(AnswerRequest(question=question, options=options,
+                                                            context=RequestContext.local())):
             if isinstance(item, AnswerResult):
                 return item
             if not as_json:

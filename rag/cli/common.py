@@ -128,3 +128,17 @@ def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
 
 
+
+
+def on_this_disk(id_or_path: str) -> str:
+    """A document or folder the local user names: a path that exists here is resolved on this disk (links,
+    mapped drives), so it matches its identity; anything else (an id) as given. The server never does this
+    with what a caller sends."""
+    import os
+
+    from ingest.records import normalise_path
+
+    try:
+        return normalise_path(id_or_path) if os.path.lexists(id_or_path) else id_or_path
+    except (OSError, ValueError):
+        return id_or_path

@@ -11,8 +11,8 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from rag.cli.common import (console, handle_errors, index_option, json_option, literal, out, plural, print_json,
-                            settings_from, traced)
+from rag.cli.common import (console, handle_errors, index_option, json_option, literal, on_this_disk, out, plural,
+                            print_json, settings_from, traced)
 from rag.core.settings import Settings
 
 
@@ -158,7 +158,7 @@ def documents_delete(ctx: click.Context, document: str, index: str | None) -> No
     from rag.runtime import open_index, open_uploads
 
     settings = settings_from(ctx, index=index)
-    record = open_uploads(settings).delete(open_index(settings), document)
+    record = open_uploads(settings).delete(open_index(settings), on_this_disk(document))
     console.print(Text.assemble(("deleted", "green"),
                                 f" {record.id} ({record.display_path}, {plural(record.chunks, 'chunk')})"),
                   soft_wrap=True)

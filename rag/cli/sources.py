@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from rag.cli.common import (console, handle_errors, index_option, json_option, literal, out, print_json, settings_from,
-                            traced)
+from rag.cli.common import (console, handle_errors, index_option, json_option, literal, on_this_disk, out, print_json,
+                            settings_from, traced)
 from rag.cli.documents import ingest_progress, render_ingest_summary
 
 
@@ -122,7 +122,7 @@ def sync_cmd(ctx: click.Context, source: str | None, index: str | None, as_json:
     settings = settings_from(ctx, index=index)
     sources = read_sources(settings)
     if source is not None:
-        sources = [find_source(sources, source)]
+        sources = [find_source(sources, on_this_disk(source))]
     if not sources:
         out.print(f"index {settings.index!r} follows no folders; add one with `rag sources add FOLDER`")
         return

@@ -13,10 +13,11 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Iterable
 
-from rag.core.access import ALL_INDEXES, ROLES, Principal
+from rag.core.access import ALL_GROUPS, ALL_INDEXES, PUBLIC_ONLY, ROLES, Principal, held_groups
 from rag.core.errors import BadRequestError
-from rag.core.names import validate_index_name
+from rag.core.names import access_groups, validate_index_name
 
 KEY_PREFIX = "rag_"
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1  # 16 MiB, ~40 ms per check (checked keys are cached per process)
@@ -34,7 +35,7 @@ class ApiKey:
     salt: bytes
     digest: bytes
     roles: tuple[tuple[str, str], ...]
-    groups: frozenset[str] | None = None
+    groups: frozenset[str] = PUBLIC_ONLY  # document groups it sees besides public ones; {"*"}: every document
     created: float = 0.0
     expires: float | None = None
     revoked: float | None = None
@@ -49,17 +50,19 @@ class ApiKey:
         return "active" if self.active(now) else "expired"
 
     def principal(self) -> Principal:
-        return Principal(self.name, self.roles, self.groups)
+        return Principal(self.name, self.roles, self.groups, kind="key")
 
 
 def hash_secret(secret: str, salt: bytes) -> bytes:
     return hashlib.scrypt(secret.encode(), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P, dklen=32)
 
 
-def new_key(name: str, roles: tuple[tuple[str, str], ...], groups: frozenset[str] | None = None,
+def new_key(name: str, roles: tuple[tuple[str, str], ...], groups: frozenset[str] = PUBLIC_ONLY,
             expires: float | None = None, now: float | None = None) -> tuple[ApiKey, str]:
-    """A new key record and its token (the only time the secret exists in clear)."""
+    """A new key record and its token (the only time the secret exists in clear). Without ``groups`` it sees
+    public documents only; ``{"*"}`` is every document."""
     validate_key_name(name)
+    groups = validate_key_groups(groups)
     key_id, secret, salt = secrets.token_hex(6), secrets.token_urlsafe(32), secrets.token_bytes(16)
     record = ApiKey(name=name, key_id=key_id, salt=salt, digest=hash_secret(secret, salt), roles=roles,
                     groups=groups, created=time.time() if now is None else now, expires=expires)
@@ -109,9 +112,14 @@ def parse_grant(text: str) -> tuple[str, str]:
     return parse_grants(role.strip(), [index.strip()])[0]
 
 
-def parse_groups(text: str | None) -> frozenset[str] | None:
-    """``"a,b"`` → ``{"a", "b"}``; None (or empty) → None: every document."""
-    if not text:
-        return None
-    groups = frozenset(g.strip() for g in text.split(",") if g.strip())
-    return groups or None
+def parse_groups(text: str | None) -> frozenset[str]:
+    """``"a,b"`` → ``{"a", "b"}``; ``"*"`` → every document; None (or empty) → none: public documents only."""
+    return validate_key_groups(g.strip() for g in (text or "").split(",") if g.strip())
+
+
+def validate_key_groups(groups: Iterable[str]) -> frozenset[str]:
+    """A key's document groups, checked as document groups are (``*``: every document)."""
+    names = held_groups(g.strip() for g in groups if g.strip())
+    if ALL_GROUPS not in names:
+        access_groups(names)  # raises on a name no document group may have
+    return names

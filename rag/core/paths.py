@@ -35,6 +35,7 @@ class PathRules:
     case_insensitive: bool  # identities are case-folded
     realpath: Callable[[str], str]  # an absolute path with its links (and, on Windows, junctions) resolved
     mapped_drive: Callable[[str], str | None] = lambda drive: None  # "Z:" -> "\\\\server\\share", or None
+    drive_exists: Callable[[str], bool] = lambda drive: True  # "Z:" is a drive of this logon session
 
 
 def fold_case(name: str) -> str:
@@ -61,6 +62,34 @@ def path_identity(path: str, rules: PathRules) -> str:
     if rules.case_insensitive:
         resolved = ntpath.normcase(resolved) if rules.windows else fold_case(resolved)
     return resolved
+
+
+def path_lexical_identity(path: str, rules: PathRules) -> str:
+    """What ``path`` would be as an identity, by its spelling alone: absolute, case-folded where the platform
+    folds it — never resolved on disk, never a drive mapping looked up. For paths a caller sends (a document
+    filter, a delete, a source): matched against stored identities, they never make the service open a file,
+    a link or a network share (a reader sending ``\\\\host\\share\\x`` on Windows would otherwise have the
+    service connect to that host with its account's credentials)."""
+    flavour = ntpath if rules.windows else posixpath
+    absolute = flavour.abspath(path)
+    if rules.windows:
+        absolute = _unc(absolute, lambda drive: None)
+    if rules.case_insensitive:
+        absolute = ntpath.normcase(absolute) if rules.windows else absolute.lower()
+    return absolute
+
+
+def unreachable_drive(path: str, rules: PathRules) -> str | None:
+    """The drive letter of ``path`` ("Z:") when this session has no such drive and no mapping for it — a network
+    drive mapped in a user's logon session is not there for a service or an elevated session, so a folder spelled
+    with it never matches the files it names; None when the path can be reached as spelled (or has no letter)."""
+    if not rules.windows:
+        return None
+    drive, _ = ntpath.splitdrive(path)
+    if len(drive) != 2 or drive[1] != ":":
+        return None
+    letter = drive.upper()
+    return None if rules.drive_exists(letter) or rules.mapped_drive(letter) else letter
 
 
 def path_display(path: str, rules: PathRules) -> str:
@@ -116,12 +145,23 @@ def _query_mapped_drive(drive: str) -> str | None:
     return (buffer.value or None) if result in (0, 1201) else None
 
 
+def windows_drive_exists(drive: str) -> bool:
+    """Whether ``drive`` ("Z:") is a drive of this logon session (GetDriveTypeW is not DRIVE_NO_ROOT_DIR)."""
+    import ctypes
+
+    try:
+        return ctypes.WinDLL("kernel32").GetDriveTypeW(f"{drive}\\") != 1
+    except (OSError, AttributeError):
+        return True
+
+
 def local_rules() -> PathRules:
     """This machine's rules. Identities are case-folded on Windows only: macOS ignores case too, but folding
     there would change the id of every document its indexes already hold."""
     windows = os.name == "nt"
     return PathRules(windows=windows, case_insensitive=windows, realpath=os.path.realpath,
-                     mapped_drive=windows_mapped_drive if windows else (lambda drive: None))
+                     mapped_drive=windows_mapped_drive if windows else (lambda drive: None),
+                     drive_exists=windows_drive_exists if windows else (lambda drive: True))
 
 
 LOCAL = local_rules()
@@ -130,6 +170,16 @@ LOCAL = local_rules()
 def identity(path: str | os.PathLike[str]) -> str:
     """``path``'s identity on this machine."""
     return path_identity(os.fspath(path), LOCAL)
+
+
+def lexical_identity(path: str | os.PathLike[str]) -> str:
+    """``path``'s identity on this machine by its spelling alone (``path_lexical_identity``)."""
+    return path_lexical_identity(os.fspath(path), LOCAL)
+
+
+def unreachable_drive_here(path: str | os.PathLike[str]) -> str | None:
+    """``unreachable_drive`` with this machine's facts."""
+    return unreachable_drive(os.fspath(path), LOCAL)
 
 
 def display(path: str | os.PathLike[str]) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from rag.core import paths
 from rag.core.errors import BadRequestError, ConfigError
 from rag.core.ladder import AUTO, Choice, resolve_generator
 from rag.core.names import access_groups, validate_index_name
@@ -138,10 +139,12 @@ class Settings:
         default="", metadata={"doc": "comma-separated host names accepted in Host and Origin besides localhost and "
                                      "the bound address (the public name behind a reverse proxy); * = any Host"})
     jwt_jwks: str | None = field(
-        default=None, metadata={"doc": "JWKS file path or http(s) URL on the site network: accept signed JWT "
-                                       "bearer tokens (OIDC access tokens) besides API keys"})
+        default=None, metadata={"doc": "JWKS file or https:// URL: accept signed JWT bearer tokens besides API "
+                                       "keys (needs jwt_issuer and jwt_audience)"})
     jwt_issuer: str | None = field(default=None, metadata={"doc": "required `iss` of accepted tokens"})
     jwt_audience: str | None = field(default=None, metadata={"doc": "required `aud` of accepted tokens"})
+    jwt_skip_iss_aud: bool = field(
+        default=False, metadata={"doc": "accept tokens without an issuer or audience check (unsafe; logged)"})
     jwt_groups_claim: str = field(default="groups", metadata={"doc": "the token claim listing the user's groups"})
     jwt_groups: dict | None = field(
         default=None, metadata={"doc": "rag.toml table [jwt_groups.NAME] roles = [\"index=role\", …], "
@@ -378,6 +381,11 @@ def parse_folder_groups(table: Mapping[str, Any] | None) -> tuple[tuple[Path, st
         if not path.is_absolute():
             raise ConfigError(f"folder_groups: {folder!r} is not an absolute path; name folders in full, "
                               "e.g. \"/srv/share/finance\" = \"finance\"")
+        if (drive := paths.unreachable_drive_here(path)) is not None:
+            raise ConfigError(f"folder_groups: {folder!r} is on drive {drive}, which this session does not have (a "
+                              "network drive mapped for a user is not there for a service or an elevated session): "
+                              "its files would never get these groups; name the folder by its UNC path, "
+                              "e.g. \"\\\\server\\share\\HR\"")
         if isinstance(value, str):
             names = value.split(",")
         elif isinstance(value, list) and all(isinstance(v, str) for v in value):

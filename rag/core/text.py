@@ -50,3 +50,31 @@ def split_sentences(text: str) -> list[str]:
     cuts = sorted({0, *sentence_starts(flat), *breaks, len(flat)})
     parts = (flat[a:b].strip() for a, b in zip(cuts, cuts[1:]))
     return [p for p in parts if len(p) > 1]
+
+
+def public_host(url: str) -> str:
+    """The host[:port] of ``url``, what may be shown to anyone: never the user name or password of
+    ``http://user:pass@host`` (``/healthz`` is open, upstream errors reach callers)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:  # a port that is no number: show none
+        port = None
+    return f"{host}:{port}" if port is not None else host
+
+
+def without_credentials(text: str, url: str) -> str:
+    """``text`` with the user name and password of ``url`` (if any) blotted out."""
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(url)
+    for secret in (parts.username, parts.password):
+        if secret:
+            for spelled in {secret, unquote(secret)}:
+                text = text.replace(spelled, "***")
+    return text

@@ -37,6 +37,10 @@ class SamplingOptions:
     # The tokens of the reply the prompt offers for "the context does not say" (with ``spans``): measured at the
     # first step, never picked; the margin lands in ``GenerationStats.decline_margin``.
     decline: tuple[int, ...] = ()
+    # Whose prompt this is (the answering layer: the asker and the index). A cached prompt of another scope is
+    # reused only as far as the fixed shared prefix (instruction and worked examples): how much of a prompt was
+    # cached, and how fast it started, never tell one asker what another asked or was shown.
+    cache_scope: str = ""
 
     def validate(self) -> "SamplingOptions":
         if not 1 <= self.max_tokens <= 4096:

@@ -332,7 +332,7 @@ class GenerationSession:
         self._cache = cache if cache.fits(prompt_tokens, options.max_tokens, options.sampling) else None
         self._healthy = False  # a generator goes back to the cache only if no call on it failed
         if self._cache is not None:
-            self._generator, stats.cached_tokens = self._cache.acquire(prompt_tokens)
+            self._generator, stats.cached_tokens = self._cache.acquire(prompt_tokens, options.cache_scope)
         else:
             self._generator = owner._new_generator(
                 min(owner.context_length, stats.prompt_tokens + options.max_tokens), options)
@@ -369,7 +369,7 @@ class GenerationSession:
             self.done = True
             self.stats.total_s = time.perf_counter() - self.started
             if self._cache is not None and self._healthy:
-                self._cache.release(self._generator, self._prompt_tokens)
+                self._cache.release(self._generator, self._prompt_tokens, self._options.cache_scope)
             self._generator = None  # an uncached generator's KV cache is freed now, not at garbage collection
             return self._recorder.flush() if self.stats.finish_reason != "cancelled" else ""
         return ""

@@ -20,12 +20,12 @@ import logging
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
-from urllib.parse import urlsplit
 
 import numpy as np
 
 from rag.core import observe
 from rag.core.errors import (BadRequestError, ConfigError, UpstreamError, UpstreamTimeout, UpstreamUnavailable)
+from rag.core.text import public_host, without_credentials
 from rag.generation.base import GenerationStats, Message, Prompt, SamplingOptions
 from rag.generation.stopping import StopMatcher
 
@@ -94,7 +94,7 @@ class RemoteGenerator:
     def __init__(self, url: str, counter: TokenCounter, model: str | None = None, api_key: str | None = None,
                  timeout_s: float = 60.0, context_length: int = 2048, extra_body: str | dict = "{}") -> None:
         self.url = url.rstrip("/")
-        self.host = urlsplit(self.url).netloc
+        self.host = public_host(self.url)  # what messages and /healthz show: never user:password@
         self.counter = counter
         self.context_length = context_length
         self.timeout_s = timeout_s
@@ -159,7 +159,7 @@ class RemoteGenerator:
             self._model = str(response.json()["data"][0]["id"])
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
             log.warning("the generator at %s did not list its models yet (%s); asking again on the first request",
-                        self.host, exc)
+                        self.host, without_credentials(str(exc), self.url))
 
     def request_body(self, model: str, messages: Sequence[Message], options: SamplingOptions) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -173,7 +173,7 @@ class RemoteGenerator:
         return body
 
     def _errors(self) -> "_TransportErrors":
-        return _TransportErrors(self.host, self.timeout_s)
+        return _TransportErrors(self.host, self.timeout_s, self.url)
 
     async def stream(self, prompt: Prompt, options: SamplingOptions, stats: GenerationStats) -> AsyncIterator[str]:
         """Text pieces as the server streams them; fills ``stats``. Closing the iterator closes the upstream
@@ -234,9 +234,10 @@ class RemoteGenerator:
 class _TransportErrors:
     """Maps httpx transport failures to the upstream errors (an async context manager)."""
 
-    def __init__(self, host: str, timeout_s: float) -> None:
+    def __init__(self, host: str, timeout_s: float, url: str = "") -> None:
         self.host = host
         self.timeout_s = timeout_s
+        self.url = url  # its credentials never reach a message
 
     async def __aenter__(self) -> None:
         return None
@@ -250,8 +251,10 @@ class _TransportErrors:
             raise UpstreamTimeout(f"the generator at {self.host} did not answer within {self.timeout_s:g} s "
                                   "(setting generator_timeout_s)") from exc
         if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
-            raise UpstreamUnavailable(f"cannot reach the generator at {self.host}: {exc}") from exc
-        raise UpstreamError(f"the connection to the generator at {self.host} failed: {exc!r}") from exc
+            raise UpstreamUnavailable(without_credentials(f"cannot reach the generator at {self.host}: {exc}",
+                                                          self.url)) from exc
+        raise UpstreamError(without_credentials(f"the connection to the generator at {self.host} failed: {exc!r}",
+                                                self.url)) from exc
 
 
 async def _sse_events(lines: AsyncIterator[str], host: str) -> AsyncIterator[dict]:

@@ -40,7 +40,7 @@ export async function refreshKeys() {
     return h("tr", { dataset: { key: key.name } },
       h("td", { class: "key-name" }, key.name),
       h("td", { "data-label": "Roles" }, key.roles.map((g) => `${g.index}=${g.role}`).join(", ")),
-      h("td", { "data-label": "Groups" }, key.groups ? key.groups.join(", ") : "all"),
+      h("td", { "data-label": "Sees" }, key.sees),
       h("td", { "data-label": "Expires" }, when(key.expires)),
       h("td", { class: "key-state", "data-label": "State" }, key.state),
       h("td", { class: "actions" }, revoke));
