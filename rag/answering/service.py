@@ -21,8 +21,8 @@ import numpy as np
 
 from ingest.embedder import Embedder
 from ingest.store import Store
-from rag.answering.answerability import (answerable_score, lexical_signals, profile_for, searchable_words,
-                                         shares_a_word, stems, telling_words, unknown_signals, weights_for)
+from rag.answering.answerability import (WEIGHTS, answerable_score, lexical_signals, profile_for, searchable_words,
+                                         shares_a_word, stems, telling_words, unknown_signals)
 from rag.answering.compress import (Passage, Sentence, candidate_sentences, defining_sentences, score_sentences,
                                     select_passages)
 from rag.answering.evidence import (MAX_SPAN_TOKENS, Quote, align, align_part, candidate_spans, clean_reply, cut_cleanly,
@@ -82,8 +82,8 @@ class AnswerOptions:
 
 def options_from(settings: Settings, **overrides: Any) -> AnswerOptions:
     """Defaults from settings, overridden by per-request values that are not None. A setting left at its default
-    that the generator's answer profile measures (``answer_examples``, ``answer_sentences``,
-    ``answerable_threshold``) takes the profile's value."""
+    that the generator's answer profile measures (``answer_examples``, ``answer_sentences``) takes the profile's
+    value."""
     profile = profile_for(settings.generator_path.name)
 
     def pick(name: str, default: Any) -> Any:
@@ -455,7 +455,7 @@ class AnswerService:
             for stop in options.sampling.stop:  # the caller's stop strings hold for the answer it gets
                 answer = answer.split(stop)[0].rstrip() if answer.find(stop) > 0 else answer
         if r is not None and not abstained and prepared.signals:
-            score = answerable_score(prepared.signals, weights_for(self.generator.model_id))
+            score = answerable_score(prepared.signals, WEIGHTS)
             prepared.signals["score"] = score
             if score < options.answerable_threshold:  # evidence found, but it does not answer this question
                 prepared.withheld = answer

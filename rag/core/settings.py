@@ -84,7 +84,7 @@ class Settings:
         default=0.35, metadata={"doc": "best dense score under which the answer is an abstention"}
     )
     answerable_threshold: float = field(
-        default=0.5, metadata={"doc": "an answer whose answerability score (0-1: how likely the documents answer "
+        default=0.2, metadata={"doc": "an answer whose answerability score (0-1: how likely the documents answer "
                                       "the question, from the evidence's coverage and the model's own judgement) is "
                                       "below this is refused (0 = never refuse on it)"})
     answer_examples: bool = field(

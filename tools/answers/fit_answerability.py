@@ -16,12 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-FEATURES = ("names_missing", "names_missing_chunk", "coverage_sentence", "coverage_chunk", "decline_margin",
-            "best_dense", "sentence_cosine")
+FEATURES = ("names_missing", "names_missing_chunk", "coverage_sentence", "coverage_chunk", "best_dense",
+            "sentence_cosine", "unknown_words", "unknown_names")
 
 
-# A signal an answer may lack, and the value it counts as then: an answer made without a constrained
-# generation step (cited sentences, a list) has no decline margin.
+# A signal an answer may lack, and the value it counts as then (``--features …,decline_margin``): an answer made
+# without a constrained generation step (cited sentences, a list) has no decline margin.
 DEFAULTS = {"decline_margin": 0.0}
 
 
@@ -56,6 +56,9 @@ def fit(x: np.ndarray, y: np.ndarray, l2: float = 1.0, iterations: int = 50) -> 
 
 
 def report(name: str, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> None:
+    if not len(x):
+        print(f"  {name}: no answer with every signal")
+        return
     scores = 1 / (1 + np.exp(-(np.hstack([x, np.ones((len(x), 1))]) @ w)))
     for threshold in (0.3, 0.4, 0.5, 0.6, 0.7):
         refused = scores < threshold
