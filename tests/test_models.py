@@ -158,3 +158,22 @@ def test_runtime_imports_do_not_pull_in_torch() -> None:
             "assert not bad, bad")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PROJECT_ROOT)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_preparing_the_embedder_prints_no_alarming_warnings(tmp_path: Path, models_dir: Path, capfd) -> None:
+    """Issue 37: `rag models prepare` printed a torch TracerWarning and "Please consider to run pre-processing
+    before quantization" — harmless, alarming. The embedder is exported again from its wheel, for real."""
+    import logging
+    import warnings
+
+    from rag.modelstore.prepare import MINILM, export_embedder, locate_wheel
+
+    wheel = locate_wheel(MINILM, None, models_dir / ".wheels", lambda message: None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        logging.basicConfig(force=True)
+        export_embedder(wheel, tmp_path / "work", tmp_path / "fp32", tmp_path / "int8", lambda message: None)
+    printed = capfd.readouterr()
+    assert (tmp_path / "int8" / "model.onnx").is_file()
+    assert not [w for w in caught if "Tracer" in type(w.message).__name__ or "TracerWarning" in str(w.category)]
+    assert "pre-processing before quantization" not in printed.out + printed.err
