@@ -207,3 +207,7 @@ def complete_schema(app: Litestar) -> None:
         ok = served["paths"][path][method]["responses"]["200"]
         ok["content"][EVENT_STREAM] = {"schema": event_schema(name, done)}
         ok["description"] = description
+    # A document's original is sent as a PDF to view, or as a download of its own type ("text/markdown").
+    original = served["paths"]["/v1/documents/{document_id}/original"]["get"]["responses"]["200"]
+    original["content"] = {"application/pdf": {"schema": {"type": "string", "format": "binary"}},
+                           "*/*": {"schema": {"type": "string", "format": "binary"}}}

@@ -478,14 +478,13 @@ def test_generator_url_credentials_are_never_shown(settings: Settings, tmp_path:
 
 
 # --------------------------------------------------------------------------- 7. the prefix cache
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)  # the prefix cache does not touch the store
 def test_the_prefix_cache_tells_no_one_what_another_was_shown(deployment: Deployment):
     """Finding 7: a finance reader's prompt (here a plain chat holding a finance sentence, as its evidence would
     be) stays in the generator's prefix cache; a staff editor sending a guess of it with ``use_context: false``
     is told the same ``cached_tokens`` whether its guess is right or wrong (only the fixed shared prefix is ever
     reused across askers). The asker's own repeat still reuses its whole prompt."""
     d = deployment
-    if d.store != "embedded":
-        pytest.skip("the generator's prefix cache does not touch the store")
     secret = "The Zorblax merger budget is 41 million crowns, for the finance board only."
     wrong = "The Zorblax merger budget is 97 million ducats, for the harbour board only."
 
@@ -620,12 +619,11 @@ def test_scores_do_not_count_hidden_chunks(deployment: Deployment):
 
 
 # --------------------------------------------------------------------------- 14. metrics
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)  # the route reads no document before refusing
 def test_metrics_need_an_admin_who_sees_everything(deployment: Deployment):
     """Finding 14 (metrics): /metrics counts every document and names every index, so it answers only an admin of
     every index who sees every document; a reader, an editor or an admin with groups gets 403."""
     d = deployment
-    if d.store != "embedded":
-        pytest.skip("one store is enough: the route does not read documents before it refuses")
     for who in ("finance", "staff", "boss"):
         refused = httpx.get(f"{d.base}/metrics", headers=d.as_(who))
         assert refused.status_code == 403 and "rag_" not in refused.text, (who, refused.text[:200])

@@ -76,7 +76,7 @@ class ConversationsController(Controller):
         records = await anyio.to_thread.run_sync(app.conversations.list, context.principal.name)
         return ConversationList(conversations=[summary(r) for r in records])
 
-    @post("", status_code=201, summary="Save a new conversation of the caller's", responses=errors(400),
+    @post("", status_code=201, summary="Save a new conversation of the caller's", responses=errors(400, 413),
           operation_class=operation(json_body=ConversationWrite))
     async def create_conversation(self, state: State, request: Request, context: Context) -> ConversationSummary:
         app: AppState = state.app
@@ -97,7 +97,7 @@ class ConversationsController(Controller):
                             turns=turns)
 
     @put("/{conversation_id:str}", summary="Replace one of the caller's conversations (its title and turns)",
-         responses=errors(400, 404), operation_class=operation(json_body=ConversationWrite))
+         responses=errors(400, 404, 413), operation_class=operation(json_body=ConversationWrite))
     async def replace_conversation(self, state: State, request: Request, context: Context,
                                    conversation_id: ConversationId) -> ConversationSummary:
         app: AppState = state.app

@@ -23,8 +23,8 @@ from ingest.embedder import Embedder
 from ingest.store import Store
 from rag.answering.answerability import (WEIGHTS, answerable_score, lexical_signals, profile_for, searchable_words,
                                          shares_a_word, stems, telling_words, unknown_signals)
-from rag.answering.compress import (Passage, Sentence, candidate_sentences, defining_sentences, score_sentences,
-                                    select_passages)
+from rag.answering.compress import (Passage, Sentence, candidate_sentences, defines, defining_sentences,
+                                    score_sentences, select_passages)
 from rag.answering.evidence import (MAX_SPAN_TOKENS, Quote, align, align_part, candidate_spans, clean_reply, cut_cleanly,
                                     DECLINE_REPLY, LIST_ITEMS, command_spans, commands_in, definition_subject,
                                     enumeration, holds_the_asked_type, introduces_code, is_explanatory, is_howto,
@@ -457,7 +457,11 @@ class AnswerService:
         if r is not None and not abstained and prepared.signals:
             score = answerable_score(prepared.signals, WEIGHTS)
             prepared.signals["score"] = score
-            if score < options.answerable_threshold:  # evidence found, but it does not answer this question
+            # Evidence found, but it does not answer this question; a sentence that says what a definition
+            # question's subject is ("…the famed Viking ruler Rollo" for "Who was Rollo?") answers it, however
+            # far its words are from the question's.
+            if score < options.answerable_threshold \
+                    and not defines_the_subject(prepared.question, prepared.best_sentence):
                 prepared.withheld = answer
                 answer, abstained, reason, quotes = ABSTENTION_MESSAGE, True, "unanswerable", []
         kind = answer_kind(prepared, answer, abstained)
@@ -548,6 +552,11 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
                 break
             found.setdefault(term, ((term_line.source + 1, term_line.text), None))
     return tuple((command, where, intro) for command, (where, intro) in found.items())
+
+
+def defines_the_subject(question: str, sentence: str | None) -> bool:
+    subject = definition_subject(question)
+    return bool(subject and sentence and defines(subject, sentence))
 
 
 def answer_kind(prepared: PreparedAnswer, answer: str, abstained: bool) -> str:

@@ -33,7 +33,7 @@ from rag.modelstore.manifest import output_hashes, read_manifest, record_model, 
 from rag.modelstore.sources import (GENERATOR_BUILDER_OPTIONS, GENERATOR_SOURCES, MINILM, SMOLLM2,
                                     MultiPartSource, WheelSource)
 from rag.core.errors import BadRequestError, ChecksumError, ModelError
-from rag.core.files import scratch_folder
+from rag.core.files import replace_file, scratch_folder
 
 Report = Callable[[str], None]
 EMBEDDER_MAX_LENGTH = 256  # all-MiniLM-L6-v2 was trained with max_seq_length 256
@@ -149,7 +149,7 @@ def join_parts(source: MultiPartSource, wheels: list[Path], dest: Path, report: 
         if digest.hexdigest() != source.sha256:
             raise ChecksumError(f"{source.file_name} joined from {len(parts)} parts: sha256 {digest.hexdigest()} "
                                 f"does not match expected {source.sha256}")
-        os.replace(partial, dest)
+        replace_file(partial, dest)
     finally:
         partial.unlink(missing_ok=True)
     return dest
