@@ -25,13 +25,13 @@ from rag.answering.answerability import (WEIGHTS, answerable_score, lexical_sign
                                          shares_a_word, stems, telling_words, unknown_signals)
 from rag.answering.compress import (Passage, Sentence, candidate_sentences, defines, defining_sentences,
                                     score_sentences, select_passages)
-from rag.answering.evidence import (MAX_SPAN_TOKENS, Quote, align, align_part, candidate_spans, clean_reply, cut_cleanly,
-                                    DECLINE_REPLY, LIST_ITEMS, command_spans, commands_in, definition_subject,
-                                    enumeration, holds_the_asked_type, introduces_code, is_explanatory, is_howto,
-                                    is_item, is_list, is_yes_no, sentence_quote, term_of,
-                                    short_answer_messages, yes_no_messages, yes_no_spans)
-from rag.answering.prompt import (ABSTENTION_MESSAGE, MODEL_ABSTENTION, drop_repeated_tail, grounded_share,
-                                  model_abstained, refers_back, resolve_elliptical, subject_questions)
+from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, Quote, align, align_part,
+                                    candidate_spans, clean_reply, command_spans, commands_in, cut_cleanly,
+                                    definition_subject, enumeration, holds_the_asked_type, introduces_code,
+                                    is_explanatory, is_howto, is_item, is_list, is_yes_no, sentence_quote,
+                                    short_answer_messages, term_of, yes_no_messages, yes_no_spans)
+from rag.answering.prompt import (ABSTENTION_MESSAGE, drop_repeated_tail, grounded_share, model_abstained, refers_back,
+                                  resolve_elliptical, subject_questions)
 from rag.answering.result import AnswerResult, Evidence, Metrics, Source
 from rag.answering.retrieval import Retrieval, Retriever
 from rag.answering.tracing import ChatTrace
