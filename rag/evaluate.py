@@ -352,8 +352,9 @@ def answer_figures(verdicts: list[dict], top_k: int) -> dict:
 
 def citation_checks(result: AnswerResult) -> dict:
     """Each evidence quote against its source's text at its offsets, and the answer against what it cites:
-    a short answer must be held by a quote of the source it cites, an answer of cited sentences must have
-    each sentence in the source its label names."""
+    a short answer must be held by a quote of the source it cites (each item of a list answer by one), an
+    answer of cited sentences must have each sentence in the source its label names; a yes/no answer's quote is
+    the sentence that decides it (the answer is no phrase of it), so it needs a quote only."""
     by_number = {s.number: s for s in result.sources}
     verified = sum(1 for e in result.evidence
                    if e.source in by_number and by_number[e.source].text[e.start:e.end] == e.quote)
@@ -365,8 +366,10 @@ def citation_checks(result: AnswerResult) -> dict:
                               or normalise_answer(text) not in normalise_answer(by_number[int(n)].text)
                               for text, n in labelled)
         else:
-            quotes = [e.quote for e in result.evidence if e.source in result.citations]
-            mislabelled = not any(normalise_answer(result.answer) in normalise_answer(q) for q in quotes)
+            quotes = [normalise_answer(e.quote) for e in result.evidence if e.source in result.citations]
+            parts = result.answer.split("; ") if result.answer_kind == "list" else [result.answer]
+            mislabelled = not quotes if result.answer_kind == "yes_no" else \
+                not all(any(normalise_answer(part) in q for q in quotes) for part in parts)
     return {"quotes": len(result.evidence), "quotes_verified": verified, "mislabelled": mislabelled}
 
 

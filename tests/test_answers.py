@@ -462,3 +462,10 @@ def test_a_quoted_name_is_answered_inside_its_quotes(generator):
                      "Which file do I create?")
     assert "/etc/apt/preferences" in ends
     assert not any(end.count('"') % 2 for end in ends), ends  # never a quote left open
+
+
+def test_a_question_for_a_default_value_is_no_definition():
+    from rag.answering.evidence import definition_subject
+    assert definition_subject("What is the default wal_level?") is None
+    assert definition_subject("What is the maximum size?") is None
+    assert definition_subject("What is photosynthesis?") == "photosynthesis"

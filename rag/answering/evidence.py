@@ -255,12 +255,19 @@ def is_explanatory(question: str) -> bool:
         definition_subject(question) is not None and not PLACE_QUESTION.match(question))
 
 
+# "What is the default X?", "What is the maximum Y?": a value is asked for, not a definition.
+VALUE_WORDS = frozenset("default value name maximum minimum max min size number port path location version limit "
+                        "setting".split())
+
+
 def definition_subject(question: str) -> str | None:
     """What a definition question names ("Rollo" of "Who was Rollo?", "Victoria" of "Where is Victoria?"): up
     to 3 words, none a function word nor a possessive ("What is Melbourne's population?" asks a fact, not a
     definition); else None."""
     definition = DEFINITION_QUESTION.match(question)
     words = definition.group(1).lower().split() if definition else []
+    if words and words[0] in VALUE_WORDS:  # "What is the default wal_level?" asks for a value
+        return None
     if 0 < len(words) <= 3 and not any(w in STOPWORDS or re.search(r"['’]s?$", w) for w in words):
         return definition.group(1) if definition else None
     return None
