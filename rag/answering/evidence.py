@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from rag.core.text import STOPWORDS, content_words, stem
+from rag.core.text import MONTHS, STOPWORDS, content_words, stem
 from rag.generation.logits import TokenSpan
 
 # The reply offered for a question the context does not answer: measured (``SamplingOptions.decline``), never
@@ -143,7 +143,10 @@ PREPOSITIONS = frozenset("along across through between within without toward tow
 # A number is not said without its magnitude or unit of time ("12" of "12 million", "9th" of "9th century").
 MAGNITUDE_NEXT = re.compile(r"(?i)\s+(?:million|billion|trillion|thousand|hundred|centur(?:y|ies)|percent|per cent)\b")
 MONTH = re.compile(r"(?i)^(?:january|february|march|april|may|june|july|august|september|october|november|"
-                   r"december)$")
+                   rf"december|{'|'.join(map(re.escape, MONTHS))})$")
+# Nor a day without the month its ordinal dot runs into ("31" of "bis zum 31. März"; months of
+# rag/core/sentence_rules.toml).
+ORDINAL_DATE_NEXT = re.compile(rf"\.\s+(?:{'|'.join(map(re.escape, MONTHS))})\b")
 
 
 @dataclass(frozen=True)
@@ -426,7 +429,8 @@ def candidate_spans(sentence: str, question: str, encode: Callable[[str], np.nda
                 continue
             if not WORD_BOUNDARY.match(suffix[end:end + 1]) or glued(suffix[end:]):
                 continue  # never "is O" of "O(n log n)", "37" of "37°", "/etc/rsyslog" of "/etc/rsyslog.conf"
-            if NUMBER_NEXT.match(suffix[end:]) or MAGNITUDE_NEXT.match(suffix[end:]):  # "at exactly 37°"
+            if NUMBER_NEXT.match(suffix[end:]) or MAGNITUDE_NEXT.match(suffix[end:]) \
+                    or (suffix[end - 1:end].isdigit() and ORDINAL_DATE_NEXT.match(suffix[end:])):  # "at exactly 37°"
                 continue
             if ARTICLE_NEXT.match(suffix[end:]):  # a verb or preposition without its object: "…the HD material uses"
                 continue

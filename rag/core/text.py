@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import tomllib
+from importlib.resources import files
 
 # Frequent words: they slow the lexical OR-query down (BM25's idf weighs them ~0 anyway) and say
 # nothing about whether a reply is grounded in a passage.
@@ -12,11 +14,19 @@ STOPWORDS = frozenset(
 )
 WORD = re.compile(r"\w+")
 # A sentence boundary: end punctuation, optional closing quotes/brackets, whitespace, then something that
-# can open a sentence (an optional opening quote/bracket and a capital letter or digit); never after a title
-# ("Dr. Mira Quell" was once cut into the answer "Dr").
-TITLES = ("Dr", "Mr", "Mrs", "Ms", "Prof", "St", "Jr", "Sr", "Mt", "Gen", "Col", "Capt", "Rev", "Sen", "Gov")
-SENTENCE_BOUNDARY = re.compile("".join(rf"(?<!\b{title}\.)" for title in TITLES)
-                               + r"""(?<=[.!?])["'”’)\]]*\s+(?=["'“‘(\[]?[A-Z0-9À-ÖØ-ÞА-ЯΑ-Ω])""")
+# can open a sentence (an optional opening quote/bracket and a capital letter or digit); never after an
+# abbreviation ("Dr. Mira Quell" was once cut into the answer "Dr"; "z. B.", "Nr.") nor inside a date written with
+# an ordinal dot ("bis zum 31. März" was answered "zum 31"). The words are data: rag/core/sentence_rules.toml.
+SENTENCE_RULES = tomllib.loads(files("rag.core").joinpath("sentence_rules.toml").read_text(encoding="utf-8"))
+ABBREVIATIONS = tuple(dict.fromkeys(a for rules in SENTENCE_RULES.values() for a in rules.get("abbreviations", ())))
+MONTHS = tuple(dict.fromkeys(m for rules in SENTENCE_RULES.values() for m in rules.get("months", ())))
+SENTENCE_BOUNDARY = re.compile(  # end punctuation first: the abbreviations are tried only after it (5x faster)
+    r"(?<=[.!?])" + "".join(rf"(?<!(?<!\w){re.escape(word)}\.)" for word in ABBREVIATIONS)
+    + r"""["'”’“»)\]]*\s+"""
+    + rf"(?:(?<!\d\.\s)|(?!(?:{'|'.join(map(re.escape, MONTHS))})\b))"
+    + "".join(rf"(?!(?<=(?<!\w){re.escape(word[:cut])}\s){re.escape(word[cut:].split()[0])}\.)"  # "z. | B."
+              for word in ABBREVIATIONS for cut in [m.end() for m in re.finditer(r"\.(?=\s)", word)])
+    + r"""(?=["'“‘„«¿¡(\[]?[A-Z0-9À-ÖØ-ÞА-ЯΑ-Ω])""")
 
 
 def content_terms(text: str) -> list[str]:
