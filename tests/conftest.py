@@ -82,6 +82,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fuzz-examples", type=int, default=5, help="examples per operation and phase (default 5)")
     group.addoption("--fuzz-seconds", type=int, default=150, help="time budget of the run (default 150 s)")
     group.addoption("--fuzz-seed", type=int, default=12, help="schemathesis seed (default 12: a reproducible run)")
+    group.addoption("--fuzz-restricted-examples", type=int, default=5,
+                    help="the same, for the runs as a restricted reader and editor (default 5)")
+    group.addoption("--fuzz-restricted-seconds", type=int, default=60,
+                    help="time budget of each restricted run (default 60 s)")
 
 
 @pytest.fixture(autouse=True)

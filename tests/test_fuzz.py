@@ -81,12 +81,19 @@ def test_fuzzing_finds_no_server_errors_and_no_schema_violations(request: pytest
 
 
 SECRET = "The Pellamy reserve code is 88-31-07, known only to the finance team."
+UPLOADED_SECRET = "The Quillon vault combination is 4471-XQ, for finance eyes only."
+LEAKS = ("88-31-07", "Pellamy", "4471-XQ", "Quillon")
 
 
-def test_fuzzing_as_a_reader_outside_a_group_finds_no_errors_and_no_leak(settings: Settings, embedder,
-                                                                          tmp_path: Path):
-    """The same fuzzing with a reader key whose groups exclude a finance document: no 5xx, and the audit trail
-    (every answer and retrieval, with the chunk ids it saw) never shows that document to the reader."""
+@pytest.mark.parametrize("role", ["reader", "editor"])
+def test_fuzzing_as_a_restricted_principal_finds_no_errors_and_no_leak(request: pytest.FixtureRequest, role: str,
+                                                                        settings: Settings, embedder,
+                                                                        tmp_path: Path):
+    """The same fuzzing with a reader key, and an editor key (which may upload and delete), whose groups exclude
+    two finance documents — one ingested from a folder, one uploaded by an admin: no 5xx, and no response the
+    fuzzer got (every one is recorded, bodies and streams included) nor the audit trail of what it asked names
+    either document, its id or a word of its secret. ``--fuzz-restricted-examples`` / ``--fuzz-restricted-seconds``
+    make it a long run (README, "Fuzzing")."""
     from ingest.store.keys import SqliteKeyStore
     from rag.core.audit import read_records, verify
     from rag.core.keys import new_key, parse_grants
@@ -100,33 +107,50 @@ def test_fuzzing_as_a_reader_outside_a_group_finds_no_errors_and_no_leak(setting
     index = EmbeddedIndex(own.index_path())
     ingest_paths([home / "docs" / "normans.md"], index, embedder, own.chunk_tokens, own.chunk_overlap)
     ingest_paths([secret], index, embedder, groups=["finance"])
-    reader = index.reader()
-    secret_id = next(d.id for d in reader.documents() if d.title == "Pellamy reserve")
-    reader.close()
-    record, token = new_key("fuzz-reader", parse_grants("reader", ("*",)), groups=frozenset({"staff"}))
+    name = f"fuzz-{role}"
+    record, token = new_key(name, parse_grants(role, ("*",)), groups=frozenset({"staff"}))
     keys = SqliteKeyStore(home)
     keys.add(record)
     keys.close()
-    report = tmp_path / "schemathesis.json"
+    examples = request.config.getoption("--fuzz-restricted-examples")
+    seconds = request.config.getoption("--fuzz-restricted-seconds")
+    report, cassette = tmp_path / "schemathesis.json", tmp_path / "responses.yaml"
     with server_process(own, home, tmp_path / "serve.log", RAG_MAX_TOKENS="4", RAG_API_KEY=FUZZ_KEY,
                         RAG_AUDIT_QUESTIONS="full") as base:
+        uploaded = httpx.post(f"{base}/v1/documents?groups=finance", headers=AUTH, timeout=120,
+                              files={"data": ("quillon-vault.md", f"# Quillon vault\n\n{UPLOADED_SECRET}\n")})
+        assert uploaded.status_code == 200, uploaded.text
+        hidden_ids = {d["id"] for d in httpx.get(f"{base}/v1/documents", headers=AUTH, timeout=30).json()["documents"]
+                      if d["title"] in ("Pellamy reserve", "Quillon vault")}
+        assert len(hidden_ids) == 2, hidden_ids
         before = answered(base)
         run = subprocess.run(
             [sys.executable, "-m", "schemathesis.cli", "--config-file", str(CONFIG), "--no-color",
              "run", f"{base}/schema/openapi.json", "--header", f"Authorization: Bearer {token}", "--checks",
-             "not_a_server_error", "--max-examples", "5", "--max-time", "60", "--seed", "12", "--workers", "1",
-             "--request-timeout", "60", "--report", "json", "--report-json-path", str(report)],
-            cwd=PROJECT_ROOT, env=fuzzer_env(), capture_output=True, text=True, timeout=240)
+             "not_a_server_error", "--max-examples", str(examples), "--max-time", str(seconds), "--seed",
+             str(request.config.getoption("--fuzz-seed")), "--workers", "1", "--request-timeout", "60",
+             "--report", "json,vcr", "--report-json-path", str(report), "--report-vcr-path", str(cassette),
+             "--output-sanitize", "false"],
+            cwd=PROJECT_ROOT, env=fuzzer_env(), capture_output=True, text=True, timeout=seconds + 180)
         counts = answered(base) - before
+        still_there = {d["id"] for d in httpx.get(f"{base}/v1/documents", headers=AUTH, timeout=30).json()["documents"]}
     summary = json.loads(report.read_text())
-    print(f"schemathesis as a reader: {summary['test_cases']['generated']} test cases; server answered "
-          f"{sum(counts.values())} requests: {dict(sorted(Counter(s for (_, _, s) in counts.elements()).items()))}")
+    print(f"schemathesis as a restricted {role}: {summary['test_cases']['generated']} test cases in "
+          f"{summary['running_time']:.0f} s; server answered {sum(counts.values())} requests: "
+          f"{dict(sorted(Counter(s for (_, _, s) in counts.elements()).items()))}")
     assert not summary["failures"] and not summary["errors"], run.stdout[-6000:]
     server_errors = {key: n for key, n in counts.items() if key[2] >= 500}
     assert not server_errors, server_errors
     assert counts[("/v1/ask", "POST", 200)] + counts[("/v1/chat/completions", "POST", 200)] > 0, counts
-    mine = read_records(home / "audit", principal="fuzz-reader")  # fuzzed questions hold U+2028 and the like
+    assert hidden_ids <= still_there  # nothing the fuzzer sent deleted or moved them
+    responses = cassette.read_text(encoding="utf-8")
+    assert responses.count("status:") >= sum(counts.values()) // 2  # the cassette holds the replies
+    assert "Normandy" in responses  # with their bodies: the visible document's passages are there
+    for word in (*LEAKS, *hidden_ids):
+        assert word not in responses, word
+    mine = read_records(home / "audit", principal=name)  # fuzzed questions hold U+2028 and the like
     assert len(mine) > 5, len(mine)
     seen = json.dumps(mine)
-    assert secret_id not in seen and "88-31-07" not in seen and "Pellamy reserve" not in seen
+    for word in (*LEAKS, *hidden_ids):
+        assert word not in seen, word
     assert verify(home / "audit")[1] == []  # and the trail the fuzzing wrote is an intact chain
