@@ -109,14 +109,15 @@ def keys_revoke(settings: Settings, name: str) -> None:
 
 @click.group("audit")
 def audit() -> None:
-    """The audit trail (hash-chained JSON Lines under the audit_dir setting, or a table of the store_url one)."""
+    """The audit trail (HMAC-chained JSON Lines under the audit_dir setting, or a table of the store_url one)."""
 
 
 @audit.command("verify")
 @click.pass_obj
 @handle_errors
 def audit_verify(settings: Settings) -> None:
-    """Check every record's hash and the chain: exit 1 naming the first edited, deleted or moved record."""
+    """Check every record's MAC (with the audit_key_file key), the chains and their heads: exit 1 naming each
+    edited, deleted or moved record, chain gone or cut, and heads changed."""
     trail = open_audit_trail(settings)
     try:
         verified = trail.verify()
