@@ -132,6 +132,35 @@ def test_a_rewritten_deleted_or_cut_chain_is_reported(settings: Settings, tmp_pa
                 verify_fails(settings, tmp_path, "missing: the chain ends at record 2, but 3 were written")
 
 
+def test_key_commands_at_once_take_turns_in_one_chain(settings: Settings, tmp_path: Path):
+    assert rag(settings, tmp_path, "keys", "create", "first", "--role", "reader").returncode == 0
+    commands = [subprocess.Popen([sys.executable, "-m", "rag.cli", "--home", str(tmp_path), "keys", "create",
+                                  f"k{n}", "--role", "reader"], cwd=PROJECT_ROOT, env=cli_env(settings),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for n in range(4)]
+    for command in commands:
+        assert command.wait(timeout=120) == 0, command.stderr.read() if command.stderr else ""
+    (folder,) = chain_folders(tmp_path)
+    records = read_chain(folder)
+    assert [r["seq"] for r in records] == [1, 2, 3, 4, 5]
+    assert sorted(r["key"] for r in records[1:]) == ["k0", "k1", "k2", "k3"]
+    assert "intact: 5 records" in verify_passes(settings, tmp_path)
+
+
+def test_a_trail_from_before_the_key_is_anchored_when_the_key_is_made(settings: Settings, tmp_path: Path):
+    """An upgrade: the chains written before (unkeyed sha256, as main writes them) verify afterwards, and
+    rewriting them then is reported."""
+    legacy = tmp_path / "audit" / "20250101T000000-old-host-1"
+    legacy.mkdir(parents=True)
+    write_chain(legacy, resealed([{"event": "key.create", "key": name, "seq": n, "ts": f"2025-01-01T00:00:0{n}.000Z"}
+                                  for n, name in enumerate(["alice", "mallory"], 1)], lambda body: None))
+    assert not (tmp_path / "audit.key").exists()
+    assert rag(settings, tmp_path, "keys", "create", "bob", "--role", "reader").returncode == 0
+    assert (tmp_path / "audit.key").exists()
+    assert "2 record(s) were written without the audit key" in verify_passes(settings, tmp_path)
+    write_chain(legacy, resealed(read_chain(legacy), rename_key))
+    verify_fails(settings, tmp_path, "record 2 is not the one the heads name")
+
+
 # --------------------------------------------------------------------------- refusals, both stores
 @pytest.fixture
 def database(postgres_url: str) -> str:
@@ -153,6 +182,25 @@ def rows(url: str, sql: str, args: tuple = ()) -> list[tuple]:
 @pytest.fixture(params=["embedded", "postgres"])
 def store_url(request: pytest.FixtureRequest) -> str | None:
     return request.getfixturevalue("database") if request.param == "postgres" else None
+
+
+def test_a_table_from_before_the_key_is_anchored_when_the_key_is_made(settings: Settings, tmp_path: Path,
+                                                                      database: str):
+    from ingest.store.audit import PostgresAuditTrail
+
+    old = PostgresAuditTrail(database)  # no key: as main writes the table
+    for name in ("alice", "mallory"):
+        old.append("key.create", principal="local", key=name, outcome="created")
+    old.close()
+    assert rag(settings, tmp_path, "keys", "create", "bob", "--role", "reader", url=database).returncode == 0
+    events = [json.loads(text)["event"] for (text,) in rows(database, "SELECT record FROM rag.audit ORDER BY seq")]
+    assert events == ["key.create", "key.create", "audit.keyed", "key.create"]
+    assert "2 record(s) were written without the audit key" in verify_passes(settings, tmp_path, url=database)
+    records = [json.loads(text) for (text,) in rows(database, "SELECT record FROM rag.audit WHERE seq <= 2 "
+                                                              "ORDER BY seq")]
+    for record in resealed(records, rename_key):
+        rows(database, "UPDATE rag.audit SET record = %s WHERE seq = %s", (canonical(record).decode(), record["seq"]))
+    verify_fails(settings, tmp_path, "rag.audit record 3: the chain breaks here", url=database)
 
 
 def test_refusals_before_authentication_are_audited_and_bounded(settings: Settings, tmp_path: Path,
