@@ -1,9 +1,9 @@
-"""The audit trail: one JSON Lines record per answer, retrieval, upload, delete and key change, append-only,
-fsync'd in batches, rotated by size and hash-chained.
+"""The audit trail: one JSON Lines record per answer, retrieval, upload, delete, key change and refusal,
+append-only, fsync'd in batches, rotated by size and chained by MACs.
 
-Layout: ``<audit_dir>/<chain>/000001.jsonl, 000002.jsonl, …``. Each process that writes (a server, a worker,
-one ``rag keys`` command) keeps a chain of its own, named after its start time, host and process id, so
-replicas and workers sharing the folder never interleave within one chain and need no file lock.
+Layout: ``<audit_dir>/<chain>/000001.jsonl, 000002.jsonl, …``. Each serving process (a server, a worker) keeps
+a chain of its own, named after its start time, host and process id, so replicas and workers sharing the folder
+never interleave within one chain; ``rag keys`` commands share the chain ``keys`` (under the heads' lock).
 
 Each record carries ``seq`` (1, 2, … along the chain), ``prev`` (the ``hash`` of the record before it; 64 zeros
 for the first) and ``hash``: the HMAC-SHA256 of the record's canonical JSON without ``hash``, under the audit
@@ -347,7 +347,7 @@ class Heads:
 
 def read_heads(path: Path, key: AuditKey | None) -> tuple[dict[str, tuple[int, str]], str | None]:
     """``(chain -> (seq, hash), problem)`` of a heads file, read without writing to it."""
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+    conn = sqlite3.connect(path, timeout=30, isolation_level=None)  # only read (it exists: it is not made)
     try:
         conn.execute("BEGIN")  # one snapshot of the rows and the seal
         rows = conn.execute("SELECT chain, seq, hash FROM heads ORDER BY chain").fetchall()
