@@ -55,7 +55,7 @@ serve: examples
 # handles held by this and other processes, share modes, MAX_PATH, letter case), their servers too; the PostgreSQL
 # variants keep no files.
 WINDOWS_PASS := tests/test_jobs.py tests/test_backup.py tests/test_sources.py tests/test_uploads.py \
-	tests/test_telemetry.py tests/test_access.py tests/test_folder_groups.py tests/test_ingest.py
+	tests/test_telemetry.py tests/test_access.py tests/test_folder_groups.py tests/test_ingest.py tests/test_audit.py
 
 # The suite runs on SmolLM2-135M whatever this machine's default generator is (tests/conftest.py): prepare only it.
 test: $(DEV)

@@ -98,21 +98,31 @@ def guard_auth_and_logging(settings: Settings, state: AppState):
                         headers["Allow"] = allow
                 await send(message)
 
-            async def refuse(status: int, error_type: str, message: str, extra: dict[str, str] | None = None):
+            async def refuse(status: int, error_type: str, message: str, extra: dict[str, str] | None = None,
+                             audited: dict[str, str | None] | None = None):
                 response = error_response(status, error_type, message, extra)
                 await response.to_asgi_response(app=None, request=Request(scope))(scope, receive, send_wrapper)
                 _log(logger, state, request_id, scope, status, start)
+                if audited is not None:  # in the audit trail too, rate-limited (AppState.record_refusal)
+                    client = (scope.get("client") or ("unknown",))[0]
+                    try:
+                        await anyio.to_thread.run_sync(lambda: state.record_refusal(
+                            error_type, status, scope["method"], path, str(client), request_id=request_id,
+                            **audited))
+                    except (RagError, OSError) as exc:  # not written: the refusal stands, the log says so
+                        logger.warning("the refusal could not be audited: %s", exc)
 
             headers = scope["headers"]
             host = header(headers, b"host")
             if not hosts.host_ok(host):
                 await refuse(403, "forbidden_host", "this server does not answer to that Host name; behind a "
-                             "reverse proxy, list the public name in the allowed_hosts setting")
+                             "reverse proxy, list the public name in the allowed_hosts setting", audited={"host": host})
                 return
-            if not hosts.origin_ok(scope["method"], header(headers, b"origin"), header(headers, b"sec-fetch-site"),
-                                   host):
+            origin = header(headers, b"origin")
+            if not hosts.origin_ok(scope["method"], origin, header(headers, b"sec-fetch-site"), host):
                 await refuse(403, "cross_origin", "cross-origin requests may not change anything here; use the "
-                             "server's own page (a reverse proxy's public name goes in allowed_hosts)")
+                             "server's own page (a reverse proxy's public name goes in allowed_hosts)",
+                             audited={"origin": origin, "fetch_site": header(headers, b"sec-fetch-site")})
                 return
             token = bearer_token(headers).decode("latin-1")
             try:
@@ -122,7 +132,8 @@ def guard_auth_and_logging(settings: Settings, state: AppState):
                 return
             if principal is None:
                 if not path.startswith(OPEN_PATHS) and not is_open(scope["method"], path):
-                    await refuse(401, "unauthorized", "missing or invalid bearer token", {"WWW-Authenticate": "Bearer"})
+                    await refuse(401, "unauthorized", "missing or invalid bearer token", {"WWW-Authenticate": "Bearer"},
+                                 audited={"token": "presented" if token else "none"})
                     return
                 principal = ANONYMOUS
             scope[CONTEXT_SCOPE_KEY] = RequestContext(principal, request_id)  # type: ignore[literal-required]

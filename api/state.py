@@ -27,7 +27,7 @@ from ingest.work import sync_work, upload_work
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, AnswerService, final_result
 from rag.core.access import ALL_INDEXES, EVERY_DOCUMENT, Principal, RequestContext
-from rag.core.audit import AuditLog, question_fields
+from rag.core.audit import AuditLog, RefusalLimiter, question_fields
 from rag.core.errors import (DocumentNotFoundError, ForbiddenError, JobNotFoundError, JobStateError, ModelError,
                              RagError, SourceBusyError, SourceUnavailableError)
 from rag.core.names import validate_index_name
@@ -62,6 +62,7 @@ class AppState:
     keys: KeyStore | None = None
     auth: Authenticator | None = None
     audit: AuditLog | None = None
+    refusals: RefusalLimiter = field(default_factory=RefusalLimiter)
     jobs: JobStore | None = None
     conversations: ConversationStore | None = None
     runner: JobRunner | None = None
@@ -305,6 +306,8 @@ class AppState:
         if self.conversations is not None:
             self.conversations.close()
         if self.audit is not None:
+            for summary in self.refusals.flush():
+                self._record_refusal_summary(summary)
             self.audit.close()
 
     def service(self) -> AnswerService:
@@ -381,6 +384,26 @@ class AppState:
             # The kind keeps names of two kinds apart: the key "dana" is not the signed-in "dana" (jwt).
             self.audit.append(event, principal=context.principal.name, principal_kind=context.principal.kind,
                               request_id=context.request_id, **fields)
+
+    def record_refusal(self, reason: str, status: int, method: str, path: str, client: str,
+                       **fields: str | None) -> None:
+        """A refusal before authentication (401, ``forbidden_host``, ``cross_origin``): one ``refused`` record,
+        rate-limited (``RefusalLimiter``). Never the token presented; header values cut to 200 characters."""
+        if self.audit is None:
+            return
+        admitted, due = self.refusals.admit(reason, client)
+        for summary in due:
+            self._record_refusal_summary(summary)
+        if admitted:
+            self.audit.append("refused", principal_kind="none", route=path[:200], method=method, outcome="refused",
+                              reason=reason, status=status, client=client,
+                              **{k: v[:200] for k, v in fields.items() if v is not None})
+
+    def _record_refusal_summary(self, summary: dict[str, Any]) -> None:
+        if self.audit is not None:
+            self.audit.append("refused", principal_kind="none", outcome="refused", reason=summary["reason"],
+                              client=summary["client"], suppressed=summary["suppressed"],
+                              window_s=self.refusals.window_s)
 
     def record_question(self, question: str) -> dict[str, str]:
         return question_fields(question, self.settings.audit_questions)

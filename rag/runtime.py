@@ -23,7 +23,7 @@ from ingest.uploads import Uploads
 from rag.answering.evidence import short_answer_messages
 from rag.answering.service import AnswerService
 from rag.core import observe
-from rag.core.audit import AuditLog, AuditTrail
+from rag.core.audit import AuditLog, AuditTrail, load_key
 from rag.core.errors import ConfigError, IndexBusyError
 from rag.core.files import make_private_folder, remove_tree
 from rag.core.names import validate_index_name
@@ -62,26 +62,34 @@ def _postgres_store(settings: Settings) -> Store:
     return PostgresStore(settings.store_url or "", settings.store_pool_size)
 
 
-def open_audit(settings: Settings) -> AuditLog | None:
-    """The audit trail's writer for this process (None with ``audit = false``)."""
+def open_audit(settings: Settings, chain: str | None = None) -> AuditLog | None:
+    """The audit trail's writer for this process (None with ``audit = false``); ``chain``: a named chain that
+    several processes share (``keys``: every ``rag keys`` command) instead of one of its own."""
     if not settings.audit:
         return None
-    return open_audit_trail(settings)
+    return open_audit_trail(settings, writing=True, chain=chain)
 
 
-def open_audit_trail(settings: Settings) -> AuditLog:
+def open_audit_trail(settings: Settings, writing: bool = False, chain: str | None = None) -> AuditLog:
     """The audit trail: one table in the PostgreSQL store with ``store_url`` (replicas share one chain), else
-    files under ``audit_dir``, a chain per process."""
+    files under ``audit_dir``, a chain per process. Its records are MACs under the key in ``audit_key_file``,
+    made on first use by a writer (a reader only checks with it)."""
+    if writing:
+        make_private_folder(settings.home)
+    key = load_key(settings.audit_key_path, create=writing)
     if settings.store_url:
         try:
             from ingest.store.audit import PostgresAuditTrail
 
-            return PostgresAuditTrail(settings.store_url)
+            return PostgresAuditTrail(settings.store_url, key)
         except ImportError as exc:
             raise postgres_packages_missing(exc.name) from exc
     make_private_folder(settings.home)
     make_private_folder(settings.audit_path)
-    return AuditTrail(settings.audit_path, settings.audit_max_mb * 1024 * 1024, settings.audit_questions)
+    if chain is not None:
+        return AuditTrail(settings.audit_path, settings.audit_max_mb * 1024 * 1024, settings.audit_questions,
+                          chain=chain, key=key, shared=True)
+    return AuditTrail(settings.audit_path, settings.audit_max_mb * 1024 * 1024, settings.audit_questions, key=key)
 
 
 def open_keys(settings: Settings) -> KeyStore:

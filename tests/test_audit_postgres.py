@@ -93,8 +93,9 @@ def test_replicas_share_one_trail_and_verify_names_the_tampered_record(settings:
         created = rag(settings, tmp_path, database, "keys", "create", name, "--role", role, "--json")
         assert created.returncode == 0, created.stderr
         keys[name] = {"Authorization": f"Bearer {json.loads(created.stdout)['key']}"}
+    # Replicas share the audit key (the CLI's, made in its home by `rag keys create`), as they share the store.
     env = {"RAG_STORE_URL": database, "RAG_UPLOADS_DIR": str(tmp_path / "shared-uploads"), "RAG_MAX_TOKENS": "8",
-           "RAG_AUDIT_QUESTIONS": "full"}
+           "RAG_AUDIT_QUESTIONS": "full", "RAG_AUDIT_KEY_FILE": str(tmp_path / "audit.key")}
     with ExitStack() as stack:
         a, b = (stack.enter_context(server_process(settings, tmp_path / f"home-{n}", tmp_path / f"{n}.log",
                                                    wait_ready=False, **env)) for n in "ab")

@@ -2,14 +2,16 @@
 
 ``rag.audit`` holds one row per record: its sequence number, the columns ``rag audit show`` filters on, and the
 record itself as the canonical JSON that ``rag.core.audit`` writes to files (``seq``, ``prev``, ``hash``
-included). ``rag.audit_head`` is one row, the last record's ``seq`` and ``hash``. An append locks that row
-(``SELECT … FOR UPDATE``), so appenders in any number of processes take turns: each reads the head, inserts the
-next record and moves the head in one transaction, and the chain never forks. The head also shows records cut
-from the end of the trail, which a chain alone cannot.
+included). ``rag.audit_head`` is one row, the last record's ``seq`` and ``hash`` and their ``mac`` under the
+audit key. An append locks that row (``SELECT … FOR UPDATE``), so appenders in any number of processes take
+turns: each reads the head, inserts the next record and moves the head in one transaction, and the chain never
+forks. The head also shows records cut from the end of the trail, which a chain alone cannot; its MAC, that
+whoever cut them could not move it (without the key).
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import threading
 import time
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.store.postgres import MIGRATION_LOCK, redact
-from rag.core.audit import GENESIS, canonical, chain_name, check_record, record_hash, timestamp
+from rag.core.audit import GENESIS, MAC, AuditKey, Verified, canonical, chain_name, check_record, sign, timestamp
 from rag.core.errors import StoreUnavailableError
 
 TABLE = "rag.audit"
@@ -30,7 +32,12 @@ SCHEMA = (
     f"""CREATE TABLE IF NOT EXISTS {HEAD} (
         one boolean PRIMARY KEY DEFAULT true CHECK (one), seq bigint NOT NULL, hash text NOT NULL)""",
     f"INSERT INTO {HEAD} (seq, hash) VALUES (0, '{GENESIS}') ON CONFLICT DO NOTHING",
+    f"ALTER TABLE {HEAD} ADD COLUMN IF NOT EXISTS mac text",
 )
+
+
+def head_mac(key: AuditKey, seq: int, hash_: str) -> str:
+    return key.mac(b"rag.audit head", f"{seq}:{hash_}".encode())
 
 
 @dataclass(frozen=True)
@@ -46,11 +53,12 @@ class PostgresAuditTrail:
     """Appends and reads ``rag.audit`` over one connection of its own (appends are one short transaction each,
     committed before ``append`` returns). Thread-safe."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, key: AuditKey | None = None) -> None:
         import psycopg
 
         self._psycopg = psycopg
         self.url = url
+        self.key = key
         self.writer = chain_name()  # which process wrote a record: start time, host, pid
         self._conn: Any = None
         self._lock = threading.Lock()
@@ -86,24 +94,33 @@ class PostgresAuditTrail:
             try:
                 conn = self._connection()
                 with conn.transaction():
-                    head = conn.execute(f"SELECT seq, hash FROM {HEAD} FOR UPDATE").fetchone()
+                    head = conn.execute(f"SELECT seq, hash, mac FROM {HEAD} FOR UPDATE").fetchone()
                     if head is None:
                         raise StoreUnavailableError(f"the audit trail's head row ({HEAD}) is gone: the trail was "
                                                     "tampered with; `rag audit verify` shows where")
+                    seq, prev = int(head[0]), str(head[1])
+                    if self.key is not None and self.key.created and seq > 0 and head[2] is None:
+                        # This process made the key: its first record anchors the unkeyed records before it.
+                        seq, prev = self._insert(conn, seq, prev, "audit.keyed", {"unkeyed_before": seq + 1})
+                        self.key = AuditKey(self.key.secret)  # once
                     body = {k: v for k, v in fields.items() if v is not None}
-                    body.update(event=event, ts=timestamp(time.time()), seq=int(head[0]) + 1, prev=head[1],
-                                writer=self.writer)
-                    body["hash"] = record_hash(body)
-                    conn.execute(f"INSERT INTO {TABLE} (seq, ts, principal, index_name, record) "
-                                 "VALUES (%s, %s, %s, %s, %s)",
-                                 (body["seq"], body["ts"], _text(body.get("principal")), _text(body.get("index")),
-                                  canonical(body).decode()))
-                    conn.execute(f"UPDATE {HEAD} SET seq = %s, hash = %s", (body["seq"], body["hash"]))
+                    self._insert(conn, seq, prev, event, body)
             except self._psycopg.OperationalError as exc:
                 raise self._unavailable(exc) from exc
             return body
 
-    def verify(self) -> tuple[int, list[RecordProblem]]:
+    def _insert(self, conn: Any, seq: int, prev: str, event: str, body: dict[str, Any]) -> tuple[int, str]:
+        """Insert the record after ``(seq, prev)`` and move the head to it (in the caller's transaction)."""
+        body.update(event=event, ts=timestamp(time.time()), seq=seq + 1, prev=prev, writer=self.writer)
+        sign(body, self.key)
+        conn.execute(f"INSERT INTO {TABLE} (seq, ts, principal, index_name, record) VALUES (%s, %s, %s, %s, %s)",
+                     (body["seq"], body["ts"], _text(body.get("principal")), _text(body.get("index")),
+                      canonical(body).decode()))
+        conn.execute(f"UPDATE {HEAD} SET seq = %s, hash = %s, mac = %s",
+                     (body["seq"], body["hash"], head_mac(self.key, body["seq"], body["hash"]) if self.key else None))
+        return body["seq"], body["hash"]
+
+    def verify(self) -> Verified:
         """``(records checked, problems)``: the first record that was edited, deleted or moved (named by its
         sequence number), or records cut from the end; at most one problem, the trail being one chain."""
         with self._lock:
@@ -112,15 +129,17 @@ class PostgresAuditTrail:
                 with conn.transaction():
                     # One snapshot for the head and the records: appends meanwhile are simply not seen.
                     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                    head = conn.execute(f"SELECT seq, hash FROM {HEAD}").fetchone()
+                    head = conn.execute(f"SELECT seq, hash, mac FROM {HEAD}").fetchone()
                     cursor = conn.cursor("audit_verify")
                     cursor.itersize = 2000
                     cursor.execute(f"SELECT seq, ts, principal, index_name, record FROM {TABLE} ORDER BY seq")
-                    checked, problem = _walk(cursor, head)
+                    checked, unkeyed, problem = _walk(cursor, head, self.key)
                     cursor.close()
             except self._psycopg.OperationalError as exc:
                 raise self._unavailable(exc) from exc
-        return checked, [problem] if problem else []
+        notes = [f"{unkeyed} record(s) were written without the audit key (before it existed)"
+                 + (": anchored by the head's MAC" if self.key else "")] if unkeyed else []
+        return Verified(checked, [problem] if problem else [], notes)
 
     def records(self, since_ts: str | None = None, principal: str | None = None,
                 index: str | None = None) -> list[dict[str, Any]]:
@@ -157,26 +176,35 @@ def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _walk(rows: Any, head: tuple[int, str] | None) -> tuple[int, RecordProblem | None]:
-    checked, seq, prev = 0, 0, GENESIS
+def _walk(rows: Any, head: tuple | None, key: AuditKey | None) -> tuple[int, int, RecordProblem | None]:
+    checked, unkeyed, seq, prev, keyed = 0, 0, 0, GENESIS, False
     for row_seq, ts, principal, index, text in rows:
-        problem = check_record(text.encode(), seq, prev, "record")
+        problem = check_record(text.encode(), seq, prev, "record", key=key, after_keyed=keyed)
         if problem is None:
             record = json.loads(text)
             # The columns `rag audit show` filters on must say what the hashed record says.
             if (row_seq, ts, principal, index) != (record["seq"], record.get("ts"), _text(record.get("principal")),
                                                    _text(record.get("index"))):
                 problem = "its columns (seq, ts, principal, index_name) do not match its content"
+            elif (key is not None and unkeyed and not keyed and record.get("mac") == MAC
+                  and record.get("event") != "audit.keyed"):
+                problem = ("keyed records follow unkeyed ones that no audit.keyed record anchors (the records "
+                           "before it were rewritten without the audit key)")
         if problem is not None:
-            return checked, RecordProblem(row_seq, problem)
+            return checked, unkeyed, RecordProblem(row_seq, problem)
         seq, prev = record["seq"], record["hash"]
+        keyed = keyed or record.get("mac") == MAC
+        unkeyed += record.get("mac") != MAC
         checked += 1
     if head is None:
-        return checked, RecordProblem(seq + 1, f"the head row ({HEAD}) is gone")
+        return checked, unkeyed, RecordProblem(seq + 1, f"the head row ({HEAD}) is gone")
     if head[0] > seq:
-        return checked, RecordProblem(seq + 1, f"missing: the trail ends at record {seq}, but {head[0]} were "
-                                               "written (records were cut from the end)")
+        return checked, unkeyed, RecordProblem(seq + 1, f"missing: the trail ends at record {seq}, but {head[0]} "
+                                                        "were written (records were cut from the end)")
     if (head[0], head[1]) != (seq, prev):
-        return checked, RecordProblem(seq, f"the head row ({HEAD}) does not name the last record (it says record "
-                                           f"{head[0]})")
-    return checked, None
+        return checked, unkeyed, RecordProblem(seq, f"the head row ({HEAD}) does not name the last record (it says "
+                                                    f"record {head[0]})")
+    if key is not None and seq > 0 and not (head[2] and hmac.compare_digest(head[2], head_mac(key, seq, prev))):
+        return checked, unkeyed, RecordProblem(seq, f"the head row ({HEAD}) was moved: its MAC does not match "
+                                                    "(records were cut from the end, or the trail was rewritten)")
+    return checked, unkeyed, None

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from rag.cli.common import console, fail, handle_errors, json_option, literal, out, print_json
 from rag.core.access import RequestContext, describe_groups
-from rag.core.audit import timestamp
+from rag.core.audit import KEYS_CHAIN, timestamp
 from rag.core.keys import new_key, parse_duration, parse_grants, parse_groups
 from rag.core.settings import Settings
 from rag.runtime import open_audit, open_audit_trail, open_keys
@@ -21,7 +21,8 @@ def _when(seconds: float | None) -> str:
 
 
 def _record(settings: Settings, event: str, **fields) -> None:
-    trail = open_audit(settings)
+    """One record in the trail's long-lived ``keys`` chain (files), or the store's one chain (PostgreSQL)."""
+    trail = open_audit(settings, chain=KEYS_CHAIN)
     if trail is not None:
         try:
             principal = RequestContext.local().principal
@@ -108,21 +109,25 @@ def keys_revoke(settings: Settings, name: str) -> None:
 
 @click.group("audit")
 def audit() -> None:
-    """The audit trail (hash-chained JSON Lines under the audit_dir setting, or a table of the store_url one)."""
+    """The audit trail (HMAC-chained JSON Lines under the audit_dir setting, or a table of the store_url one)."""
 
 
 @audit.command("verify")
 @click.pass_obj
 @handle_errors
 def audit_verify(settings: Settings) -> None:
-    """Check every record's hash and the chain: exit 1 naming the first edited, deleted or moved record."""
+    """Check every record's MAC (with the audit_key_file key), the chains and their heads: exit 1 naming each
+    edited, deleted or moved record, chain gone or cut, and heads changed."""
     trail = open_audit_trail(settings)
     try:
-        checked, problems = trail.verify()
+        verified = trail.verify()
     finally:
         trail.close()
+    checked, problems = verified
     for problem in problems:
         console.print(literal(str(problem)), soft_wrap=True)
+    for note in getattr(verified, "notes", []):
+        console.print(literal(f"note: {note}"), soft_wrap=True)
     if problems:
         fail(f"the audit trail was changed ({len(problems)} chain(s) broken); {checked} records check out", 1)
     console.print(literal(f"audit trail intact: {checked} records in {trail.location}"))

@@ -159,6 +159,9 @@ class Settings:
                                                                   "home/audit); with store_url, the table rag.audit"})
     audit_questions: str = field(default="sha256", metadata={"doc": "full | sha256 | none: how questions are recorded"})
     audit_max_mb: int = field(default=64, metadata={"doc": "an audit file this large is closed and a new one started"})
+    audit_key_file: Path | None = field(
+        default=None, metadata={"doc": "the audit trail's HMAC key (made on first use, owner-only; default: "
+                                       "home/audit.key): keep it apart from the trail; replicas share one"})
     # OpenTelemetry (README "Telemetry"): traces, metrics and logs with the GenAI conventions.
     telemetry: str = field(default="file", metadata={
         "doc": "off | file | otlp: OTLP JSON Lines files under telemetry_dir, or OTLP/HTTP to otlp_endpoint"})
@@ -186,6 +189,10 @@ class Settings:
     @property
     def audit_path(self) -> Path:
         return self.audit_dir or self.home / "audit"
+
+    @property
+    def audit_key_path(self) -> Path:
+        return self.audit_key_file or self.home / "audit.key"
 
     @property
     def telemetry_path(self) -> Path:

@@ -1,0 +1,280 @@
+"""An audit trail that proves what it claims (issue 34, finding 9), attacked as a host's administrator or a
+database owner would: with the real `rag keys`, a real `rag serve` and `rag audit verify`, and by hand on the
+trail's files or rows, never through the code that writes them.
+
+* Records are MACs under a key kept apart from the trail (``audit_key_file``): a chain rewritten end to end with
+  its sha256 recomputed (today's format) is reported, with the heads kept or deleted.
+* ``audit/heads.sqlite`` anchors every chain (files); the head row carries a MAC (PostgreSQL): a chain folder
+  deleted whole, or the last records of a chain cut (its head moved back too, in PostgreSQL), is reported.
+* Every ``rag keys`` command appends to one long-lived chain, ``keys``, not a chain of its own that could go.
+* 401s and the browser guard's refusals are ``refused`` records, rate-limited: 1000 bad requests leave a few.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from helpers import cli_env, server_process
+from rag.core.audit import GENESIS, REFUSALS_PER_CLIENT, canonical
+from rag.core.settings import PROJECT_ROOT, Settings
+
+BAD_TOKEN = "rag_0123456789ab_not-a-real-secret-but-never-recorded"
+
+
+def rag(settings: Settings, home: Path, *args: str, url: str | None = None) -> subprocess.CompletedProcess:
+    env = cli_env(settings, **({"RAG_STORE_URL": url} if url else {}))
+    return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], cwd=PROJECT_ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def verify_fails(settings: Settings, home: Path, *reasons: str, url: str | None = None) -> str:
+    result = rag(settings, home, "audit", "verify", url=url)
+    assert result.returncode == 1, f"the tampering went unnoticed:\n{result.stderr}"
+    for reason in reasons:
+        assert reason in result.stderr, result.stderr
+    return result.stderr
+
+
+def verify_passes(settings: Settings, home: Path, url: str | None = None) -> str:
+    result = rag(settings, home, "audit", "verify", url=url)
+    assert result.returncode == 0 and "audit trail intact" in result.stderr, result.stderr
+    return result.stderr
+
+
+def resealed(records: list[dict], change) -> list[dict]:
+    """``records`` (one chain) rewritten as the attacker likes, every hash recomputed as sha256 over the
+    canonical JSON, the way today's trail is checked; the key's marks dropped (there is no key to use)."""
+    out, prev = [], GENESIS
+    for record in records:
+        body = {k: v for k, v in record.items() if k not in ("hash", "mac", "key_id")}
+        change(body)
+        body["prev"] = prev
+        body["hash"] = prev = hashlib.sha256(canonical(body)).hexdigest()
+        out.append(body)
+    return out
+
+
+def chain_folders(home: Path) -> list[Path]:
+    return sorted(p for p in (home / "audit").iterdir() if p.is_dir())
+
+
+def read_chain(folder: Path) -> list[dict]:
+    return [json.loads(line) for path in sorted(folder.glob("*.jsonl")) for line in path.read_bytes().splitlines()]
+
+
+def write_chain(folder: Path, records: list[dict]) -> None:
+    for path in folder.glob("*.jsonl"):
+        path.unlink()
+    (folder / "000001.jsonl").write_bytes(b"".join(canonical(r) + b"\n" for r in records))
+
+
+def rename_key(body: dict) -> None:
+    if body.get("key") == "mallory":
+        body["key"] = "maintenance"
+
+
+# --------------------------------------------------------------------------- embedded store (files)
+def test_key_commands_append_to_one_long_lived_chain(settings: Settings, tmp_path: Path):
+    for args in (("create", "alice", "--role", "reader"), ("create", "bob", "--role", "editor"),
+                 ("revoke", "alice")):
+        result = rag(settings, tmp_path, "keys", *args)
+        assert result.returncode == 0, result.stderr
+    folders = chain_folders(tmp_path)
+    assert len(folders) == 1, f"each rag keys command opened a chain of its own: {[f.name for f in folders]}"
+    records = read_chain(folders[0])
+    assert [(r["seq"], r["event"], r["key"]) for r in records] == [
+        (1, "key.create", "alice"), (2, "key.create", "bob"), (3, "key.revoke", "alice")]
+    assert all(b["prev"] == a["hash"] for a, b in zip(records, records[1:]))
+    assert "intact: 3 records" in verify_passes(settings, tmp_path)
+
+
+@pytest.mark.parametrize("tamper", ["rewrite", "rewrite-and-drop-heads", "delete-chain", "cut-end",
+                                    "cut-end-and-move-head"])
+def test_a_rewritten_deleted_or_cut_chain_is_reported(settings: Settings, tmp_path: Path, tamper: str):
+    """The host's administrator hides that the key ``mallory`` was made (or the last key made, ``bob``)."""
+    for name in ("alice", "mallory", "bob"):
+        assert rag(settings, tmp_path, "keys", "create", name, "--role", "admin").returncode == 0
+    verify_passes(settings, tmp_path)
+    audit = tmp_path / "audit"
+    if tamper.startswith("rewrite"):  # every chain rewritten end to end, sha256 recomputed: mallory is gone
+        for folder in chain_folders(tmp_path):
+            write_chain(folder, resealed(read_chain(folder), rename_key))
+        assert b"mallory" not in b"".join(p.read_bytes() for p in audit.rglob("*.jsonl"))
+        if tamper == "rewrite-and-drop-heads":
+            (audit / "heads.sqlite").unlink()
+            verify_fails(settings, tmp_path, "the heads are gone")
+        else:
+            verify_fails(settings, tmp_path)
+    elif tamper == "delete-chain":  # every chain deleted whole (the key records with them)
+        for folder in chain_folders(tmp_path):
+            shutil.rmtree(folder)
+        verify_fails(settings, tmp_path, "missing: the chain is gone, but 3 records of it were written")
+    else:  # the end of the chain cut: the last record (bob) removed
+        for folder in chain_folders(tmp_path):
+            write_chain(folder, read_chain(folder)[:-1])
+            if tamper == "cut-end-and-move-head":  # and its head moved back to the new last record
+                last = read_chain(folder)[-1]
+                with sqlite3.connect(audit / "heads.sqlite") as conn:
+                    conn.execute("UPDATE heads SET seq = ?, hash = ? WHERE chain = ?", (2, last["hash"], folder.name))
+                verify_fails(settings, tmp_path, "the heads were edited")
+            else:
+                verify_fails(settings, tmp_path, "missing: the chain ends at record 2, but 3 were written")
+
+
+def test_key_commands_at_once_take_turns_in_one_chain(settings: Settings, tmp_path: Path):
+    assert rag(settings, tmp_path, "keys", "create", "first", "--role", "reader").returncode == 0
+    commands = [subprocess.Popen([sys.executable, "-m", "rag.cli", "--home", str(tmp_path), "keys", "create",
+                                  f"k{n}", "--role", "reader"], cwd=PROJECT_ROOT, env=cli_env(settings),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for n in range(4)]
+    for command in commands:
+        assert command.wait(timeout=120) == 0, command.stderr.read() if command.stderr else ""
+    (folder,) = chain_folders(tmp_path)
+    records = read_chain(folder)
+    assert [r["seq"] for r in records] == [1, 2, 3, 4, 5]
+    assert sorted(r["key"] for r in records[1:]) == ["k0", "k1", "k2", "k3"]
+    assert "intact: 5 records" in verify_passes(settings, tmp_path)
+
+
+def test_a_trail_from_before_the_key_is_anchored_when_the_key_is_made(settings: Settings, tmp_path: Path):
+    """An upgrade: the chains written before (unkeyed sha256, as main writes them) verify afterwards, and
+    rewriting them then is reported."""
+    legacy = tmp_path / "audit" / "20250101T000000-old-host-1"
+    legacy.mkdir(parents=True)
+    write_chain(legacy, resealed([{"event": "key.create", "key": name, "seq": n, "ts": f"2025-01-01T00:00:0{n}.000Z"}
+                                  for n, name in enumerate(["alice", "mallory"], 1)], lambda body: None))
+    assert not (tmp_path / "audit.key").exists()
+    assert rag(settings, tmp_path, "keys", "create", "bob", "--role", "reader").returncode == 0
+    assert (tmp_path / "audit.key").exists()
+    assert "2 record(s) were written without the audit key" in verify_passes(settings, tmp_path)
+    write_chain(legacy, resealed(read_chain(legacy), rename_key))
+    verify_fails(settings, tmp_path, "record 2 is not the one the heads name")
+
+
+# --------------------------------------------------------------------------- refusals, both stores
+@pytest.fixture
+def database(postgres_url: str) -> str:
+    """A database of the session's PostgreSQL for this test alone (it tampers with the trail)."""
+    name = f"audit_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    url = postgres_url.replace("/postgres?", f"/{name}?", 1)
+    assert name in url, url
+    return url
+
+
+def rows(url: str, sql: str, args: tuple = ()) -> list[tuple]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        cursor = conn.execute(sql, args)
+        return cursor.fetchall() if cursor.description else []
+
+
+@pytest.fixture(params=["embedded", "postgres"])
+def store_url(request: pytest.FixtureRequest) -> str | None:
+    return request.getfixturevalue("database") if request.param == "postgres" else None
+
+
+def test_a_table_from_before_the_key_is_anchored_when_the_key_is_made(settings: Settings, tmp_path: Path,
+                                                                      database: str):
+    from ingest.store.audit import PostgresAuditTrail
+
+    old = PostgresAuditTrail(database)  # no key: as main writes the table
+    for name in ("alice", "mallory"):
+        old.append("key.create", principal="local", key=name, outcome="created")
+    old.close()
+    assert rag(settings, tmp_path, "keys", "create", "bob", "--role", "reader", url=database).returncode == 0
+    events = [json.loads(text)["event"] for (text,) in rows(database, "SELECT record FROM rag.audit ORDER BY seq")]
+    assert events == ["key.create", "key.create", "audit.keyed", "key.create"]
+    assert "2 record(s) were written without the audit key" in verify_passes(settings, tmp_path, url=database)
+    records = [json.loads(text) for (text,) in rows(database, "SELECT record FROM rag.audit WHERE seq <= 2 "
+                                                              "ORDER BY seq")]
+    for record in resealed(records, rename_key):
+        rows(database, "UPDATE rag.audit SET record = %s WHERE seq = %s", (canonical(record).decode(), record["seq"]))
+    verify_fails(settings, tmp_path, "rag.audit record 3: the chain breaks here", url=database)
+
+
+def test_refusals_before_authentication_are_audited_and_bounded(settings: Settings, tmp_path: Path,
+                                                                 store_url: str | None):
+    home = tmp_path / "home"
+    created = rag(settings, home, "keys", "create", "ops", "--role", "admin", "--json", url=store_url)
+    assert created.returncode == 0, created.stderr
+    key = {"Authorization": f"Bearer {json.loads(created.stdout)['key']}"}
+    env = {"RAG_STORE_URL": store_url} if store_url else {}
+    with server_process(settings, home, tmp_path / "serve.log", **env) as base:
+        with httpx.Client(base_url=base, timeout=30) as client:
+            assert client.get("/v1/me", headers=key).status_code == 200
+            assert client.get("/v1/me", headers={"Authorization": f"Bearer {BAD_TOKEN}"}).status_code == 401
+            assert client.get("/v1/indexes").status_code == 401
+            assert client.post("/v1/documents", headers={**key, "Origin": "https://evil.example"},
+                               files={"data": ("x.md", b"# x\n")}).status_code == 403
+            assert client.get("/v1/me", headers={**key, "Host": "evil.example"}).status_code == 403
+            for _ in range(1000):  # a flood
+                assert client.post("/v1/retrieve", json={"query": "x"},
+                                   headers={"Authorization": f"Bearer {BAD_TOKEN}"}).status_code == 401
+    shown = rag(settings, home, "audit", "show", "--json", url=store_url)
+    assert shown.returncode == 0, shown.stderr
+    records = [json.loads(line) for line in shown.stdout.splitlines()]
+    refused = [r for r in records if r["event"] == "refused"]
+    by_reason = {reason: [r for r in refused if r.get("reason") == reason]
+                 for reason in ("unauthorized", "cross_origin", "forbidden_host")}
+    assert len(by_reason["cross_origin"]) == 1 and by_reason["cross_origin"][0]["origin"] == "https://evil.example"
+    assert len(by_reason["forbidden_host"]) == 1 and by_reason["forbidden_host"][0]["host"] == "evil.example"
+    unauthorized = by_reason["unauthorized"]
+    single = [r for r in unauthorized if "suppressed" not in r]
+    summaries = [r for r in unauthorized if "suppressed" in r]
+    assert len(single) >= REFUSALS_PER_CLIENT, len(single)  # 10 a minute: 20 if the flood took over a minute
+    assert all(r["client"] == "127.0.0.1" and r["status"] == 401 and r["outcome"] == "refused" for r in single)
+    assert {r["route"] for r in single} >= {"/v1/me", "/v1/indexes"}
+    assert sum(r["suppressed"] for r in summaries) == 1002 - len(single), summaries
+    assert len(refused) <= 2 * REFUSALS_PER_CLIENT, f"the flood left {len(refused)} records"
+    trail = "\n".join(json.dumps(r) for r in records)
+    assert BAD_TOKEN not in trail and json.loads(created.stdout)["key"] not in trail
+    verify_passes(settings, home, url=store_url)
+
+    if store_url is None:  # the server's own chain: deleted whole, then cut at its end
+        audit = home / "audit"
+        shutil.copytree(audit, tmp_path / "saved")
+        server_chain = next(f for f in chain_folders(home) if f.name != "keys")
+        shutil.rmtree(server_chain)
+        verify_fails(settings, home, f"{server_chain}: missing: the chain is gone")
+        shutil.rmtree(audit)
+        shutil.copytree(tmp_path / "saved", audit)
+        count = len(read_chain(server_chain))
+        write_chain(server_chain, read_chain(server_chain)[:-1])
+        verify_fails(settings, home, f"missing: the chain ends at record {count - 1}, but {count} were written")
+        return
+    # PostgreSQL: the last records cut and the head row moved back to the new last one, as a database owner can;
+    # then the whole table rewritten with sha256 recomputed and the head moved to match.
+    last = rows(store_url, "SELECT max(seq) FROM rag.audit")[0][0]
+    saved = rows(store_url, "SELECT seq, ts, principal, index_name, record FROM rag.audit WHERE seq > %s",
+                 (last - 3,))
+    head = rows(store_url, "SELECT * FROM rag.audit_head")
+    rows(store_url, "DELETE FROM rag.audit WHERE seq > %s", (last - 3,))
+    new_last = json.loads(rows(store_url, "SELECT record FROM rag.audit WHERE seq = %s", (last - 3,))[0][0])
+    rows(store_url, "UPDATE rag.audit_head SET seq = %s, hash = %s", (new_last["seq"], new_last["hash"]))
+    verify_fails(settings, home, f"rag.audit record {last - 3}:", url=store_url)
+    for row in saved:
+        rows(store_url, "INSERT INTO rag.audit VALUES (%s, %s, %s, %s, %s)", row)
+    rows(store_url, "DELETE FROM rag.audit_head")
+    rows(store_url, f"INSERT INTO rag.audit_head VALUES ({', '.join(['%s'] * len(head[0]))})", head[0])
+    verify_passes(settings, home, url=store_url)
+
+    records = [json.loads(text) for (text,) in rows(store_url, "SELECT record FROM rag.audit ORDER BY seq")]
+    forged = resealed(records, lambda body: body.update(client="10.9.9.9") if "client" in body else None)
+    for record in forged:
+        rows(store_url, "UPDATE rag.audit SET record = %s WHERE seq = %s", (canonical(record).decode(), record["seq"]))
+    columns = [c for (c,) in rows(store_url, "SELECT column_name FROM information_schema.columns WHERE "
+                                             "table_schema = 'rag' AND table_name = 'audit_head'")]
+    rows(store_url, "UPDATE rag.audit_head SET seq = %s, hash = %s" + (", mac = NULL" if "mac" in columns else ""),
+         (forged[-1]["seq"], forged[-1]["hash"]))
+    verify_fails(settings, home, "rag.audit record", url=store_url)
