@@ -630,6 +630,51 @@ def test_metrics_need_an_admin_who_sees_everything(deployment: Deployment):
     assert "rag_requests_total" in httpx.get(f"{d.base}/metrics", headers=d.as_("admin")).text
 
 
+def key_for(d: Deployment, settings: Settings, role: str, *indexes: str, groups: str = "*") -> dict[str, str]:
+    """A new key (``rag keys create``) with ``role`` on ``indexes``."""
+    made = run_cli(d.home, settings, "keys", "create", f"k-{uuid.uuid4().hex[:8]}", "--role", role,
+                   *[arg for index in indexes for arg in ("--index", index)], "--groups", groups, **store_env(d))
+    assert made.returncode == 0, made.stderr
+    return bearer(made.stdout.strip().splitlines()[-1])
+
+
+def index_names(d: Deployment) -> list[str]:
+    return [i["name"] for i in httpx.get(f"{d.base}/v1/indexes", headers=d.as_("admin")).json()["indexes"]]
+
+
+def test_index_not_found_names_only_the_indexes_the_caller_holds(deployment: Deployment, settings: Settings):
+    """Finding 14 (index names): "index not found" lists only the indexes the caller holds a grant on (its
+    "did you mean" too), on every route and as a stream; an index it holds no grant on is refused exactly as
+    one that does not exist (same status, same body but for the name)."""
+    d, mine, held, other = deployment, fresh_index(), fresh_index(), fresh_index()
+    for index in (held, other):
+        files_of(d.upload("admin", index, "canteen.md", b"# Canteen\n\nThe canteen serves soup.\n"))
+    key = key_for(d, settings, "editor", mine, held)
+    unheld = [n for n in index_names(d) if n != held]
+    assert other in unheld
+    replies = [httpx.post(f"{d.base}/v1/retrieve", headers=key, json={"query": "soup", "index": mine}, timeout=60),
+               httpx.post(f"{d.base}/v1/ask", headers=key, json={"question": "soup?", "index": mine}, timeout=60),
+               httpx.post(f"{d.base}/v1/ask", headers=key, timeout=60,
+                          json={"question": "soup?", "index": mine, "stream": True}),
+               httpx.get(f"{d.base}/v1/documents?index={mine}", headers=key, timeout=60),
+               httpx.get(f"{d.base}/v1/documents/nothing/original?index={mine}", headers=key, timeout=60),
+               httpx.delete(f"{d.base}/v1/documents/nothing?index={mine}", headers=key, timeout=60)]
+    for reply in replies:
+        assert "index_not_found" in reply.text and reply.status_code in (200, 404), reply.text
+        assert held in reply.text, reply.text  # the one other index it holds
+        assert not [n for n in unheld if n in reply.text], (reply.request.url, reply.text)
+    # No grant: an index that exists and one that does not are refused alike.
+    ghost = fresh_index()
+    for route, body in (("/v1/retrieve", {"query": "soup"}), ("/v1/ask", {"question": "soup?"})):
+        there = httpx.post(f"{d.base}{route}", headers=key, json={**body, "index": other}, timeout=60)
+        not_there = httpx.post(f"{d.base}{route}", headers=key, json={**body, "index": ghost}, timeout=60)
+        assert there.status_code == not_there.status_code == 403, there.text
+        assert there.text.replace(other, "X") == not_there.text.replace(ghost, "X")
+    listed = httpx.get(f"{d.base}/v1/documents?index={other}", headers=key)
+    assert listed.status_code == 403 and listed.text.replace(other, "X") == \
+        httpx.get(f"{d.base}/v1/documents?index={ghost}", headers=key).text.replace(ghost, "X")
+
+
 # --------------------------------------------------------------------------- the property: hidden means absent
 WORDS = ("harbour", "lantern", "copper", "orchard", "glacier", "ledger", "falcon", "meadow", "quarry", "beacon",
          "saffron", "tundra", "violin", "walnut", "zephyr", "amber", "basalt", "cobalt", "dune", "ember")
