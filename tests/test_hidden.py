@@ -675,6 +675,22 @@ def test_index_not_found_names_only_the_indexes_the_caller_holds(deployment: Dep
         httpx.get(f"{d.base}/v1/documents?index={ghost}", headers=key).text.replace(ghost, "X")
 
 
+def test_healthz_names_the_default_index_only_to_a_caller_with_a_role_there(deployment: Deployment,
+                                                                              settings: Settings):
+    """Finding 14 (/healthz): the default index's name and counts go only to a caller with a role there; an
+    anonymous load balancer still gets the status (and /v1/indexes names the default to such a caller only)."""
+    d = deployment
+    elsewhere = key_for(d, settings, "reader", fresh_index())
+    for headers in ({}, elsewhere):
+        health = httpx.get(f"{d.base}/healthz", headers=headers)
+        assert health.status_code == 200 and health.json()["status"] == "ok", health.text
+        assert "index" not in health.json() and "default" not in health.text, health.text
+    assert httpx.get(f"{d.base}/v1/indexes", headers=elsewhere).json() == {"default": None, "indexes": []}
+    shown = httpx.get(f"{d.base}/healthz", headers=d.as_("finance")).json()
+    assert shown["index"]["name"] == "default", shown
+    assert httpx.get(f"{d.base}/v1/indexes", headers=d.as_("finance")).json()["default"] == "default"
+
+
 # --------------------------------------------------------------------------- the property: hidden means absent
 WORDS = ("harbour", "lantern", "copper", "orchard", "glacier", "ledger", "falcon", "meadow", "quarry", "beacon",
          "saffron", "tundra", "violin", "walnut", "zephyr", "amber", "basalt", "cobalt", "dune", "ember")

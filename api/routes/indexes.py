@@ -33,7 +33,9 @@ class IndexesController(Controller):
             except IndexNotFoundError:  # deleted while the list was made
                 continue
             indexes.append(IndexSummary(name=name, documents=documents, chunks=chunks))
-        return IndexList(default=app.settings.index, indexes=indexes)
+        default = app.index(None).name  # named to a caller with a role there only, as on /healthz
+        return IndexList(default=default if context.principal.role_for(default) is not None else None,
+                         indexes=indexes)
 
     @delete("/{name:str}", status_code=200, summary="Delete an index and everything in it, its uploaded originals "
             "too (admins; `confirm` must repeat the index name, else 409 `confirmation_required` saying how big it is; 409 while a job of it runs; 409 `index_busy` when another process still holds it: it is deleted, its folder goes when that process lets go)", responses=errors(400, 404, 409))
