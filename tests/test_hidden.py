@@ -691,6 +691,41 @@ def test_healthz_names_the_default_index_only_to_a_caller_with_a_role_there(depl
     assert httpx.get(f"{d.base}/v1/indexes", headers=d.as_("finance")).json()["default"] == "default"
 
 
+def test_a_grant_holds_the_index_the_store_resolves_not_a_spelling(deployment: Deployment, settings: Settings):
+    """Finding 14 (letter case): the store resolves an index name without regard to letter case ("HR" is an
+    existing "hr"), so a grant is checked against the resolved name: a grant for "HR" opens nothing of "hr"
+    and makes no second index beside it; a grant for "hr" opens it however it is spelled."""
+    d = deployment
+    lower = fresh_index()
+    upper = lower.upper()
+    hidden = files_of(d.upload("admin", lower, "Budget.md", SECRET))[0]
+    spelled = key_for(d, settings, "editor", upper)
+    listed = httpx.get(f"{d.base}/v1/documents?index={upper}", headers=spelled)
+    found = httpx.post(f"{d.base}/v1/retrieve", headers=spelled, json={"query": "Zorblax budget", "index": upper})
+    stored = httpx.post(f"{d.base}/v1/documents?index={upper}", headers=spelled, timeout=120,
+                        files={"data": ("mine.md", b"# Mine\n\nMy own text.\n", "text/markdown")})
+    for reply in (listed, found, stored):
+        assert reply.status_code == 403, (reply.request.url, reply.text)
+        assert not any(word in reply.text for word in SECRET_WORDS) and lower not in reply.text, reply.text
+    assert upper not in index_names(d)
+    assert [doc["id"] for doc in d.documents("admin", lower)] == [hidden["document_id"]]
+    holder = key_for(d, settings, "reader", lower)
+    seen = httpx.get(f"{d.base}/v1/documents?index={upper}", headers=holder)
+    assert seen.status_code == 200 and [doc["id"] for doc in seen.json()["documents"]] == [hidden["document_id"]]
+    if d.store == "postgresql":  # a second index differing only in case is never made, even past the resolving
+        from ingest.store.postgres import PostgresIndex, PostgresStore
+        from rag.core.errors import ConflictError
+
+        store = PostgresStore(d.env["RAG_STORE_URL"])
+        try:
+            assert store.index(upper).name == lower
+            with pytest.raises(ConflictError, match="only in letter case"):
+                PostgresIndex(store, upper).writer("some/embedder@384", 384)
+            assert upper not in store.names()
+        finally:
+            store.close()
+
+
 # --------------------------------------------------------------------------- the property: hidden means absent
 WORDS = ("harbour", "lantern", "copper", "orchard", "glacier", "ledger", "falcon", "meadow", "quarry", "beacon",
          "saffron", "tundra", "violin", "walnut", "zephyr", "amber", "basalt", "cobalt", "dune", "ember")
