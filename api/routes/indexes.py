@@ -52,7 +52,7 @@ class IndexesController(Controller):
                                  "'*')")
         _, documents, chunks = await anyio.to_thread.run_sync(app.summary, target.name, context)
         if not target.exists():
-            target.reader().close()  # the store's own "no index" error, with the names it has
+            target.reader().close()  # the store's own "no index" error (the API names the indexes the caller holds)
         if confirm != target.name:
             raise ConfirmationRequiredError(f"this deletes index {target.name!r} ({documents} documents, {chunks} chunks) for "
                                   f"good: repeat its name as confirm={target.name} (back it up first: "
