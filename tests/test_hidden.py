@@ -722,6 +722,8 @@ def test_a_grant_holds_the_index_the_store_resolves_not_a_spelling(deployment: D
             with pytest.raises(ConflictError, match="only in letter case"):
                 PostgresIndex(store, upper).writer("some/embedder@384", 384)
             assert upper not in store.names()
+            store.delete(upper)  # `rag index delete HR` deletes "hr", as on the embedded store
+            assert lower not in store.names()
         finally:
             store.close()
 

@@ -284,7 +284,8 @@ class PostgresStore:
         return []
 
     def delete(self, name: str) -> None:
-        if not self.drop(validate_index_name(name)):
+        name = self.index(name).name  # as spelled in the store (see ``index``)
+        if not self.drop(name):
             raise index_not_found(name, self.names())
 
     def drop(self, name: str) -> bool:
