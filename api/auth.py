@@ -14,6 +14,7 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from threading import Lock
+from typing import Callable
 
 from litestar import Request
 from litestar.di import NamedDependency
@@ -104,13 +105,17 @@ def request_context(request: Request) -> RequestContext:
     return request.scope.get(CONTEXT_SCOPE_KEY) or RequestContext(ANONYMOUS)  # type: ignore[return-value]
 
 
-def authorize(context: RequestContext, index: str | None, role: str, default_index: str) -> str:
+def authorize(context: RequestContext, index: str | None, role: str, default_index: str,
+              resolve: Callable[[str], str] | None = None) -> str:
     """The index name a request acts on, once its principal holds ``role`` there (else a 403 that does not say
-    whether the index exists)."""
+    whether the index exists). ``resolve`` gives the name the store resolves a request's name to (the embedded
+    store's "HR" is an existing "hr"): that name is the one authorized and returned, so a grant for "HR" never
+    opens "hr"; the refusal names the index as requested."""
     name = validate_index_name(index or default_index)
-    if not context.principal.may(name, role):
+    resolved = resolve(name) if resolve is not None else name
+    if not context.principal.may(resolved, role):
         raise ForbiddenError(f"this key may not {ROLE_VERBS[role]} index {name!r}")
-    return name
+    return resolved
 
 
 def authorize_all(context: RequestContext, role: str) -> None:

@@ -7,8 +7,10 @@ import logging
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
+from api.auth import request_context
 from api.requests import ClientDisconnected
-from rag.core.errors import BadRequestError, OverloadedError, RagError
+from rag.core.errors import BadRequestError, IndexNotFoundError, OverloadedError, RagError
+from rag.core.names import missing_index_message
 
 log = logging.getLogger("rag.api")
 # Litestar's functions that read, decode and validate a request before its handler runs: an exception
@@ -21,9 +23,15 @@ def error_response(status: int, error_type: str, message: str, headers: dict[str
     return Response({"error": {"type": error_type, "message": message}}, status_code=status, headers=headers)
 
 
-def rag_error_handler(_: Request, exc: RagError) -> Response:
+def rag_error_handler(request: Request, exc: RagError) -> Response:
     headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, OverloadedError) else None
-    return error_response(exc.status_code, exc.error_type, exc.message, headers)
+    message = exc.message
+    if isinstance(exc, IndexNotFoundError) and exc.index:
+        # The indexes there are, as far as the caller may know of them: those it holds a grant on (an index it
+        # may not use is one that does not exist, issue 34).
+        principal = request_context(request).principal
+        message = missing_index_message(exc.index, [n for n in exc.existing if principal.role_for(n) is not None])
+    return error_response(exc.status_code, exc.error_type, message, headers)
 
 
 def validation_error_handler(_: Request, exc: ValidationException) -> Response:

@@ -30,7 +30,7 @@ ERRORS = {
     403: "The key's role does not allow this on the index (`forbidden`; the same whether the index exists or "
          "not), a Host the server does not answer to (`forbidden_host`), or a cross-origin request that would "
          "change something (`cross_origin`)",
-    404: "No such index (`index_not_found`), document (`document_not_found`), source (`source_not_found`), "
+    404: "No such index (`index_not_found`: the indexes it lists are those the key holds a role on), document (`document_not_found`), source (`source_not_found`), "
          "job (`job_not_found`) or conversation of the caller's (`conversation_not_found`)",
     409: "The index is being written by another process (`index_locked`) or was built with another "
          "embedder (`embedder_mismatch`); a key of that name is active (`conflict`); a source another replica "

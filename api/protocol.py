@@ -279,7 +279,7 @@ class HealthResponse(msgspec.Struct, omit_defaults=True):
     device: str
     generator: str
     embedder: str
-    index: IndexSummary
+    index: IndexSummary | None = None  # the default index, to a caller with a role there only
     reason: str | None = None
     upstream: str | None = None  # host of the remote generator (backend "openai-remote")
     store: str | None = None  # "embedded" | "postgresql"
@@ -293,7 +293,7 @@ class IndexDeleted(msgspec.Struct):
 
 
 class IndexList(msgspec.Struct):
-    default: str
+    default: str | None  # the default index, to a caller with a role there only (null otherwise)
     indexes: list[IndexSummary]
 
 

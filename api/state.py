@@ -372,7 +372,8 @@ class AppState:
     def authorize(self, context: RequestContext, index: str | None, role: str, route: str) -> str:
         """The index a request acts on, once ``context`` may act there as ``role`` (a refusal is audited)."""
         try:
-            return authorize(context, index, role, self.settings.index)
+            return authorize(context, index, role, self.settings.index,
+                             resolve=lambda name: self.index(name).name if self.store is not None else name)
         except ForbiddenError:
             self.record(context, "refused", route=route, index=index or self.settings.index, outcome="refused",
                         role_needed=role)

@@ -63,7 +63,7 @@ def test_a_backup_taken_during_an_ingest_restores_one_committed_generation(tmp_p
     assert len(backups) >= 2, "the ingest finished before a second backup: nothing was tested under load"
     states = [frozenset(s | base) for s in committed]
     for n, backup in enumerate(backups):
-        manifest = restore_index(backup, store, f"restored-{n}", embedder.config.identity)
+        manifest = restore_index(backup, store, f"restored-{n}", embedder.config.identity).manifest
         restored = store.index(f"restored-{n}")
         assert verify_index(restored).ok, verify_index(restored).problems
         reader = restored.reader()
@@ -131,7 +131,7 @@ def test_a_backup_of_another_embedder_is_restored_with_re_embed(backed_up, embed
     with pytest.raises(EmbedderMismatchError, match="--re-embed"):
         restore_index(other, store, "copy", embedder.config.identity)
     reembed = ReEmbedder(embedder.config.identity, embedder.dimension, embedder.embed)
-    manifest = restore_index(other, store, "copy", embedder.config.identity, reembed)
+    manifest = restore_index(other, store, "copy", embedder.config.identity, reembed).manifest
     assert manifest.embedder == "another/embedder@768"
     original, restored = store.index("source").reader(), store.index("copy").reader()
     try:
@@ -204,8 +204,65 @@ def test_a_copy_restored_under_another_name_follows_no_folders(backed_up, embedd
     restore_index(backup, store, "copy", embedder.config.identity)
     assert index_sources(store.index("copy")) == []
     elsewhere = EmbeddedStore(tmp_path / "other-machine")
-    restore_index(backup, elsewhere, None, embedder.config.identity)
-    assert [(s.path, s.every_s) for s in index_sources(elsewhere.index("source"))] == [(str(folder.resolve()), 900)]
+    restored = restore_index(backup, elsewhere, None, embedder.config.identity)
+    # It follows the folder, on no schedule (issue 34, finding 14): a restored index syncs nothing by itself.
+    assert [(s.path, s.every_s) for s in index_sources(elsewhere.index("source"))] == [(str(folder.resolve()), None)]
+    assert restored.unscheduled == [str(folder.resolve())] and restored.forgotten == []
+
+
+def rewrite_manifest(backup: Path, change) -> Path:
+    return rewrite_member(backup, "manifest.json", lambda data: json.dumps(change(json.loads(data))).encode())
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: {**m, "sha256": {"store.sqlite": m["sha256"]["store.sqlite"]}}, "no sha256 of vectors.faiss"),
+    (lambda m: {**m, "sha256": {}}, "no sha256 of store.sqlite, vectors.faiss"),
+    (lambda m: {**m, "sha256": {**m["sha256"], "vectors.faiss": None}}, "no sha256 of vectors.faiss"),
+    (lambda m: {**m, "sha256": {**m["sha256"], "../elsewhere": "0" * 64}}, "checksums of files it does not hold"),
+    (lambda m: {**m, "generation": str(m["generation"])}, "gives no generation"),
+    (lambda m: {**m, "generation": 1.5}, "gives no generation"),
+    (lambda m: {**m, "generation": True}, "gives no generation"),
+    (lambda m: {**m, "generation": 0}, "gives no generation"),
+    (lambda m: {k: v for k, v in m.items() if k != "sha256"}, "not a readable index backup"),
+], ids=["no-vectors-checksum", "no-checksums", "null-checksum", "extra-checksum", "string-generation",
+        "float-generation", "bool-generation", "zero-generation", "no-sha256-field"])
+def test_a_manifest_that_does_not_vouch_for_every_file_is_refused(backed_up, embedder, change, message):
+    """Issue 34, finding 14: a manifest must give every file's sha256 and the generation as an integer (it names
+    the vectors file); one that does not is refused with a clear error and nothing is restored."""
+    store, backup = backed_up
+    with pytest.raises(InvalidBackupError, match=message):
+        restore_index(rewrite_manifest(backup, change), store, "copy", embedder.config.identity)
+    assert "copy" not in store.names() and not [p for p in store.indexes_dir.iterdir() if p.name != "source"]
+
+
+def test_cli_restore_drops_schedules_and_refuses_an_unchecked_manifest(tmp_path: Path, settings: Settings):
+    """Issue 34, finding 14, with the real CLI: an index restored under its own name keeps its followed folders
+    but not their schedules, and says so; a backup whose manifest leaves a checksum out is refused, exit 2,
+    nothing restored."""
+    home = tmp_path / "home"
+
+    def rag(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
+                              env=cli_env(settings), capture_output=True, text=True, timeout=240)
+
+    share = tmp_path / "share"
+    share.mkdir()
+    (share / "note.md").write_text("# Note\n\nThe heron nests by the weir.\n", encoding="utf-8")
+    assert rag("sources", "add", str(share), "--every", "15m").returncode == 0
+    synced = rag("sync")
+    assert synced.returncode == 0, synced.stderr
+    backup = tmp_path / "default.zip"
+    assert rag("index", "backup", "--to", str(backup)).returncode == 0
+    unchecked = rewrite_manifest(backup, lambda m: {**m, "sha256": {"store.sqlite": m["sha256"]["store.sqlite"]}})
+    assert rag("index", "delete", "default", "--yes").returncode == 0
+    refused = rag("index", "restore", str(unchecked))
+    assert refused.returncode == 2 and "no sha256 of vectors.faiss" in refused.stderr, refused.stderr
+    assert json.loads(rag("index", "list", "--json").stdout) == []
+    restored = rag("index", "restore", str(backup))
+    assert restored.returncode == 0, restored.stderr
+    assert "schedules of its 1 followed folder were dropped" in restored.stderr, restored.stderr
+    [source] = json.loads(rag("sources", "list", "--json").stdout)
+    assert source["every_s"] is None and source["files"] == 1
 
 
 def test_a_postgresql_index_backs_up_with_pg_dump_as_the_readme_says(postgres_url: str, embedder, tmp_path: Path):

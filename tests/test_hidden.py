@@ -630,6 +630,104 @@ def test_metrics_need_an_admin_who_sees_everything(deployment: Deployment):
     assert "rag_requests_total" in httpx.get(f"{d.base}/metrics", headers=d.as_("admin")).text
 
 
+def key_for(d: Deployment, settings: Settings, role: str, *indexes: str, groups: str = "*") -> dict[str, str]:
+    """A new key (``rag keys create``) with ``role`` on ``indexes``."""
+    made = run_cli(d.home, settings, "keys", "create", f"k-{uuid.uuid4().hex[:8]}", "--role", role,
+                   *[arg for index in indexes for arg in ("--index", index)], "--groups", groups, **store_env(d))
+    assert made.returncode == 0, made.stderr
+    return bearer(made.stdout.strip().splitlines()[-1])
+
+
+def index_names(d: Deployment) -> list[str]:
+    return [i["name"] for i in httpx.get(f"{d.base}/v1/indexes", headers=d.as_("admin")).json()["indexes"]]
+
+
+def test_index_not_found_names_only_the_indexes_the_caller_holds(deployment: Deployment, settings: Settings):
+    """Finding 14 (index names): "index not found" lists only the indexes the caller holds a grant on (its
+    "did you mean" too), on every route and as a stream; an index it holds no grant on is refused exactly as
+    one that does not exist (same status, same body but for the name)."""
+    d, mine, held, other = deployment, fresh_index(), fresh_index(), fresh_index()
+    for index in (held, other):
+        files_of(d.upload("admin", index, "canteen.md", b"# Canteen\n\nThe canteen serves soup.\n"))
+    key = key_for(d, settings, "editor", mine, held)
+    unheld = [n for n in index_names(d) if n != held]
+    assert other in unheld
+    replies = [httpx.post(f"{d.base}/v1/retrieve", headers=key, json={"query": "soup", "index": mine}, timeout=60),
+               httpx.post(f"{d.base}/v1/ask", headers=key, json={"question": "soup?", "index": mine}, timeout=60),
+               httpx.post(f"{d.base}/v1/ask", headers=key, timeout=60,
+                          json={"question": "soup?", "index": mine, "stream": True}),
+               httpx.get(f"{d.base}/v1/documents?index={mine}", headers=key, timeout=60),
+               httpx.get(f"{d.base}/v1/documents/nothing/original?index={mine}", headers=key, timeout=60),
+               httpx.delete(f"{d.base}/v1/documents/nothing?index={mine}", headers=key, timeout=60)]
+    for reply in replies:
+        assert "index_not_found" in reply.text and reply.status_code in (200, 404), reply.text
+        assert held in reply.text, reply.text  # the one other index it holds
+        assert not [n for n in unheld if n in reply.text], (reply.request.url, reply.text)
+    # No grant: an index that exists and one that does not are refused alike.
+    ghost = fresh_index()
+    for route, body in (("/v1/retrieve", {"query": "soup"}), ("/v1/ask", {"question": "soup?"})):
+        there = httpx.post(f"{d.base}{route}", headers=key, json={**body, "index": other}, timeout=60)
+        not_there = httpx.post(f"{d.base}{route}", headers=key, json={**body, "index": ghost}, timeout=60)
+        assert there.status_code == not_there.status_code == 403, there.text
+        assert there.text.replace(other, "X") == not_there.text.replace(ghost, "X")
+    listed = httpx.get(f"{d.base}/v1/documents?index={other}", headers=key)
+    assert listed.status_code == 403 and listed.text.replace(other, "X") == \
+        httpx.get(f"{d.base}/v1/documents?index={ghost}", headers=key).text.replace(ghost, "X")
+
+
+def test_healthz_names_the_default_index_only_to_a_caller_with_a_role_there(deployment: Deployment,
+                                                                              settings: Settings):
+    """Finding 14 (/healthz): the default index's name and counts go only to a caller with a role there; an
+    anonymous load balancer still gets the status (and /v1/indexes names the default to such a caller only)."""
+    d = deployment
+    elsewhere = key_for(d, settings, "reader", fresh_index())
+    for headers in ({}, elsewhere):
+        health = httpx.get(f"{d.base}/healthz", headers=headers)
+        assert health.status_code == 200 and health.json()["status"] == "ok", health.text
+        assert "index" not in health.json() and "default" not in health.text, health.text
+    assert httpx.get(f"{d.base}/v1/indexes", headers=elsewhere).json() == {"default": None, "indexes": []}
+    shown = httpx.get(f"{d.base}/healthz", headers=d.as_("finance")).json()
+    assert shown["index"]["name"] == "default", shown
+    assert httpx.get(f"{d.base}/v1/indexes", headers=d.as_("finance")).json()["default"] == "default"
+
+
+def test_a_grant_holds_the_index_the_store_resolves_not_a_spelling(deployment: Deployment, settings: Settings):
+    """Finding 14 (letter case): the store resolves an index name without regard to letter case ("HR" is an
+    existing "hr"), so a grant is checked against the resolved name: a grant for "HR" opens nothing of "hr"
+    and makes no second index beside it; a grant for "hr" opens it however it is spelled."""
+    d = deployment
+    lower = fresh_index()
+    upper = lower.upper()
+    hidden = files_of(d.upload("admin", lower, "Budget.md", SECRET))[0]
+    spelled = key_for(d, settings, "editor", upper)
+    listed = httpx.get(f"{d.base}/v1/documents?index={upper}", headers=spelled)
+    found = httpx.post(f"{d.base}/v1/retrieve", headers=spelled, json={"query": "Zorblax budget", "index": upper})
+    stored = httpx.post(f"{d.base}/v1/documents?index={upper}", headers=spelled, timeout=120,
+                        files={"data": ("mine.md", b"# Mine\n\nMy own text.\n", "text/markdown")})
+    for reply in (listed, found, stored):
+        assert reply.status_code == 403, (reply.request.url, reply.text)
+        assert not any(word in reply.text for word in SECRET_WORDS) and lower not in reply.text, reply.text
+    assert upper not in index_names(d)
+    assert [doc["id"] for doc in d.documents("admin", lower)] == [hidden["document_id"]]
+    holder = key_for(d, settings, "reader", lower)
+    seen = httpx.get(f"{d.base}/v1/documents?index={upper}", headers=holder)
+    assert seen.status_code == 200 and [doc["id"] for doc in seen.json()["documents"]] == [hidden["document_id"]]
+    if d.store == "postgresql":  # a second index differing only in case is never made, even past the resolving
+        from ingest.store.postgres import PostgresIndex, PostgresStore
+        from rag.core.errors import ConflictError
+
+        store = PostgresStore(d.env["RAG_STORE_URL"])
+        try:
+            assert store.index(upper).name == lower
+            with pytest.raises(ConflictError, match="only in letter case"):
+                PostgresIndex(store, upper).writer("some/embedder@384", 384)
+            assert upper not in store.names()
+            store.delete(upper)  # `rag index delete HR` deletes "hr", as on the embedded store
+            assert lower not in store.names()
+        finally:
+            store.close()
+
+
 # --------------------------------------------------------------------------- the property: hidden means absent
 WORDS = ("harbour", "lantern", "copper", "orchard", "glacier", "ledger", "falcon", "meadow", "quarry", "beacon",
          "saffron", "tundra", "violin", "walnut", "zephyr", "amber", "basalt", "cobalt", "dune", "ember")

@@ -126,7 +126,7 @@ class DocumentsController(Controller):
         app: AppState = state.app
         target = app.index(app.authorize(context, index, "reader", "/v1/documents"))
         if not target.exists():
-            target.reader().close()  # the store's own "no index" error, with the names it has
+            target.reader().close()  # the store's own "no index" error (the API names the indexes the caller holds)
         sources = await anyio.to_thread.run_sync(index_sources, target)
         uploads = Path(normalise_path(app.settings.uploads_path))
         return DocumentList(index=target.name, documents=[document_info(d, sources, context, target.name, uploads)

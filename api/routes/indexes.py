@@ -33,7 +33,9 @@ class IndexesController(Controller):
             except IndexNotFoundError:  # deleted while the list was made
                 continue
             indexes.append(IndexSummary(name=name, documents=documents, chunks=chunks))
-        return IndexList(default=app.settings.index, indexes=indexes)
+        default = app.index(None).name  # named to a caller with a role there only, as on /healthz
+        return IndexList(default=default if context.principal.role_for(default) is not None else None,
+                         indexes=indexes)
 
     @delete("/{name:str}", status_code=200, summary="Delete an index and everything in it, its uploaded originals "
             "too (admins; `confirm` must repeat the index name, else 409 `confirmation_required` saying how big it is; 409 while a job of it runs; 409 `index_busy` when another process still holds it: it is deleted, its folder goes when that process lets go)", responses=errors(400, 404, 409))
@@ -50,7 +52,7 @@ class IndexesController(Controller):
                                  "'*')")
         _, documents, chunks = await anyio.to_thread.run_sync(app.summary, target.name, context)
         if not target.exists():
-            target.reader().close()  # the store's own "no index" error, with the names it has
+            target.reader().close()  # the store's own "no index" error (the API names the indexes the caller holds)
         if confirm != target.name:
             raise ConfirmationRequiredError(f"this deletes index {target.name!r} ({documents} documents, {chunks} chunks) for "
                                   f"good: repeat its name as confirm={target.name} (back it up first: "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import sqlite3
 import uuid
@@ -25,12 +26,13 @@ from ingest.store.copy import ReEmbedder, copy_index
 from ingest.store.embedded import DB_NAME, RESTORE_PREFIX, EmbeddedIndex, EmbeddedStore, read_faiss, vectors_file
 from rag.core.errors import BadRequestError, EmbedderMismatchError, InvalidBackupError
 from rag.core.files import replace_file, scratch_folder
-from rag.core.names import index_not_found
+from rag.core.names import INDEX_NAME_PATTERN, index_not_found
 
 FORMAT = 1
 MANIFEST = "manifest.json"
 DATABASE = "store.sqlite"
 VECTORS = "vectors.faiss"
+_INDEX_NAME = re.compile(INDEX_NAME_PATTERN)
 ATTEMPTS = 10  # commits that overtake a copy before the backup gives up
 
 
@@ -139,6 +141,7 @@ def read_backup(path: Path, into: Path) -> BackupManifest:
             manifest = BackupManifest(**json.loads(archive.read(MANIFEST)))
             if manifest.format != FORMAT:
                 raise InvalidBackupError(f"{path}: backup format {manifest.format}, this program reads {FORMAT}")
+            _check_manifest(path, manifest)
             for member in (DATABASE, VECTORS):
                 archive.extract(member, into)
     except FileNotFoundError as exc:
@@ -151,12 +154,43 @@ def read_backup(path: Path, into: Path) -> BackupManifest:
     return manifest
 
 
+def _check_manifest(path: Path, manifest: BackupManifest) -> None:
+    """A manifest that vouches for every file it comes with: a sha256 for each (a backup whose manifest left one
+    out would be restored unchecked), and the generation as a positive integer (it names the vectors file)."""
+    if not isinstance(manifest.index, str) or not _INDEX_NAME.match(manifest.index):
+        raise InvalidBackupError(f"{path}: its manifest names no valid index ({manifest.index!r}); nothing restored")
+    generation = manifest.generation
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
+        raise InvalidBackupError(f"{path}: its manifest gives no generation (a positive integer: {generation!r}); "
+                                 "nothing restored")
+    checksums = manifest.sha256 if isinstance(manifest.sha256, dict) else {}
+    missing = [m for m in (DATABASE, VECTORS)
+               if not (isinstance(checksums.get(m), str) and re.fullmatch(r"[0-9a-f]{64}", checksums[m]))]
+    if missing or set(checksums) != {DATABASE, VECTORS}:
+        what = f"no sha256 of {', '.join(missing)}" if missing else \
+            f"checksums of files it does not hold ({', '.join(sorted(set(checksums) - {DATABASE, VECTORS}))})"
+        raise InvalidBackupError(f"{path}: its manifest has {what}: every file of a backup must be checked; "
+                                 "nothing restored")
+
+
+@dataclass(frozen=True)
+class Restored:
+    """A restore: the backup's manifest, the index it became, and the followed folders whose schedules were
+    dropped (restored under its own name) or that were forgotten (under another name)."""
+
+    manifest: BackupManifest
+    index: str
+    unscheduled: list[str]
+    forgotten: list[str]
+
+
 def restore_index(path: Path, store: EmbeddedStore, name: str | None, embedder_identity: str,
-                  reembed: ReEmbedder | None = None) -> BackupManifest:
+                  reembed: ReEmbedder | None = None) -> Restored:
     """Restore the backup ``path`` as index ``name`` (default: its own name), which must not exist yet.
     A backup made with another embedder is refused (its vectors would not match this server's questions),
     unless ``reembed`` (the configured embedder) is given: then every chunk is embedded again. Restored under
-    another name, the index follows no folders."""
+    another name, the index follows no folders; under its own, it follows them on no schedule (a backup, old or
+    from elsewhere, never starts syncing on its own: `rag sources add FOLDER --every` again)."""
     with scratch_folder("rag-restore-") as scratch:
         manifest = read_backup(path, Path(scratch))
         other_embedder = manifest.embedder != embedder_identity
@@ -187,18 +221,28 @@ def restore_index(path: Path, store: EmbeddedStore, name: str | None, embedder_i
                 if target.exists():
                     delete_index(target)  # never half an index under its name
                 raise
-    if target.name != manifest.index:
-        _forget_sources(target)
-    return manifest
+    unscheduled, forgotten = _settle_sources(target, forget=target.name != manifest.index)
+    return Restored(manifest, target.name, unscheduled, forgotten)
 
 
-def _forget_sources(index: EmbeddedIndex) -> None:
+def _settle_sources(index: EmbeddedIndex, forget: bool) -> tuple[list[str], list[str]]:
     """A copy restored under another name does not follow the original's folders (the server would sync
-    them into both); the original, restored under its own name on a new machine, does."""
+    them into both): they are forgotten. The original, restored under its own name (a new machine), follows
+    them, on no schedule: whoever restores says again which to sync by themselves. The folders unscheduled and
+    forgotten."""
+    unscheduled, forgotten = [], []
     with index.existing_writer() as writer:
         for data in writer.sources():
-            writer.delete_source(json.loads(data)["id"])
+            record = json.loads(data)
+            if forget:
+                writer.delete_source(record["id"])
+                forgotten.append(record.get("display_path") or record["path"])
+            elif record.get("every_s") is not None:
+                record["every_s"] = None
+                writer.put_source(record["id"], json.dumps(record))
+                unscheduled.append(record.get("display_path") or record["path"])
         writer.commit()
+    return unscheduled, forgotten
 
 
 def verify_index(index: EmbeddedIndex) -> IndexCheck:

@@ -42,6 +42,7 @@ from ingest.records import Chunk, ChunkRecord, DocumentRecord, IndexInfo, candid
 from ingest.store.lexical import choose_words
 from rag.core.errors import (
     ConfigError,
+    ConflictError,
     DocumentNotFoundError,
     EmbedderMismatchError,
     IndexLockedError,
@@ -254,6 +255,11 @@ class PostgresStore:
             found = self._lookup(conn, name)
             if found is not None:
                 return found
+            if conn.execute("SELECT 1 FROM rag.indexes WHERE lower(name) = lower(%s)", (name,)).fetchone():
+                # Names that differ only in letter case are one index (one folder on the embedded store, and
+                # a grant names one spelling): the other one is not named, a caller may not hold it.
+                raise ConflictError(f"index {name!r} cannot be made: an index whose name differs from it only in "
+                                    "letter case exists already")
             index_id = conn.execute("INSERT INTO rag.indexes (name, embedder, dimension) VALUES (%s, %s, %s) "
                                     "RETURNING id", (name, embedder_identity, dimension)).fetchone()[0]
             conn.execute(f"CREATE SCHEMA rag_index_{int(index_id)}")
@@ -263,7 +269,12 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ the Store interface
     def index(self, name: str) -> "PostgresIndex":
-        return PostgresIndex(self, validate_index_name(name))
+        """The index ``name``; an existing index whose name differs only in letter case is that index, as on the
+        embedded store (so a grant is checked against the name that is used)."""
+        name = validate_index_name(name)
+        spellings = [r[0] for r in self.query("SELECT name FROM rag.indexes WHERE lower(name) = lower(%s) "
+                                              "ORDER BY name", (name,))]
+        return PostgresIndex(self, name if name in spellings or not spellings else spellings[0])
 
     def names(self) -> list[str]:
         return [r[0] for r in self.query("SELECT name FROM rag.indexes ORDER BY name")]
@@ -273,7 +284,8 @@ class PostgresStore:
         return []
 
     def delete(self, name: str) -> None:
-        if not self.drop(validate_index_name(name)):
+        name = self.index(name).name  # as spelled in the store (see ``index``)
+        if not self.drop(name):
             raise index_not_found(name, self.names())
 
     def drop(self, name: str) -> bool:

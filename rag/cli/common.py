@@ -13,7 +13,8 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from rag.core.errors import BadRequestError, ConfigError, RagError
+from rag.core.errors import BadRequestError, ConfigError, IndexNotFoundError, RagError
+from rag.core.names import missing_index_message
 from rag.core.settings import Settings
 
 UNWRAPPED_WIDTH = 1_000_000  # "no wrapping": wider than any line a command prints
@@ -78,6 +79,8 @@ def handle_errors(func: Callable) -> Callable:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
+        except IndexNotFoundError as exc:  # the local user holds every index: name them all
+            fail(missing_index_message(exc.index, exc.existing) if exc.index else exc.message, exc.exit_code)
         except RagError as exc:
             fail(exc.message, exc.exit_code)
         except KeyboardInterrupt:

@@ -327,11 +327,21 @@ def index_restore(ctx: click.Context, backup: Path, name: str | None, re_embed: 
     if re_embed:
         embedder = load_embedder(settings)
         reembed = ReEmbedder(embedder.config.identity, embedder.dimension, embedder.embed)
-    manifest = restore_index(backup, store, name, validate_embedder_dir(settings.embedder_path).identity, reembed)
+    restored = restore_index(backup, store, name, validate_embedder_dir(settings.embedder_path).identity, reembed)
+    manifest = restored.manifest
     console.print(Text.assemble(("restored", "green"), literal(
-        f" index {name or manifest.index!r} from {backup} (generation {manifest.generation}: "
+        f" index {restored.index!r} from {backup} (generation {manifest.generation}: "
         f"{plural(manifest.documents, 'document')}, {plural(manifest.chunks, 'chunk')}, backed up "
         f"{manifest.created}, {time.perf_counter() - started:.1f} s)")), soft_wrap=True)
+    if restored.unscheduled:
+        console.print(literal(
+            f"the schedules of its {plural(len(restored.unscheduled), 'followed folder')} were dropped (a restored "
+            f"index syncs nothing by itself): {', '.join(restored.unscheduled)}; to sync one on a schedule again: "
+            f"rag sources add FOLDER --index {restored.index} --every 1h"), soft_wrap=True)
+    if restored.forgotten:
+        console.print(literal(
+            f"restored under another name, it follows none of the original's folders "
+            f"({', '.join(restored.forgotten)})"), soft_wrap=True)
 
 
 @index_group.command("verify")

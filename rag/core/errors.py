@@ -45,7 +45,15 @@ class NotFoundError(RagError):
 
 
 class IndexNotFoundError(NotFoundError):
+    """No index of that name. ``index`` and ``existing`` (the indexes there are) let whoever shows it say which of
+    them its reader may know of (``rag.core.names.missing_index_message``); its ``message`` names none."""
+
     error_type = "index_not_found"
+
+    def __init__(self, message: str, index: str | None = None, existing: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.index = index
+        self.existing = tuple(existing)
 
 
 class DocumentNotFoundError(NotFoundError):

@@ -36,14 +36,20 @@ def access_groups(groups: Iterable[str] | None) -> str:
     return ",".join(sorted(names))
 
 
-def index_not_found(name: str, existing: Sequence[str]) -> IndexNotFoundError:
-    """The error for an index that does not exist: with a "did you mean" for a near name and the list of
-    the indexes there are, or, with none at all, how to make one."""
+def missing_index_message(name: str, existing: Sequence[str]) -> str:
+    """What to say of an index that does not exist, to a reader who may know of ``existing``: a "did you mean"
+    for a near name and the list of them, or, with none at all, how to make one."""
     if not existing:
-        return IndexNotFoundError(f"index {name!r} does not exist yet: add documents to it first "
-                                  "(`rag ingest` or POST /v1/documents)")
+        return f"index {name!r} does not exist yet: add documents to it first (`rag ingest` or POST /v1/documents)"
     near = difflib.get_close_matches(name, existing, n=1, cutoff=0.6) or \
         [n for n in existing if n.lower() == name.lower()]
     hint = f"did you mean {near[0]!r}? " if near else ""
-    return IndexNotFoundError(f"index {name!r} does not exist: {hint}existing indexes: {', '.join(existing)} "
-                              "(adding documents to a new name creates it)")
+    return (f"index {name!r} does not exist: {hint}existing indexes: {', '.join(existing)} "
+            "(adding documents to a new name creates it)")
+
+
+def index_not_found(name: str, existing: Sequence[str]) -> IndexNotFoundError:
+    """The error for an index that does not exist. Its message names no other index: it may reach anyone (an API
+    reply, a job record, a stream). The CLI says all of ``existing`` (its user holds every index); the API only
+    those the caller holds a grant on, so that an index it may not use is one that does not exist (issue 34)."""
+    return IndexNotFoundError(missing_index_message(name, ()), name, tuple(existing))
