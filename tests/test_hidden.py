@@ -8,6 +8,7 @@ FAISS + SQLite one and PostgreSQL + pgvector)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import uuid
@@ -264,6 +265,12 @@ def test_a_restricted_admin_grants_at_most_what_it_holds(deployment: Deployment)
     assert httpx.post(f"{d.base}/v1/keys", headers=owner, json={"name": f"x-{tag}", "role": "reader"}).status_code == 403
     listed = {k["name"]: k for k in httpx.get(f"{d.base}/v1/keys", headers=boss).json()["keys"]}
     assert listed[f"plain-{tag}"]["sees"] == "public only" and f"wider-{tag}" not in listed
+    # Listing: the keys it could have made, not wider ones (no "finance" named to it).
+    assert {f"staffer-{tag}", f"peer-{tag}", "hidden-staff", "hidden-boss"} <= set(listed), sorted(listed)
+    assert "hidden-finance" not in listed and "hidden-owner" in listed, sorted(listed)
+    assert "finance" not in json.dumps(list(listed.values()))
+    everyone = {k["name"] for k in httpx.get(f"{d.base}/v1/keys", headers=d.as_("admin")).json()["keys"]}
+    assert "hidden-finance" in everyone and set(listed) < everyone
     # Revoking: only a key that holds no more than the caller.
     assert httpx.delete(f"{d.base}/v1/keys/hidden-finance", headers=boss).status_code == 403
     assert httpx.delete(f"{d.base}/v1/keys/staffer-{tag}", headers=boss).json()["state"] == "revoked"

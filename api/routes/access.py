@@ -38,11 +38,14 @@ class AccessController(Controller):
         return Me(name=principal.name, roles=[RoleGrant(i, r) for i, r in principal.roles],
                   groups=sorted(principal.groups), sees=describe_groups(principal.groups), authenticated=required)
 
-    @get("/keys", summary="API keys (admin on every index)", responses=errors())
+    @get("/keys", summary="API keys (admin on every index); an admin with groups sees those holding no more than it",
+         responses=errors())
     async def list_keys(self, state: State, context: Context) -> KeyList:
         authorize_all(context, "admin")
         records = await anyio.to_thread.run_sync(state.app.keys.list)
-        return KeyList(keys=[key_info(r) for r in records])
+        # An admin with groups sees the keys it could have made, no wider ones (nor the groups they name).
+        held = context.principal
+        return KeyList(keys=[key_info(r) for r in records if held.may_grant(r.roles, r.groups) is None])
 
     @post("/keys", status_code=201, summary="Create an API key; the response holds it (shown once)",
           responses=errors(400, 409), operation_class=operation(json_body=KeyCreateRequest))
