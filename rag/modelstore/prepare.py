@@ -254,8 +254,11 @@ def export_embedder(wheel: Path, work: Path, out_fp32: Path, out_int8: Path, rep
         folder.mkdir(parents=True)
     # The tracer warns that Python values become constants (shape arithmetic in the attention mask, fixed for
     # this model and checked by `rag models check`): harmless, but it reads as an error to whoever prepares.
+    # It also warns that aten::index "will produce incorrect results" if its indices are negative: a general
+    # caveat of the exporter, and this export's vectors are checked like the rest (`rag models check`).
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", message="Exporting aten::index operator", category=UserWarning)
         torch.onnx.export(
             LastHiddenState(encoder), (sample, sample, torch.zeros_like(sample)), str(out_fp32 / "model.onnx"),
             input_names=["input_ids", "attention_mask", "token_type_ids"], output_names=["last_hidden_state"],
