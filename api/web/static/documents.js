@@ -87,8 +87,8 @@ function confirmDelete(doc) {
     ...tNodes("docs.confirmDelete", { title: h("strong", {}, doc.title || fileName(doc.path)), file: fileName(doc.path),
       count: doc.chunks }),
     // A followed folder's file comes back with the next sync: say so before, not after.
-    doc.folder ? h("span", { class: "folder-warning" }, h("br"), h("br"),
-      ...tNodes("docs.folderWarning", { folder: h("strong", {}, doc.folder) })) : null);
+    ...(doc.folder ? [h("span", { class: "folder-warning" }, h("br"), h("br"),
+      ...tNodes("docs.folderWarning", { folder: h("strong", {}, doc.folder) }))] : [])); // (null would read "null")
   dialog.returnValue = "";
   dialog.addEventListener("close", async () => {
     if (dialog.returnValue !== "ok") return;
