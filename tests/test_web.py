@@ -1315,7 +1315,8 @@ PAGE_TEXTS = """(serverText) => {
       if (el.getAttribute(name)) texts.push(el.getAttribute(name));
     }
   }
-  return [...supplied].sort((x, y) => y.length - x.length).reduce((text, cut) => text.split(cut).join(' '), texts.join('\\n'));
+  const longestFirst = [...supplied].sort((x, y) => y.length - x.length);
+  return longestFirst.reduce((text, cut) => text.split(cut).join(' '), texts.join('\\n'));
 }"""
 
 
@@ -1470,14 +1471,15 @@ def test_a_german_browser_gets_the_app_in_german(browser, people):
         expect(page.locator("#documents-body tr")).to_have_count(3)
         assert page.title() == "Dokumente · Offline RAG"
         expect(page.locator("#documents-table th").first).to_have_text("Titel und Datei")
-        expect(page.locator("#documents-body tr").first.get_by_role("button", name=re.compile("löschen"))).to_have_text(
-            "Löschen")
+        delete = page.locator("#documents-body tr").first.get_by_role("button", name=re.compile("löschen"))
+        expect(delete).to_have_text("Löschen")
         expect(page.locator("#documents-body .doc-source").first).to_have_text("auf dem Server hinzugefügt")
         assert english_left(page, "de") == []
-        page.locator("#documents-body tr").first.get_by_role("button", name=re.compile("löschen")).click()
+        delete.click()
         expect(page.locator("#confirm-dialog")).to_be_visible()
         expect(page.locator("#confirm-title")).to_have_text("Dokument löschen?")
-        expect(page.locator("#confirm-message")).to_have_text(re.compile(r"löschen\? Seine? \d+ Abschnitte? w.*entfernt\.$"))
+        expect(page.locator("#confirm-message")).to_have_text(
+            re.compile(r"löschen\? Seine? \d+ Abschnitte? w.*entfernt\.$"))
         assert english_left(page, "de") == []
         assert [p for p in layout_problems(page) if "covers the ask box" not in p] == []
         screenshot(page, "layout-de-desktop-delete-dialog.png")
@@ -1538,8 +1540,13 @@ def test_the_language_is_the_browsers_first_the_app_has_or_the_one_asked_for(pag
         open_ready(page, server, f"/documents?lang={asked}")
         expect(page.locator("html")).to_have_attribute("lang", lang)
         expect(page.locator("#tab-documents")).to_have_text(tab)
+    page.goto(server + "/schema/swagger")  # the API docs pages too (their texts; the API's own stay English)
+    expect(page.locator("html")).to_have_attribute("lang", "de")
+    expect(page.locator(".docs-bar nav a").first).to_have_text("Zurück zur App")
+    expect(page.locator(".swagger-ui")).to_be_visible(timeout=20_000)
     languages = page.evaluate("""async () => {
         const { chooseLanguage } = await import('/static/i18n.js');
-        return [chooseLanguage('', ['pt-BR', 'fr-CA', 'de']), chooseLanguage('', ['ja']), chooseLanguage('?lang=ES', ['de'])];
+        return [chooseLanguage('', ['pt-BR', 'fr-CA', 'de']), chooseLanguage('', ['ja']),
+                chooseLanguage('?lang=ES', ['de'])];
     }""")
     assert languages == ["fr", "en", "es"]
