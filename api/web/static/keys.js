@@ -1,13 +1,13 @@
 // The admin's page: create a key (shown once), list keys, revoke one; list indexes, delete one (typing its name).
 
 import { apiFetch, getJSON, sendJSON } from "./api.js";
-import { h } from "./dom.js";
+import { formatDate, h } from "./dom.js";
 import { t } from "./i18n.js";
 
 const list = (text) => (text || "").split(",").map((s) => s.trim()).filter(Boolean);
 
 function when(seconds) {
-  return seconds ? new Date(seconds * 1000).toISOString().slice(0, 16).replace("T", " ") : t("keys.never");
+  return seconds ? formatDate(new Date(seconds * 1000).toISOString()) : t("keys.never");
 }
 
 const STATES = ["active", "expired", "revoked"];
