@@ -87,11 +87,11 @@ function showHealth() {
   }
 }
 
-async function pollHealth() {
+async function pollHealth(started = null) {
   clearTimeout(pollTimer);
   let next = POLL_LOADING_MS;
   try {
-    const response = await fetch("/healthz", { cache: "no-store" });
+    const response = await (started || fetch("/healthz", { cache: "no-store" }));
     health = await response.json();
     if (response.ok) next = POLL_READY_MS;
     showHealth();
@@ -240,7 +240,11 @@ function initKeyPrompt() {
 }
 
 // ---------------------------------------------------------------- start
-await loadLanguage(); // the texts in the browser's language before anything is shown or asked
+// The server's state is asked for at once (the page shows "loading models…" while they load), and shown once the
+// texts in the browser's language are loaded: before anything is shown or asked.
+const firstHealth = fetch("/healthz", { cache: "no-store" });
+firstHealth.catch(() => {}); // a refusal is handled where it is awaited
+await loadLanguage();
 translatePage();
 initKeyPrompt();
 initTabs();
@@ -252,7 +256,7 @@ window.addEventListener("rag:key", () => setTimeout(() => refreshIndexes().then(
 document.getElementById("sign-out").addEventListener("click", signOut);
 window.addEventListener("rag:indexes", () => refreshIndexes()); // an index was deleted on the admin page
 route();
-pollHealth();
+pollHealth(firstHealth);
 identify().then(refreshIndexes).then(() => {
   if (document.body.dataset.view === "documents") openDocuments();
   loadConversations();
