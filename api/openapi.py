@@ -59,14 +59,17 @@ DOCS_PAGE = """<!doctype html>
 <body data-viewer="{viewer}">
   <header class="docs-bar">
     <strong>Offline RAG · API</strong>
-    <nav><a href="/">Back to the app</a> <a href="/schema/swagger">Swagger UI (try it out)</a>
-      <a href="/schema/redoc">ReDoc (reading)</a> <a href="/schema/openapi.json">openapi.json</a></nav>
+    <nav><a href="/" data-i18n="apiDocs.back">Back to the app</a>
+      <a href="/schema/swagger" data-i18n="apiDocs.swagger">Swagger UI (try it out)</a>
+      <a href="/schema/redoc" data-i18n="apiDocs.redoc">ReDoc (reading)</a>
+      <a href="/schema/openapi.json">openapi.json</a></nav>
   </header>
   <form id="docs-key" class="docs-key" hidden autocomplete="off">
-    <p id="docs-message">Loading the API description…</p>
-    <label>API key <input type="password" id="docs-key-input" required></label>
-    <button type="submit" id="docs-key-submit">Show the API</button>
-    <p class="docs-hint">Kept in this browser tab only (session storage) and sent as a bearer token.</p>
+    <p id="docs-message" data-i18n="apiDocs.loading">Loading the API description…</p>
+    <label><span data-i18n="key.label">API key</span> <input type="password" id="docs-key-input" required></label>
+    <button type="submit" id="docs-key-submit" data-i18n="apiDocs.show">Show the API</button>
+    <p class="docs-hint" data-i18n="key.kept">Kept in this browser tab only (session storage) and sent as a bearer
+      token.</p>
   </form>
   <div id="docs-viewer"></div>
 </body>

@@ -114,9 +114,15 @@ def server(settings: Settings, web_home: Path, logs: Path):
 
 
 @pytest.fixture
-def page(browser):
-    """A fresh context (empty storage) and page; page errors fail the test."""
-    context = browser.new_context(viewport={"width": 1200, "height": 900})
+def locale() -> str:
+    """The browser's language (navigator.languages); a test parametrized with ``locale`` gets another."""
+    return "en-US"
+
+
+@pytest.fixture
+def page(browser, locale: str):
+    """A fresh context (empty storage) and page in ``locale``; page errors fail the test."""
+    context = browser.new_context(viewport={"width": 1200, "height": 900}, locale=locale)
     context.add_init_script(RECORDER)
     page = context.new_page()
     errors: list[str] = []
@@ -655,7 +661,7 @@ def test_roles_in_the_page_readers_see_no_upload_or_delete_admins_manage_keys(pa
         expect(page.locator("#indexes-body tr")).to_have_count(before)
         screenshot(page, "access-admin-keys.png")
         page.locator('#indexes-body tr[data-index="scratchpad"] button').click()
-        expect(page.locator("#index-delete-message")).to_contain_text("1 documents")
+        expect(page.locator("#index-delete-message")).to_contain_text("with 1 document and 1 chunk,")  # Intl plurals
         page.fill("#index-delete-name", "scratchpad")
         page.click("#index-delete-ok")
         expect(page.locator("#indexes-message")).to_have_text("Index “scratchpad” deleted.")
@@ -975,20 +981,25 @@ def sign_in(page, base: str, key: str, path: str = "/"):
     expect(page.locator("#status")).to_have_attribute("data-state", "ready", timeout=60_000)
 
 
+@pytest.mark.parametrize("locale", ["en-US", "de-DE"])
 @pytest.mark.parametrize("size", ["desktop", "phone"])
-def test_layout_of_every_page_state(page, people, size: str):
+def test_layout_of_every_page_state(page, people, size: str, locale: str):
     """Geometry, not just the DOM: for each page state (empty chat, an answer, the answer with a source opened, a
     refusal, the documents page, the keys page, a reader's documents page) no title wraps in a box narrower
-    than 120 px, nothing covers the ask box or sits under it, and the page never scrolls sideways. Each state's
-    screenshot is saved (test-artifacts/layout-*.png; tools/docs/screenshots.py copies them to docs/)."""
+    than 120 px, nothing covers the ask box or sits under it, and the page never scrolls sideways. In English
+    and in German (longer words), where no English text of the app is left either. Each state's screenshot is
+    saved (test-artifacts/layout-*.png, layout-de-*.png; tools/docs/screenshots.py copies English ones to docs/)."""
     base, keys = people.base, people.keys
+    lang = locale[:2]
     page.set_viewport_size(DESKTOP if size == "desktop" else PHONE)
     found: dict[str, list[str]] = {}
 
     def state(name: str, focus: str | None = None):
         page.wait_for_timeout(400)  # the smooth scroll to an opened source ends
         found[name] = layout_problems(page, focus)
-        screenshot(page, f"layout-{size}-{name}.png")
+        screenshot(page, f"layout-{size}-{name}.png" if lang == "en" else f"layout-{lang}-{size}-{name}.png")
+        if lang != "en":
+            found[name] += [f"English left: {text}" for text in english_left(page, lang)]
 
     sign_in(page, base, keys["ada"])
     expect(page.locator("#chat-empty-index .empty-documents li")).to_have_count(3)
@@ -1010,7 +1021,7 @@ def test_layout_of_every_page_state(page, people, size: str):
     state("keys")
     page.evaluate("key => sessionStorage.setItem('rag.apiKey', key)", keys["rex"])
     page.goto(base + "/documents")
-    expect(page.locator("#principal")).to_have_text("rex · reader")
+    expect(page.locator("#principal")).to_have_text({"en": "rex · reader", "de": "rex · Leser"}[lang])
     expect(page.locator("#documents-body tr")).to_have_count(3)
     state("reader-documents")
     problems = {name: p for name, p in found.items() if p}
@@ -1271,3 +1282,268 @@ def test_a_followed_folders_document_says_so_before_it_is_deleted(page, settings
         screenshot(page, "documents-folder-delete.png")
         page.click("#confirm-cancel")
         expect(row).to_have_count(1)
+
+
+# --------------------------------------------------------------------------- the app's texts in the browser's language
+STATIC = PROJECT_ROOT / "api" / "web" / "static"
+CATALOGUES = STATIC / "i18n"
+PLACEHOLDER = re.compile(r"\{(\w+)\}")
+PLURAL_CATEGORIES = {"zero", "one", "two", "few", "many", "other"}
+# Keys the scripts build from a value (t(`role.${role}`)): the values each may take.
+DYNAMIC_KEYS = {"role.": ("reader", "editor", "admin"), "keys.state.": ("active", "expired", "revoked"),
+                "job.sync.": ("added", "updated", "renamed", "removed", "failed")}
+# What the server supplies (answers, quotes, titles, file names, names, its format labels): not the app's texts.
+SERVER_TEXT = (".answer-text, .evidence-quote, .passage, .question p, .abstained p, .source-title, .source-path, "
+               ".location, .preview, .empty-documents li, .example, .conversation-open, .doc-title, .folder-path, "
+               ".upload-name, #principal, #formats-hint, .key-name, .index-name, #index-select")
+# The page's texts as a person meets them: what it shows, its tooltips, placeholders, labels and the tab's title.
+PAGE_TEXTS = """(serverText) => {
+  // Cut out wherever it is quoted too (a conversation's title in its buttons' labels), in later calls as well.
+  const supplied = window.__serverTexts = window.__serverTexts || new Set();
+  const server = [...document.querySelectorAll(serverText)];
+  const visibility = server.map((el) => el.style.visibility);
+  for (const el of server) {
+    if (el.textContent.trim()) supplied.add(el.textContent.trim());
+    el.style.visibility = 'hidden';  // left out of innerText, the page otherwise as it was
+  }
+  const texts = [document.title, document.body.innerText];
+  for (const dialog of document.querySelectorAll('dialog[open]')) texts.push(dialog.innerText);
+  server.forEach((el, i) => { el.style.visibility = visibility[i]; });
+  for (const el of document.querySelectorAll('[title], [placeholder], [aria-label], [data-label]')) {
+    if (el.closest(serverText)) continue;
+    for (const name of ['title', 'placeholder', 'aria-label', 'data-label']) {
+      if (el.getAttribute(name)) texts.push(el.getAttribute(name));
+    }
+  }
+  const longestFirst = [...supplied].sort((x, y) => y.length - x.length);
+  return longestFirst.reduce((text, cut) => text.split(cut).join(' '), texts.join('\\n'));
+}"""
+
+
+def catalogue(lang: str) -> dict:
+    return json.loads((CATALOGUES / f"{lang}.json").read_text(encoding="utf-8"))
+
+
+def forms(value) -> list[str]:
+    """A catalogue value's texts: the text, or each of its plural forms."""
+    return list(value.values()) if isinstance(value, dict) else [value]
+
+
+def english_left(page, lang: str) -> list[str]:
+    """The English texts of the app (its en.json phrases of 6 letters or more, between placeholders) still in
+    the page although ``lang``'s catalogue has none of them (a word both languages share, like "Documents" in
+    French, does not count). Server-supplied text is left out."""
+    translated = "\n".join(text for value in catalogue(lang).values() for text in forms(value))
+    phrases = set()
+    for value in catalogue("en").values():
+        for text in forms(value):
+            for part in PLACEHOLDER.split(text)[::2]:
+                part = part.strip(" ·:;,.()[]…—–-+“”")
+                if len(part) >= 6 and part not in translated:
+                    phrases.add(part)
+    shown = page.evaluate(PAGE_TEXTS, SERVER_TEXT)
+    return sorted(phrase for phrase in phrases if phrase in shown)
+
+
+def keys_used() -> tuple[set[str], set[str]]:
+    """The catalogue keys the page's HTML and scripts use: (literal keys, prefixes of keys built from a value)."""
+    from api.openapi import DOCS_PAGE
+
+    html = (STATIC / "index.html").read_text(encoding="utf-8") + DOCS_PAGE
+    used = set(re.findall(r'data-i18n(?:-placeholder|-title|-aria-label)?="([^"]+)"', html))
+    prefixes = set()
+    for script in STATIC.glob("*.js"):
+        if script.name in ("i18n.js", "redoc.standalone.js") or script.name.startswith("swagger"):
+            continue
+        code = script.read_text(encoding="utf-8")
+        for call in re.finditer(r"\bt(?:Nodes)?\(", code):
+            # The first argument: up to the comma or parenthesis that closes it.
+            depth, at, quote = 0, call.end(), None
+            while True:
+                char = code[at]
+                if quote:
+                    quote = None if char == quote and code[at - 1] != "\\" else quote
+                elif char in "\"'`":
+                    quote = char
+                elif char in "([{":
+                    depth += 1
+                elif char in ")]}" and depth:
+                    depth -= 1
+                elif char in ",)" and not depth:
+                    break
+                at += 1
+            argument = code[call.end():at]
+            literals = re.findall(r'"([a-z]\w*(?:\.\w+)+)"', argument)  # not the values a condition compares
+            templates = re.findall(r"`([^`$]+)\$\{", argument)
+            assert literals or templates, f"{script.name}: t() of something not a key: {argument!r}"
+            used.update(literals)
+            prefixes.update(templates)
+    return used, prefixes
+
+
+def test_every_text_of_the_app_is_in_the_catalogues():
+    """The page's HTML and scripts use only keys of en.json (and use all of them), and every catalogue has
+    exactly en.json's keys, each with the same placeholders and valid plural forms (issue 38, item 4)."""
+    english = catalogue("en")
+    used, prefixes = keys_used()
+    assert prefixes == set(DYNAMIC_KEYS), prefixes
+    used |= {prefix + value for prefix, values in DYNAMIC_KEYS.items() for value in values}
+    assert not used - set(english), f"keys missing in en.json: {sorted(used - set(english))}"
+    assert not set(english) - used, f"keys of en.json no page text uses: {sorted(set(english) - used)}"
+    languages = sorted(path.stem for path in CATALOGUES.glob("*.json"))
+    assert languages == ["de", "en", "es", "fr"], languages
+    assert re.search(r'LANGUAGES = \["en", "de", "fr", "es"\]', (STATIC / "i18n.js").read_text()), \
+        "i18n.js offers every catalogue"
+    for lang in languages:
+        messages = catalogue(lang)
+        assert list(messages) == list(english), f"{lang}.json has other keys than en.json (or in another order)"
+        for key, value in messages.items():
+            assert isinstance(value, dict) == isinstance(english[key], dict), f"{lang}: {key} (plural or not)"
+            if isinstance(value, dict):
+                assert "other" in value and set(value) <= PLURAL_CATEGORIES, f"{lang}: {key}: {sorted(value)}"
+            assert all(text.strip() for text in forms(value)), f"{lang}: {key} is empty"
+            names = {name for text in forms(value) for name in PLACEHOLDER.findall(text)}
+            english_names = {name for text in forms(english[key]) for name in PLACEHOLDER.findall(text)}
+            assert names == english_names, f"{lang}: {key} has placeholders {names}, en.json {english_names}"
+
+
+def test_the_catalogues_are_served_and_packaged(server: str):
+    for lang in ("en", "de", "fr", "es"):
+        response = httpx.get(f"{server}/static/i18n/{lang}.json")
+        assert response.status_code == 200 and response.headers["content-type"].startswith("application/json")
+        assert response.json() == catalogue(lang)
+    assert httpx.get(f"{server}/static/i18n/xx.json").status_code == 404
+    assert httpx.get(f"{server}/static/i18n/%2e%2e%2fapp.js").status_code == 404
+    assert '"static/i18n/*"' in (PROJECT_ROOT / "pyproject.toml").read_text(), "the catalogues are package data"
+
+
+def test_a_german_browser_gets_the_app_in_german(browser, people):
+    """A browser whose language is German (de-DE) sees the key dialog, the chat (an answer the documents do not
+    have, its sources and timing), the documents page and the keys page in German, with <html lang="de">, and
+    none of the app's English texts; the API's own error messages stay English (they are for programs)."""
+    base, keys = people.base, people.keys
+    context = browser.new_context(viewport=DESKTOP, locale="de-DE")
+    errors: list[str] = []
+    try:
+        page = context.new_page()
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.set_default_timeout(20_000)
+        page.goto(base + "/")
+        dialog = page.locator("#key-dialog")
+        expect(dialog).to_be_visible()
+        expect(page.locator("html")).to_have_attribute("lang", "de")
+        expect(dialog.locator("#key-title")).to_have_text("API-Schlüssel erforderlich")
+        expect(dialog.locator("#key-message")).to_have_text(
+            "Dieser Server braucht einen API-Schlüssel. Geben Sie ihn ein, um fortzufahren.")
+        expect(dialog.locator("#key-submit")).to_have_text("Schlüssel verwenden")
+        assert english_left(page, "de") == []
+        page.set_viewport_size(PHONE)
+        assert [p for p in layout_problems(page) if "covers the ask box" not in p] == []  # a modal dialog does
+        screenshot(page, "layout-de-phone-key-dialog.png")
+        page.set_viewport_size(DESKTOP)
+        page.fill("#key-input", keys["ada"])
+        page.click("#key-submit")
+        expect(dialog).to_be_hidden()
+        expect(page.locator("#status")).to_have_attribute("data-state", "ready", timeout=60_000)
+        expect(page.locator("#status-text")).to_contain_text(re.compile(r"bereit · 3 Dokumente · \d+ Abschnitte"))
+        expect(page.locator("#principal")).to_have_text("ada · Admin")
+        expect(page.locator("#chat-empty-index h3").first).to_have_text("In diesem Index (3 Dokumente)")
+        expect(page.locator("#ask")).to_have_text("Fragen")
+        expect(page.locator("#question")).to_have_attribute("placeholder", re.compile(r"^Frage stellen…"))
+        assert page.title() == "Offline RAG"
+        assert english_left(page, "de") == []
+
+        turn = ask(page, OFF_TOPIC_QUESTION)
+        assert turn.get_attribute("data-abstained") == "true"
+        expect(turn.locator(".abstained strong")).to_have_text("Nicht in den Dokumenten")
+        expect(turn.locator(".sources-heading")).to_contain_text("Nächstliegende Quellen")
+        assert turn.locator(".score").all_text_contents()[:3] == ["1. Treffer", "2. Treffer", "3. Treffer"]
+        expect(turn.locator(".score").first).to_have_attribute("title", re.compile(
+            r"^Von der Suche als 1\. von \d+ eingestuft.*Keine dieser Textstellen"))
+        # Numbers as German writes them (a decimal comma), plurals from Intl.PluralRules.
+        expect(turn.locator(".meta")).to_contain_text(re.compile(r"erste Wörter \d+,\d\d s · gesamt \d+,\d\d s"))
+        assert english_left(page, "de") == []
+
+        page.click("#tab-documents")
+        expect(page.locator("#documents-body tr")).to_have_count(3)
+        assert page.title() == "Dokumente · Offline RAG"
+        expect(page.locator("#documents-table th").first).to_have_text("Titel und Datei")
+        delete = page.locator("#documents-body tr").first.get_by_role("button", name=re.compile("löschen"))
+        expect(delete).to_have_text("Löschen")
+        expect(page.locator("#documents-body .doc-source").first).to_have_text("auf dem Server hinzugefügt")
+        assert english_left(page, "de") == []
+        delete.click()
+        expect(page.locator("#confirm-dialog")).to_be_visible()
+        expect(page.locator("#confirm-title")).to_have_text("Dokument löschen?")
+        expect(page.locator("#confirm-message")).to_have_text(
+            re.compile(r"löschen\? Seine? \d+ Abschnitte? w.*entfernt\.$"))
+        assert english_left(page, "de") == []
+        assert [p for p in layout_problems(page) if "covers the ask box" not in p] == []
+        screenshot(page, "layout-de-desktop-delete-dialog.png")
+        page.click("#confirm-cancel")
+
+        page.click("#tab-keys")
+        expect(page.locator("#keys-body tr")).to_have_count(3)
+        assert page.title() == "API-Schlüssel · Offline RAG"
+        expect(page.locator("#keys-body .key-state").first).to_have_text("aktiv")
+        expect(page.locator("#new-key-submit")).to_have_text("Schlüssel erstellen")
+        assert english_left(page, "de") == []
+        # The API's error messages are for programs: English, shown as the server wrote them.
+        page.fill("#new-key-name", "ada")
+        page.click("#new-key-submit")
+        expect(page.locator("#keys-message")).to_be_visible()
+        message = page.locator("#keys-message").inner_text()
+        api_message = httpx.post(f"{base}/v1/keys", headers=people.headers("ada"),
+                                 json={"name": "ada", "role": "reader", "indexes": []}).json()["error"]["message"]
+        assert message == api_message, (message, api_message)
+    finally:
+        context.close()
+    assert not errors, f"errors in the page: {errors}"
+
+
+@pytest.mark.parametrize("locale", ["fr-FR", "es-ES"])
+def test_french_and_spanish_browsers_get_the_chat_in_their_language(page, server: str, locale: str):
+    lang = locale[:2]
+    words = {"fr": ("Discussion", "Demander", "Absent des documents", "1er résultat", "2e résultat",
+                    r"premiers mots \d+,\d\d s"),
+             "es": ("Chat", "Preguntar", "No está en los documentos", "1.º resultado", "2.º resultado",
+                    r"primeras palabras \d+,\d\d s")}[lang]
+    open_ready(page, server)
+    expect(page.locator("html")).to_have_attribute("lang", lang)
+    expect(page.locator("#tab-chat")).to_have_text(words[0])
+    expect(page.locator("#ask")).to_have_text(words[1])
+    expect(page.locator("#chat-empty-index .empty-documents li")).to_have_count(3)
+    assert english_left(page, lang) == []
+    page.set_viewport_size(PHONE)
+    assert layout_problems(page) == []
+    screenshot(page, f"layout-{lang}-phone-chat-empty.png")
+    turn = ask(page, OFF_TOPIC_QUESTION)
+    assert turn.get_attribute("data-abstained") == "true"
+    expect(turn.locator(".abstained strong")).to_have_text(words[2])
+    assert turn.locator(".score").all_text_contents()[:2] == list(words[3:5])
+    expect(turn.locator(".meta")).to_contain_text(re.compile(words[5]))
+    assert english_left(page, lang) == []
+    assert layout_problems(page, ".turn:last-child .abstained") == []
+    screenshot(page, f"layout-{lang}-phone-chat-refusal.png")
+
+
+@pytest.mark.parametrize("locale", ["de-AT"])
+def test_the_language_is_the_browsers_first_the_app_has_or_the_one_asked_for(page, server: str):
+    """'de-AT' is German; ?lang=xx overrides the browser's; a language with no catalogue is English."""
+    open_ready(page, server)
+    expect(page.locator("html")).to_have_attribute("lang", "de")
+    expect(page.locator("#tab-documents")).to_have_text("Dokumente")
+    for asked, lang, tab in (("es", "es", "Documentos"), ("fr", "fr", "Documents"), ("xx", "de", "Dokumente")):
+        open_ready(page, server, f"/documents?lang={asked}")
+        expect(page.locator("html")).to_have_attribute("lang", lang)
+        expect(page.locator("#tab-documents")).to_have_text(tab)
+    page.goto(server + "/schema/swagger")  # the API docs pages too (their texts; the API's own stay English)
+    expect(page.locator("html")).to_have_attribute("lang", "de")
+    expect(page.locator(".docs-bar nav a").first).to_have_text("Zurück zur App")
+    expect(page.locator(".swagger-ui")).to_be_visible(timeout=20_000)
+    languages = page.evaluate("""async () => {
+        const { chooseLanguage } = await import('/static/i18n.js');
+        return [chooseLanguage('', ['pt-BR', 'fr-CA', 'de']), chooseLanguage('', ['ja']),
+                chooseLanguage('?lang=ES', ['de'])];
+    }""")
+    assert languages == ["fr", "en", "es"]

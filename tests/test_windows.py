@@ -228,16 +228,18 @@ def test_the_app_serves_its_scripts_as_javascript_whatever_the_registry_says():
     mimetypes.add_type("text/plain", ".js")  # HKCR\.js on many Windows machines; mimetypes.init() reads it
     try:
         with TestClient(Litestar(web_handlers())) as client:
-            for asset in sorted(STATIC_DIR.iterdir()):
-                response = client.get(f"/static/{asset.name}")
+            for asset in sorted(path for path in STATIC_DIR.rglob("*") if path.is_file()):
+                response = client.get(f"/static/{asset.relative_to(STATIC_DIR).as_posix()}")
                 assert response.status_code == 200 and response.content == asset.read_bytes()
                 expected = {".js": "text/javascript", ".css": "text/css", ".html": "text/html",
-                            ".txt": "text/plain"}[asset.suffix]
+                            ".txt": "text/plain", ".json": "application/json"}[asset.suffix]
                 assert response.headers["content-type"].split(";")[0] == expected, asset.name
                 assert response.headers["cache-control"] == "no-cache"
             assert client.head("/static/app.js").status_code == 200
             assert client.get("/static/nothing.js").status_code == 404
             assert client.get("/static/%2e%2e%2fapp.js").status_code == 404
+            assert client.get("/static/i18n/%2e%2e%2fapp.js").status_code == 404
+            assert client.get("/static/i18n/app.js").status_code == 404
     finally:
         mimetypes.add_type("text/javascript", ".js")
 

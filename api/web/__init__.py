@@ -15,6 +15,7 @@ from litestar.response import File
 
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_PATH = "/static"
+CATALOGUE_FOLDER = "i18n"  # the message catalogues of the app's texts, one per language (static/i18n/en.json)
 # The types of what the app serves, said here: ``mimetypes`` reads them from the Windows registry, where .js is
 # text/plain on many machines, and a browser refuses a module script of that type (a blank page).
 STATIC_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".svg": "image/svg+xml",
@@ -48,11 +49,9 @@ class PageController(Controller):
         return Response((STATIC_DIR / "index.html").read_bytes(), headers=PAGE_HEADERS)
 
 
-@route(STATIC_PATH + "/{name:str}", http_method=[HttpMethod.GET, HttpMethod.HEAD], name="web-static",
-       include_in_schema=False, sync_to_thread=False)
-def static_file(name: FromPath[str]) -> File:
-    """One of the app's own files (no folders: the app has none), with its type from STATIC_TYPES."""
-    path = STATIC_DIR / name
+def _serve(folder: Path, name: str) -> File:
+    """A file of ``folder`` (no subfolders, no dot-files), with its type from STATIC_TYPES."""
+    path = folder / name
     media_type = STATIC_TYPES.get(path.suffix)
     if media_type is None or path.name != name or name.startswith(".") or not path.is_file():
         raise NotFoundException(f"no static file {name!r}")
@@ -60,8 +59,24 @@ def static_file(name: FromPath[str]) -> File:
                 headers={"Cache-Control": "no-cache"})
 
 
+@route(STATIC_PATH + "/{name:str}", http_method=[HttpMethod.GET, HttpMethod.HEAD], name="web-static",
+       include_in_schema=False, sync_to_thread=False)
+def static_file(name: FromPath[str]) -> File:
+    """One of the app's own files, with its type from STATIC_TYPES."""
+    return _serve(STATIC_DIR, name)
+
+
+@route(STATIC_PATH + "/" + CATALOGUE_FOLDER + "/{name:str}", http_method=[HttpMethod.GET, HttpMethod.HEAD],
+       name="web-catalogue", include_in_schema=False, sync_to_thread=False)
+def catalogue_file(name: FromPath[str]) -> File:
+    """A message catalogue of the app's texts (static/i18n/<lang>.json): the app's one folder."""
+    if not name.endswith(".json"):
+        raise NotFoundException(f"no catalogue {name!r}")
+    return _serve(STATIC_DIR / CATALOGUE_FOLDER, name)
+
+
 def web_handlers() -> list:
-    return [PageController, static_file]
+    return [PageController, static_file, catalogue_file]
 
 
 __all__ = ["DOCS_PAGES", "PAGE_PATHS", "STATIC_DIR", "is_open", "web_handlers"]

@@ -2,6 +2,8 @@
 // Behind a site's reverse proxy that adds `Authorization: Bearer …` to every request, the server knows the
 // caller without a key from the page: the page then never asks for one (signedInBySite).
 
+import { t } from "./i18n.js";
+
 const KEY_STORAGE = "rag.apiKey";
 
 export class ApiError extends Error {
@@ -39,8 +41,8 @@ export function useSiteSignIn(onLost) {
 }
 
 const UNAUTHORIZED = () => signedInBySite
-  ? new ApiError(401, "unauthorized", "The site's sign-in was not accepted (it may have expired) — reload the page.")
-  : new ApiError(401, "unauthorized", "An API key is needed for this server.");
+  ? new ApiError(401, "unauthorized", t("api.siteSignInRejected"))
+  : new ApiError(401, "unauthorized", t("api.keyNeeded"));
 
 // After a 401: ask for a key (once for all requests that failed at the same time). True = retry.
 async function obtainKey() {
@@ -76,7 +78,7 @@ async function errorFrom(response) {
   } catch (_) {
     /* not JSON */
   }
-  if (response.status === 503 && type === "model_unavailable") message = "The models are still loading — try again in a moment.";
+  if (response.status === 503 && type === "model_unavailable") message = t("api.modelsLoading");
   return new ApiError(response.status, type, message);
 }
 
@@ -89,7 +91,7 @@ export async function apiFetch(path, options = {}) {
       response = await fetch(path, { ...options, headers });
     } catch (err) {
       if (err.name === "AbortError") throw err;
-      throw new ApiError(0, "network", "The server cannot be reached.");
+      throw new ApiError(0, "network", t("api.unreachable"));
     }
     if (response.status === 401) {
       if (await obtainKey()) continue;
@@ -170,8 +172,8 @@ export function uploadFile(file, index, onProgress, groups = "") {
       }
       resolve({ status: xhr.status, body });
     });
-    xhr.addEventListener("error", () => reject(new ApiError(0, "network", "The server cannot be reached.")));
-    xhr.addEventListener("abort", () => reject(new ApiError(0, "aborted", "The upload was cancelled.")));
+    xhr.addEventListener("error", () => reject(new ApiError(0, "network", t("api.unreachable"))));
+    xhr.addEventListener("abort", () => reject(new ApiError(0, "aborted", t("api.uploadCancelled"))));
     const form = new FormData();
     form.append("data", file, file.name);
     xhr.send(form);
@@ -211,6 +213,6 @@ export async function openOriginal(documentId, name, page, index, report) {
     setTimeout(() => URL.revokeObjectURL(url), 60_000);
   } catch (err) {
     if (opened) opened.close();
-    report(`Cannot open the original of ${name}: ${err.message}`);
+    report(t("api.cannotOpenOriginal", { name, message: err.message }));
   }
 }

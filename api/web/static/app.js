@@ -4,6 +4,7 @@ import { apiKey, getJSON, setKeyPrompt, useSiteSignIn, whoAmI } from "./api.js";
 import { forgetConversations, initChat, loadConversations, refreshChatEmpty } from "./chat.js";
 import { clearUploads, initDocuments, refreshDocuments, refreshJobsAndSources } from "./documents.js";
 import { initKeys, refreshKeys } from "./keys.js";
+import { loadLanguage, t, translatePage } from "./i18n.js";
 
 const INDEX_STORAGE = "rag.index";
 const POLL_LOADING_MS = 1500;
@@ -32,7 +33,7 @@ function showView(name) {
     else tab.removeAttribute("aria-current");
   }
   document.body.dataset.view = name;
-  document.title = { documents: "Documents · Offline RAG", keys: "API keys · Offline RAG" }[name] || "Offline RAG";
+  document.title = t({ documents: "page.title.documents", keys: "page.title.keys" }[name] || "page.title");
   if (name === "keys") refreshKeys();
   else if (name === "documents" && indexesLoaded) openDocuments();
   else document.getElementById("question").focus({ preventScroll: true });
@@ -66,37 +67,37 @@ function indexSummary() {
   const chosen = selectedIndex();
   const info = chosen ? indexes.find((i) => i.name === chosen) : (indexes.find((i) => i.name === defaultIndex) || health?.index);
   if (!info) return "";
-  const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
-  return `${plural(info.documents, "document")} · ${plural(info.chunks, "chunk")}`;
+  return `${t("count.documents", { count: info.documents })} · ${t("count.chunks", { count: info.chunks })}`;
 }
 
 function showHealth() {
   if (siteSignInLost) {
-    setStatus("failed", "signed out — reload the page to sign in again");
+    setStatus("failed", t("status.signedOut"));
     return;
   }
   if (!health) return;
   if (health.status === "ok") {
     const summary = indexSummary();
-    setStatus("ready", summary ? `ready · ${summary}` : "ready", `${health.generator} on ${health.device} (${health.scheduler})`);
+    setStatus("ready", summary ? t("status.readySummary", { summary }) : t("status.ready"),
+      t("status.serverDetail", { generator: health.generator, device: health.device, scheduler: health.scheduler }));
   } else if (health.status === "loading") {
-    setStatus("loading", "loading models…", health.reason || "");
+    setStatus("loading", t("status.loading"), health.reason || "");
   } else {
-    setStatus("failed", `models failed: ${health.reason || health.status}`);
+    setStatus("failed", t("status.failed", { reason: health.reason || health.status }));
   }
 }
 
-async function pollHealth() {
+async function pollHealth(started = null) {
   clearTimeout(pollTimer);
   let next = POLL_LOADING_MS;
   try {
-    const response = await fetch("/healthz", { cache: "no-store" });
+    const response = await (started || fetch("/healthz", { cache: "no-store" }));
     health = await response.json();
     if (response.ok) next = POLL_READY_MS;
     showHealth();
   } catch (_) {
     health = null;
-    setStatus("offline", "server not reachable — retrying…");
+    setStatus("offline", t("status.offline"));
   }
   pollTimer = setTimeout(pollHealth, next);
 }
@@ -174,8 +175,8 @@ function showPrincipal() {
   const admin = (me.roles || []).some((g) => g.index === "*" && g.role === "admin");
   document.getElementById("tab-keys").hidden = !(admin && me.authenticated);
   label.hidden = !me.authenticated;
-  label.textContent = `${me.name} · ${role || "no access"}`;
-  label.title = signedInBySite ? "signed in by the site" : "signed in with an API key";
+  label.textContent = `${me.name} · ${ROLES.includes(role) ? t(`role.${role}`) : role || t("account.noAccess")}`;
+  label.title = t(signedInBySite ? "account.bySite" : "account.byKey");
   // Signed in with a key typed here: sign out (or in with another key). The site's own sign-in ends at the site.
   document.getElementById("sign-out").hidden = !(me.authenticated && !signedInBySite && apiKey());
 }
@@ -217,9 +218,7 @@ function initKeyPrompt() {
   const input = document.getElementById("key-input");
   const text = document.getElementById("key-message");
   setKeyPrompt((wrongKey) => new Promise((resolve) => {
-    text.textContent = wrongKey
-      ? "That API key was not accepted. Check it and enter it again."
-      : "This server needs an API key. Enter it to continue.";
+    text.textContent = t(wrongKey ? "key.wrong" : "key.needed");
     text.classList.toggle("error", wrongKey);
     dialog.dataset.wrongKey = wrongKey ? "true" : "false";
     input.value = "";
@@ -241,6 +240,12 @@ function initKeyPrompt() {
 }
 
 // ---------------------------------------------------------------- start
+// The server's state is asked for at once (the page shows "loading models…" while they load), and shown once the
+// texts in the browser's language are loaded: before anything is shown or asked.
+const firstHealth = fetch("/healthz", { cache: "no-store" });
+firstHealth.catch(() => {}); // a refusal is handled where it is awaited
+await loadLanguage();
+translatePage();
 initKeyPrompt();
 initTabs();
 initIndexPicker();
@@ -251,7 +256,7 @@ window.addEventListener("rag:key", () => setTimeout(() => refreshIndexes().then(
 document.getElementById("sign-out").addEventListener("click", signOut);
 window.addEventListener("rag:indexes", () => refreshIndexes()); // an index was deleted on the admin page
 route();
-pollHealth();
+pollHealth(firstHealth);
 identify().then(refreshIndexes).then(() => {
   if (document.body.dataset.view === "documents") openDocuments();
   loadConversations();

@@ -3,6 +3,7 @@
 
 import { ApiError, apiFetch, getJSON, openOriginal, sendJSON, streamEvents } from "./api.js";
 import { formatSeconds, h, highlighted, markedRanges } from "./dom.js";
+import { t, tNodes } from "./i18n.js";
 
 const OLD_STORAGE = "rag.conversations.v1"; // where conversations were kept before: removed, never read
 const CURRENT = "rag.conversation"; // sessionStorage: the open conversation's id
@@ -81,7 +82,7 @@ function save(conversation) {
       }
       listMessage("");
     } catch (err) {
-      listMessage(`This conversation could not be saved: ${err.message}`);
+      listMessage(t("chat.saveFailed", { message: err.message }));
     }
     renderConversationList();
   });
@@ -94,7 +95,7 @@ export async function loadConversations() {
   try {
     body = await getJSON("/v1/conversations");
   } catch (err) {
-    listMessage(err instanceof ApiError && err.status === 401 ? "" : `Cannot list your conversations: ${err.message}`);
+    listMessage(err instanceof ApiError && err.status === 401 ? "" : t("chat.listFailed", { message: err.message }));
     return;
   }
   list = body.conversations || [];
@@ -125,7 +126,7 @@ async function selectConversation(id) {
     sessionStorage.setItem(CURRENT, id);
     listMessage("");
   } catch (err) {
-    listMessage(`Cannot open that conversation: ${err.message}`);
+    listMessage(t("chat.openFailed", { message: err.message }));
     return;
   }
   render();
@@ -138,7 +139,7 @@ async function deleteConversation(id) {
     await apiFetch(`/v1/conversations/${encodeURIComponent(id)}`, { method: "DELETE" });
   } catch (err) {
     if (!(err instanceof ApiError && err.status === 404)) {
-      listMessage(`Could not delete the conversation: ${err.message}`);
+      listMessage(t("chat.deleteFailed", { message: err.message }));
       return;
     }
   }
@@ -149,7 +150,7 @@ async function deleteConversation(id) {
 
 function startRename(item, conversation) {
   const input = h("input", { type: "text", class: "conversation-title-input", maxlength: "200",
-    "aria-label": "New name of the conversation", value: conversation.title || "" });
+    "aria-label": t("chat.renameLabel"), value: conversation.title || "" });
   item.replaceChildren(input);
   input.focus();
   input.select();
@@ -165,7 +166,7 @@ function startRename(item, conversation) {
         if (active.id === saved.id) active.title = saved.title;
         listMessage("");
       } catch (err) {
-        listMessage(`Could not rename the conversation: ${err.message}`);
+        listMessage(t("chat.renameFailed", { message: err.message }));
       }
     }
     renderConversationList();
@@ -184,11 +185,11 @@ function startRename(item, conversation) {
 
 async function clearConversations() {
   if (running) return;
-  if (!window.confirm("Delete all your conversations? They are deleted on the server, for every browser.")) return;
+  if (!window.confirm(t("chat.deleteAllConfirm"))) return;
   try {
     await apiFetch("/v1/conversations", { method: "DELETE" });
   } catch (err) {
-    listMessage(`Could not delete your conversations: ${err.message}`);
+    listMessage(t("chat.deleteAllFailed", { message: err.message }));
     return;
   }
   list = [];
@@ -211,15 +212,15 @@ function renderConversationList() {
   const items = shown.map((c) => {
     const isActive = c.id === active.id;
     const open = h("button", { type: "button", class: "conversation-open", "aria-current": isActive ? "true" : null,
-      title: c.title || "New conversation" }, c.title || "New conversation");
+      title: c.title || t("chat.untitled") }, c.title || t("chat.untitled"));
     const item = h("li", { class: isActive ? "active" : null, dataset: { id: c.id || "" } }, open);
     if (c.id) {
       open.addEventListener("click", () => selectConversation(c.id));
       const rename = h("button", { type: "button", class: "conversation-rename icon",
-        "aria-label": `Rename conversation: ${c.title || "new"}`, title: "Rename" }, "✎");
+        "aria-label": t("chat.renameConversation", { title: c.title || t("chat.untitledShort") }), title: t("chat.rename") }, "✎");
       rename.addEventListener("click", () => startRename(item, c));
       const remove = h("button", { type: "button", class: "conversation-delete icon",
-        "aria-label": `Delete conversation: ${c.title || "new"}`, title: "Delete" }, "×");
+        "aria-label": t("chat.deleteConversation", { title: c.title || t("chat.untitledShort") }), title: t("action.delete") }, "×");
       remove.addEventListener("click", () => deleteConversation(c.id));
       item.append(rename, remove);
     }
@@ -272,7 +273,7 @@ function showSource(turnIndex, n) {
 
 function sourceLocation(source) {
   const parts = [];
-  if (source.page !== null && source.page !== undefined) parts.push(`p. ${source.page}`);
+  if (source.page !== null && source.page !== undefined) parts.push(t("chat.page", { page: source.page }));
   if (source.section && source.section !== source.title) parts.push(`§ ${source.section}`);
   return parts.join(" · ");
 }
@@ -301,84 +302,74 @@ function renderSources(turn, turnIndex) {
     // The search's rank, not a percentage: a percentage reads as confidence, and the closest passages to a
     // question the documents cannot answer still score near the top of any scale.
     const rank = h("span", { class: "score", title: rankTitle(position + 1, sources.length, source, turn.abstained) },
-      `${ordinal(position + 1)} match`);
+      t("chat.rank", { ordinal: position + 1 }));
     const summary = h("summary", {},
       h("span", { class: "badge" }, `[${source.number}]`), " ",
-      h("span", { class: "source-title" }, source.title || fileName(source.path) || "untitled"),
+      h("span", { class: "source-title" }, source.title || fileName(source.path) || t("chat.untitledSource")),
       location ? h("span", { class: "location" }, location) : null,
       count.get(place(source)) > 1 ? h("span", { class: "preview" }, `“${preview(text)}”`) : null,
-      cited.has(source.number) ? h("span", { class: "tag" }, "cited") : null,
-      source.deleted ? h("span", { class: "tag gone" }, "deleted") : null,
-      (source.highlights || []).length ? h("span", { class: "tag quiet", title: "Highlighted sentences were given to the model" }, "in context") : null,
+      cited.has(source.number) ? h("span", { class: "tag" }, t("chat.cited")) : null,
+      source.deleted ? h("span", { class: "tag gone" }, t("chat.deleted")) : null,
+      (source.highlights || []).length ? h("span", { class: "tag quiet", title: t("chat.inContext.title") }, t("chat.inContext")) : null,
       rank);
     // The evidence quoted from this source is marked exactly (its offsets); else the sentences the model saw.
     const quoted = (turn.evidence || []).filter((e) => e.source === source.number && source.text)
       .map((e) => [e.start, e.end]);
     const passage = source.deleted
-      ? h("p", { class: "passage gone" }, "This document is no longer in the index (it was deleted, or you may no "
-        + "longer see it), so its passage is not shown. The answer above was made from it when you asked.")
+      ? h("p", { class: "passage gone" }, t("chat.sourceGone"))
       : h("blockquote", { class: "passage" },
         ...(quoted.length ? markedRanges(text, quoted) : highlighted(text, source.highlights)));
     const isSnippet = !source.text && text.length && source.snippet === text;
     let open = null;
     if (!source.deleted && source.document_id) {
-      const where = source.page !== null && source.page !== undefined && /\.pdf$/i.test(fileName(source.path)) ? ` at page ${source.page}` : "";
-      open = h("button", { type: "button", class: "link-button open-original" }, `open the original${where}`);
+      const atPage = source.page !== null && source.page !== undefined && /\.pdf$/i.test(fileName(source.path));
+      open = h("button", { type: "button", class: "link-button open-original" },
+        atPage ? t("chat.openOriginalAtPage", { page: source.page }) : t("chat.openOriginal"));
       open.addEventListener("click", () => openOriginal(source.document_id, fileName(source.path), source.page,
         turn.index || currentIndex(), (text) => { open.textContent = text; open.classList.add("error"); }));
     }
     return h("details", { class: "source", id: `src-${turnIndex}-${source.number}`, dataset: { number: source.number } },
       summary, passage,
       h("p", { class: "source-foot muted small" },
-        h("span", { class: "source-path" }, fileName(source.path), isSnippet ? " (first lines of the passage)" : ""),
+        h("span", { class: "source-path" }, fileName(source.path), isSnippet ? t("chat.snippet") : ""),
         open ? " · " : null, open));
   });
-  const heading = turn.abstained ? "Closest sources" : "Sources";
+  const heading = t(turn.abstained ? "chat.closestSources" : "chat.sources");
   return h("div", { class: "sources" },
     h("h3", { class: "sources-heading" }, `${heading} `, h("span", { class: "muted" }, `(${sources.length})`)),
     ...items);
 }
 
-function ordinal(n) {
-  const tens = n % 100;
-  const suffix = tens >= 11 && tens <= 13 ? "th" : { 1: "st", 2: "nd", 3: "rd" }[n % 10] || "th";
-  return `${n}${suffix}`;
-}
-
 function rankTitle(rank, count, source, abstained) {
-  const found = source.found_by ? ` (found by ${source.found_by})` : "";
-  const meaning = abstained
-    ? "None of these passages answers the question: they are only the closest the search found."
-    : "A rank, not a confidence: the search lists the passages closest to the question first.";
-  return `Ranked ${ordinal(rank)} of ${count} by the search${found}. ${meaning}`;
-}
-
-function plural(n, word) {
-  return `${n} ${word}${n === 1 ? "" : "s"}`;
+  return t("chat.rankTitle", { rank: t("chat.rankOf", { ordinal: rank }), count,
+    foundBy: source.found_by ? t("chat.foundBy", { method: source.found_by }) : "",
+    meaning: t(abstained ? "chat.rankMeaningRefused" : "chat.rankMeaning") });
 }
 
 function renderMeta(turn) {
-  const t = turn.timing || {};
+  const timing = turn.timing || {};
   const parts = [];
-  if (turn.state === "streaming") parts.push("answering…");
-  if (turn.state === "stopped") parts.push("stopped");
-  if (t.firstTokenMs !== undefined && t.firstTokenMs >= 0) parts.push(`first words ${formatSeconds(t.firstTokenMs)}`);
-  if (t.totalMs !== undefined) parts.push(`total ${formatSeconds(t.totalMs)}`);
-  if (t.outputTokens) parts.push(plural(t.outputTokens, "token"));
-  const title = t.serverTtftMs !== undefined
-    ? `server: first token ${formatSeconds(t.serverTtftMs)}, total ${formatSeconds(t.serverTotalMs)}` : null;
-  if (t.serverTtftMs) parts.push(`server ${formatSeconds(t.serverTtftMs)}`);
+  if (turn.state === "streaming") parts.push(t("chat.answering"));
+  if (turn.state === "stopped") parts.push(t("chat.stopped"));
+  if (timing.firstTokenMs !== undefined && timing.firstTokenMs >= 0) {
+    parts.push(t("chat.firstWords", { time: formatSeconds(timing.firstTokenMs) }));
+  }
+  if (timing.totalMs !== undefined) parts.push(t("chat.total", { time: formatSeconds(timing.totalMs) }));
+  if (timing.outputTokens) parts.push(t("count.tokens", { count: timing.outputTokens }));
+  const title = timing.serverTtftMs !== undefined
+    ? t("chat.serverTitle", { first: formatSeconds(timing.serverTtftMs), total: formatSeconds(timing.serverTotalMs) }) : null;
+  if (timing.serverTtftMs) parts.push(t("chat.server", { time: formatSeconds(timing.serverTtftMs) }));
   return h("p", { class: "meta", title }, parts.join(" · "));
 }
 
 function renderAnswerBody(turn, turnIndex) {
   if (turn.state === "error") {
-    return h("p", { class: "error", role: "alert" }, turn.error || "Something went wrong.");
+    return h("p", { class: "error", role: "alert" }, turn.error || t("chat.error"));
   }
   if (turn.abstained) {
     return h("div", { class: "abstained", dataset: { reason: turn.abstainReason || "" } },
-      h("strong", {}, turn.abstainReason === "empty_index" ? "No documents in this index yet" : "Not in the documents"),
-      h("p", {}, turn.answer || "The documents do not contain an answer to this question."));
+      h("strong", {}, t(turn.abstainReason === "empty_index" ? "chat.emptyIndexAnswer" : "chat.notInDocuments")),
+      h("p", {}, turn.answer || t("chat.noAnswer")));
   }
   const text = turn.answer || "";
   // A command, option or configuration line is shown as code, verbatim.
@@ -396,7 +387,7 @@ function renderAnswerBody(turn, turnIndex) {
   }
   const citations = (turn.citations || []).filter(known);
   const citedLine = !explicit && citations.length
-    ? h("p", { class: "cited-line" }, "Supported by ", citations.flatMap((n, i) => [i ? " " : "", "[", citeLink(turnIndex, n), "]"]))
+    ? h("p", { class: "cited-line" }, t("chat.supportedBy"), citations.flatMap((n, i) => [i ? " " : "", "[", citeLink(turnIndex, n), "]"]))
     : null;
   return [answer, citedLine];
 }
@@ -410,13 +401,13 @@ function renderTurn(turn, turnIndex) {
 function fillTurn(li, turn, turnIndex) {
   li.dataset.state = turn.state;
   li.dataset.abstained = turn.abstained ? "true" : "false";
-  const t = turn.timing || {};
-  if (t.firstTokenMs !== undefined) li.dataset.firstTokenMs = String(Math.round(t.firstTokenMs));
-  if (t.totalMs !== undefined) li.dataset.totalMs = String(Math.round(t.totalMs));
-  if (t.serverTtftMs !== undefined) li.dataset.serverTtftMs = String(Math.round(t.serverTtftMs));
+  const timing = turn.timing || {};
+  if (timing.firstTokenMs !== undefined) li.dataset.firstTokenMs = String(Math.round(timing.firstTokenMs));
+  if (timing.totalMs !== undefined) li.dataset.totalMs = String(Math.round(timing.totalMs));
+  if (timing.serverTtftMs !== undefined) li.dataset.serverTtftMs = String(Math.round(timing.serverTtftMs));
   li.replaceChildren(
-    h("div", { class: "question" }, h("span", { class: "who" }, "You"), h("p", {}, turn.question)),
-    h("div", { class: "answer" }, h("span", { class: "who" }, "Answer"), renderAnswerBody(turn, turnIndex),
+    h("div", { class: "question" }, h("span", { class: "who" }, t("chat.you")), h("p", {}, turn.question)),
+    h("div", { class: "answer" }, h("span", { class: "who" }, t("chat.answer")), renderAnswerBody(turn, turnIndex),
       renderMeta(turn), renderSources(turn, turnIndex)));
 }
 
@@ -524,7 +515,7 @@ async function ask(question, started) {
         }
       }
     }
-    if (!finished) throw new ApiError(0, "stream_ended", "The answer stream ended before the answer was complete.");
+    if (!finished) throw new ApiError(0, "stream_ended", t("chat.streamEnded"));
   } catch (err) {
     if (err.name === "AbortError") {
       turn.state = "stopped";
@@ -532,7 +523,7 @@ async function ask(question, started) {
     } else {
       turn.state = "error";
       turn.error = err.type === "index_not_found"
-        ? "There are no documents in this index yet: add some on the Documents page." : (err.message || String(err));
+        ? t("chat.noDocumentsError") : (err.message || String(err));
     }
   } finally {
     if (turn.timing.firstTokenMs === -1) delete turn.timing.firstTokenMs;
@@ -607,17 +598,17 @@ export async function refreshChatEmpty() {
   }
   if (currentIndex() !== index) return; // another index was chosen meanwhile: its own refresh shows it
   if (!docs.length) {
-    els.emptyIndex.replaceChildren(h("p", { class: "hint" }, "This index has no documents yet: add some on the ",
-      h("a", { href: "/documents", class: "to-documents" }, "Documents"), " page."));
+    els.emptyIndex.replaceChildren(h("p", { class: "hint" }, ...tNodes("chat.emptyIndex",
+      { link: h("a", { href: "/documents", class: "to-documents" }, t("chat.emptyIndexLink")) })));
   } else {
     const titles = docs.map((d) => d.title || fileName(d.path));
     const shown = titles.slice(0, 6);
-    const examples = shown.slice(0, 3).map((title) => `What is “${title}” about?`);
+    const examples = shown.slice(0, 3).map((title) => t("chat.example", { title }));
     els.emptyIndex.replaceChildren(
-      h("h3", {}, `In this index (${docs.length} document${docs.length === 1 ? "" : "s"})`),
+      h("h3", {}, t("chat.inThisIndex", { count: docs.length })),
       h("ul", { class: "empty-documents" }, ...shown.map((t) => h("li", {}, t)),
-        titles.length > shown.length ? h("li", { class: "muted" }, `and ${titles.length - shown.length} more`) : null),
-      h("h3", {}, "Try asking"),
+        titles.length > shown.length ? h("li", { class: "muted" }, t("chat.andMore", { count: titles.length - shown.length })) : null),
+      h("h3", {}, t("chat.tryAsking")),
       h("div", { class: "examples" }, ...examples.map((question) => {
         const button = h("button", { type: "button", class: "example secondary" }, question);
         button.addEventListener("click", () => {

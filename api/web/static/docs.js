@@ -2,6 +2,8 @@
 // server (no CDN) and shows the schema once the server gives it. With API keys, the page asks for one (the same
 // key the app keeps in this tab), and Swagger UI's "Try it out" sends it.
 
+import { loadLanguage, t, translatePage } from "./i18n.js";
+
 const KEY_STORAGE = "rag.apiKey";
 const viewer = document.body.dataset.viewer;
 const form = document.getElementById("docs-key");
@@ -17,7 +19,7 @@ async function schema() {
   const headers = key() ? { Authorization: `Bearer ${key()}` } : {};
   const response = await fetch("/schema/openapi.json", { headers, cache: "no-store" });
   if (response.status === 401) return null;
-  if (!response.ok) throw new Error(`the server answered ${response.status} ${response.statusText}`);
+  if (!response.ok) throw new Error(t("apiDocs.httpError", { status: response.status, statusText: response.statusText }));
   return response.json();
 }
 
@@ -46,7 +48,7 @@ async function show(afterKey) {
   try {
     spec = await schema();
   } catch (err) {
-    message.textContent = `The API description cannot be loaded: ${err.message}. Reload the page to try again.`;
+    message.textContent = t("apiDocs.loadFailed", { message: err.message });
     form.hidden = false;
     return;
   }
@@ -55,9 +57,7 @@ async function show(afterKey) {
     return;
   }
   sessionStorage.removeItem(KEY_STORAGE);
-  message.textContent = afterKey
-    ? "That API key was not accepted. Check it and enter it again."
-    : "This server needs an API key to show its API. Enter yours (the same as in the app).";
+  message.textContent = t(afterKey ? "key.wrong" : "apiDocs.needKey");
   message.classList.toggle("error", Boolean(afterKey));
   form.hidden = false;
   input.value = "";
@@ -72,4 +72,7 @@ form.addEventListener("submit", (event) => {
   show(true);
 });
 
+await loadLanguage();
+translatePage();
+document.title = t("apiDocs.title");
 show(false);

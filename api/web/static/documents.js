@@ -4,6 +4,7 @@
 
 import { ApiError, apiFetch, getJSON, openOriginal, uploadFile } from "./api.js";
 import { formatDate, h } from "./dom.js";
+import { formatNumber, t, tNodes } from "./i18n.js";
 
 let els = {};
 let documents = [];
@@ -25,11 +26,11 @@ export async function refreshDocuments() {
   try {
     const body = await getJSON(`/v1/documents${indexQuery()}`);
     documents = body.documents || [];
-    message(documents.length ? "" : "No documents yet: drop some files above.");
+    message(documents.length ? "" : t("docs.none"));
   } catch (err) {
     documents = [];
-    if (err instanceof ApiError && err.type === "index_not_found") message("No documents yet: drop some files above.");
-    else message(`Cannot list the documents: ${err.message}`);
+    if (err instanceof ApiError && err.type === "index_not_found") message(t("docs.none"));
+    else message(t("docs.listFailed", { message: err.message }));
   }
   renderDocuments();
 }
@@ -48,31 +49,34 @@ function renderDocuments() {
   const filter = els.filter.value.trim();
   const shown = documents.filter((doc) => matches(doc, filter));
   els.count.textContent = documents.length
-    ? (shown.length === documents.length ? `(${documents.length})` : `(${shown.length} of ${documents.length})`) : "";
+    ? (shown.length === documents.length ? t("docs.count", { count: documents.length })
+      : t("docs.countFiltered", { shown: shown.length, count: documents.length })) : "";
   els.table.hidden = shown.length === 0;
-  if (documents.length && !shown.length) message(`No document matches “${filter}”.`);
+  if (documents.length && !shown.length) message(t("docs.noMatch", { filter }));
   else if (documents.length) message("");
   // Two documents with one title are told apart by their file names, always shown under the title.
   els.body.replaceChildren(...shown.map((doc) => {
     const name = doc.title || fileName(doc.path);
-    const remove = h("button", { type: "button", class: "danger-outline small-button", "aria-label": `Delete ${name} (${fileName(doc.path)})` }, "Delete");
+    const remove = h("button", { type: "button", class: "danger-outline small-button", "aria-label": t("docs.deleteLabel", { name, file: fileName(doc.path) }) }, t("action.delete"));
     remove.addEventListener("click", () => confirmDelete(doc));
     const open = h("button", { type: "button", class: "secondary small-button open-original",
-      "aria-label": `Open the original of ${name} (${fileName(doc.path)})` }, "Open");
+      "aria-label": t("docs.openLabel", { name, file: fileName(doc.path) }) }, t("docs.open"));
     open.addEventListener("click", () => openOriginal(doc.id, fileName(doc.path), null, currentIndex(), message));
     const origin = doc.folder
-      ? h("span", { class: "doc-folder", title: `Synced from the followed folder ${doc.folder}` }, `folder ${fileName(doc.folder) || doc.folder}`)
-      : h("span", { class: "muted", title: doc.origin === "upload" ? "Uploaded here or over the API"
-        : "Added on the server (rag ingest)" }, doc.origin === "upload" ? "uploaded" : "added on the server");
+      ? h("span", { class: "doc-folder", title: t("docs.syncedFrom", { folder: doc.folder }) },
+        t("docs.fromFolder", { name: fileName(doc.folder) || doc.folder }))
+      : h("span", { class: "muted", title: t(doc.origin === "upload" ? "docs.uploaded.title" : "docs.added.title") },
+        t(doc.origin === "upload" ? "docs.uploaded" : "docs.addedOnServer"));
     return h("tr", { dataset: { id: doc.id, folder: doc.folder || "" } },
       h("td", { class: "doc-title" },
         h("span", { class: "title" }, name),
         h("span", { class: "muted small path" }, `${fileName(doc.path)} · ${doc.kind || ""}`)),
-      h("td", { "data-label": "Source", class: "doc-source" }, origin),
-      h("td", { "data-label": "Pages" }, doc.pages ?? "—"),
-      h("td", { "data-label": "Chunks" }, doc.chunks),
-      h("td", { "data-label": "Groups", class: "doc-groups" }, doc.access_groups ? doc.access_groups.split(",").join(", ") : "everyone"),
-      h("td", { "data-label": "Added" }, h("time", { datetime: doc.ingested_at }, formatDate(doc.ingested_at))),
+      h("td", { "data-label": t("docs.col.source"), class: "doc-source" }, origin),
+      h("td", { "data-label": t("docs.col.pages") }, doc.pages ?? "—"),
+      h("td", { "data-label": t("docs.col.chunks") }, doc.chunks),
+      h("td", { "data-label": t("docs.col.groups"), class: "doc-groups" },
+        doc.access_groups ? doc.access_groups.split(",").join(", ") : t("docs.everyone")),
+      h("td", { "data-label": t("docs.col.added") }, h("time", { datetime: doc.ingested_at }, formatDate(doc.ingested_at))),
       h("td", { class: "actions" }, open, " ", remove));
   }));
 }
@@ -80,12 +84,11 @@ function renderDocuments() {
 function confirmDelete(doc) {
   const dialog = els.confirm;
   els.confirmMessage.replaceChildren(
-    "Delete ", h("strong", {}, doc.title || fileName(doc.path)), ` (${fileName(doc.path)})? `,
-    `Its ${chunks(doc.chunks)} will be removed from the index.`,
+    ...tNodes("docs.confirmDelete", { title: h("strong", {}, doc.title || fileName(doc.path)), file: fileName(doc.path),
+      count: doc.chunks }),
     // A followed folder's file comes back with the next sync: say so before, not after.
-    doc.folder ? h("span", { class: "folder-warning" }, h("br"), h("br"),
-      "It comes from the followed folder ", h("strong", {}, doc.folder), ": the next sync adds it again. ",
-      "To remove it for good, delete or move the file in that folder (or stop following the folder).") : null);
+    ...(doc.folder ? [h("span", { class: "folder-warning" }, h("br"), h("br"),
+      ...tNodes("docs.folderWarning", { folder: h("strong", {}, doc.folder) }))] : [])); // (null would read "null")
   dialog.returnValue = "";
   dialog.addEventListener("close", async () => {
     if (dialog.returnValue !== "ok") return;
@@ -93,7 +96,7 @@ function confirmDelete(doc) {
       await apiFetch(`/v1/documents/${encodeURIComponent(doc.id)}${indexQuery()}`, { method: "DELETE" });
       message("");
     } catch (err) {
-      message(`Could not delete: ${err.message}`);
+      message(t("docs.deleteFailed", { message: err.message }));
       return;
     } finally {
       await refreshDocuments();
@@ -106,22 +109,22 @@ function confirmDelete(doc) {
 
 // ---------------------------------------------------------------- uploads
 function chunks(count) {
-  return `${count} chunk${count === 1 ? "" : "s"}`;
+  return t("count.chunks", { count });
 }
 
 function outcomeText(outcome) {
   switch (outcome.status) {
-    case "added": return `added · ${chunks(outcome.chunks)}`;
-    case "updated": return `updated · ${chunks(outcome.chunks)}`;
-    case "unchanged": return "unchanged (already in the index)";
-    default: return `failed: ${outcome.reason || "unknown reason"}`;
+    case "added": return t("upload.added", { chunks: chunks(outcome.chunks) });
+    case "updated": return t("upload.updated", { chunks: chunks(outcome.chunks) });
+    case "unchanged": return t("upload.unchanged");
+    default: return t("upload.failed", { reason: outcome.reason || t("upload.unknownReason") });
   }
 }
 
 function addUpload(file) {
-  const progress = h("progress", { max: "1", value: "0", "aria-label": `Upload of ${file.name}` });
-  const status = h("span", { class: "upload-status" }, "waiting…");
-  const dismiss = h("button", { type: "button", class: "icon upload-dismiss", "aria-label": `Dismiss ${file.name}` }, "×");
+  const progress = h("progress", { max: "1", value: "0", "aria-label": t("upload.progressLabel", { name: file.name }) });
+  const status = h("span", { class: "upload-status" }, t("upload.waiting"));
+  const dismiss = h("button", { type: "button", class: "icon upload-dismiss", "aria-label": t("upload.dismiss", { name: file.name }) }, "×");
   const item = h("li", { class: "upload", dataset: { state: "waiting" } },
     h("span", { class: "upload-name" }, file.name), progress, status, dismiss);
   dismiss.addEventListener("click", () => {
@@ -136,13 +139,14 @@ function addUpload(file) {
   };
   // One file at a time: the server ingests one upload per index at a time anyway.
   uploadQueue = uploadQueue.then(async () => {
-    set("uploading", "uploading…");
+    set("uploading", t("upload.uploading"));
     sending.add(file.name);
     try {
       const groups = els.groups.value.split(",").map((g) => g.trim()).filter(Boolean).join(",");
       const { status: code, body } = await uploadFile(file, currentIndex(), (fraction) => {
         progress.value = fraction;
-        set("uploading", fraction < 1 ? `uploading ${Math.round(fraction * 100)} %` : "indexing…");
+        set("uploading", fraction < 1
+          ? t("upload.uploadingPercent", { percent: formatNumber(fraction, { style: "percent" }) }) : t("upload.indexing"));
       }, groups);
       progress.value = 1;
       const outcome = body && Array.isArray(body.files) ? body.files[0] : null;
@@ -156,10 +160,10 @@ function addUpload(file) {
         set(outcome.status === "failed" ? "failed" : outcome.status, outcomeText(outcome));
       } else {
         const error = body && body.error ? body.error.message : `HTTP ${code}`;
-        set("failed", code === 503 ? "failed: the models are still loading — try again in a moment" : `failed: ${error}`);
+        set("failed", code === 503 ? t("upload.modelsLoading") : t("upload.failed", { reason: error }));
       }
     } catch (err) {
-      set("failed", `failed: ${err.message}`);
+      set("failed", t("upload.failed", { reason: err.message }));
     }
     await refreshDocuments();
     onChanged();
@@ -175,43 +179,46 @@ const followed = new Set(); // job ids with a row on the page
 const sending = new Set();
 
 function seconds(value) {
-  if (value < 60) return `${Math.max(1, Math.round(value))} s`;
+  if (value < 60) return t("time.seconds", { seconds: Math.max(1, Math.round(value)) });
   const minutes = Math.round(value / 60);
-  return minutes < 60 ? `${minutes} min` : `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
+  return minutes < 60 ? t("time.minutes", { minutes })
+    : t("time.hoursMinutes", { hours: Math.floor(minutes / 60), minutes: minutes % 60 });
 }
 
 function jobName(job) {
   if (job.kind === "sync") {
     const source = sources.find((s) => s.id === job.source);
-    return `Sync of ${source ? fileName(source.path) || source.path : "a folder"}`;
+    return t("job.syncOf", { name: source ? fileName(source.path) || source.path : t("job.aFolder") });
   }
   const names = job.names || [];
-  return names.length > 1 ? `${names[0]} and ${names.length - 1} more` : names[0] || "upload";
+  return names.length > 1 ? t("job.andMore", { name: names[0], count: names.length - 1 }) : names[0] || t("job.upload");
 }
 
 function syncCounts(summary) {
-  const parts = ["added", "updated", "renamed", "removed", "failed"].filter((k) => summary[k]).map((k) => `${summary[k]} ${k}`);
-  return parts.length ? parts.join(", ") : "nothing changed";
+  const parts = ["added", "updated", "renamed", "removed", "failed"].filter((k) => summary[k])
+    .map((k) => t(`job.sync.${k}`, { count: summary[k] }));
+  return parts.length ? parts.join(", ") : t("job.nothingChanged");
 }
 
 function jobText(job) {
   switch (job.state) {
-    case "queued": return "waiting for the index…";
+    case "queued": return t("job.queued");
     case "running": {
-      const parts = [job.current_file_pages
-        ? `reading page ${job.current_file_page} of ${job.current_file_pages}${job.current_file ? ` (${job.current_file})` : ""}`
-        : "indexing…"];
-      if (job.files_total > 1) parts.push(`${job.files_done} of ${job.files_total} files`);
-      if (job.eta_s !== null && job.eta_s !== undefined) parts.push(`about ${seconds(job.eta_s)} left`);
+      const page = { page: job.current_file_page, pages: job.current_file_pages, file: job.current_file };
+      const parts = [job.current_file_pages ? t(job.current_file ? "job.readingPageOf" : "job.readingPage", page)
+        : t("upload.indexing")];
+      if (job.files_total > 1) parts.push(t("job.filesDone", { done: job.files_done, total: job.files_total }));
+      if (job.eta_s !== null && job.eta_s !== undefined) parts.push(t("job.left", { time: seconds(job.eta_s) }));
       return parts.join(" · ");
     }
     case "done":
-      if (job.kind === "sync") return `synced: ${syncCounts(job.summary || {})} · ${seconds(job.elapsed_s)}`;
+      if (job.kind === "sync") return t("job.synced", { counts: syncCounts(job.summary || {}), time: seconds(job.elapsed_s) });
       return job.files.length === 1 ? `${outcomeText(job.files[0])} · ${seconds(job.elapsed_s)}`
-        : `${job.files.filter((f) => f.status !== "failed").length} of ${job.files.length} files added · ${seconds(job.elapsed_s)}`;
-    case "cancelled": return "cancelled: nothing of it was kept";
-    case "interrupted": return "interrupted: the server stopped while it ran";
-    default: return `failed: ${job.error ? job.error.message : "unknown reason"}`;
+        : t("job.filesAdded", { done: job.files.filter((f) => f.status !== "failed").length, total: job.files.length,
+          time: seconds(job.elapsed_s) });
+    case "cancelled": return t("job.cancelled");
+    case "interrupted": return t("job.interrupted");
+    default: return t("upload.failed", { reason: job.error ? job.error.message : t("upload.unknownReason") });
   }
 }
 
@@ -219,11 +226,11 @@ function jobText(job) {
 function followJob(job) {
   if (followed.has(job.id)) return;
   followed.add(job.id);
-  const progress = h("progress", { max: "1", value: String(job.progress || 0), "aria-label": `Progress of ${jobName(job)}` });
+  const progress = h("progress", { max: "1", value: String(job.progress || 0), "aria-label": t("job.progressLabel", { name: jobName(job) }) });
   const status = h("span", { class: "upload-status" }, jobText(job));
-  const cancel = h("button", { type: "button", class: "danger-outline small-button job-cancel" }, "Cancel");
-  const retry = h("button", { type: "button", class: "secondary small-button job-retry", hidden: "" }, "Run again");
-  const dismiss = h("button", { type: "button", class: "icon upload-dismiss", "aria-label": `Dismiss ${jobName(job)}` }, "×");
+  const cancel = h("button", { type: "button", class: "danger-outline small-button job-cancel" }, t("job.cancel"));
+  const retry = h("button", { type: "button", class: "secondary small-button job-retry", hidden: "" }, t("job.retry"));
+  const dismiss = h("button", { type: "button", class: "icon upload-dismiss", "aria-label": t("upload.dismiss", { name: jobName(job) }) }, "×");
   const item = h("li", { class: "upload job", dataset: { state: job.state, job: job.id } },
     h("span", { class: "upload-name" }, jobName(job)), progress, status, cancel, retry, dismiss);
   els.uploads.prepend(item);
@@ -245,11 +252,11 @@ function followJob(job) {
   };
   cancel.addEventListener("click", async () => {
     cancel.disabled = true;
-    status.textContent = "cancelling…";
+    status.textContent = t("job.cancelling");
     try {
       show(await (await apiFetch(`/v1/jobs/${job.id}`, { method: "DELETE" })).json());
     } catch (err) {
-      status.textContent = `could not cancel: ${err.message}`;
+      status.textContent = t("job.cancelFailed", { message: err.message });
     }
   });
   retry.addEventListener("click", async () => {
@@ -260,7 +267,7 @@ function followJob(job) {
       item.remove();
       followJob(again);
     } catch (err) {
-      status.textContent = `could not run it again: ${err.message}`;
+      status.textContent = t("job.retryFailed", { message: err.message });
       retry.disabled = false;
     }
   });
@@ -273,7 +280,7 @@ function followJob(job) {
         const latest = await getJSON(`/v1/jobs/${job.id}`);
         if (ACTIVE.includes(current.state)) show(latest);
       } catch (err) {
-        if (ACTIVE.includes(current.state)) status.textContent = `cannot follow this job: ${err.message}`;
+        if (ACTIVE.includes(current.state)) status.textContent = t("job.followFailed", { message: err.message });
         if (!ACTIVE.includes(current.state)) break;
         return;
       }
@@ -307,11 +314,11 @@ let sources = [];
 
 function lastSyncText(source) {
   const last = source.last;
-  if (!last) return "not synced yet";
+  if (!last) return t("folder.notSynced");
   const when = formatDate(last.started_at);
-  if (last.status === "error") return `last sync ${when}: ${last.error || "the folder could not be read"}`;
-  const failed = last.failed ? ` · ${last.failed} failed` : "";
-  return `last sync ${when}: ${syncCounts(last)}${failed} · ${seconds(last.seconds)}`;
+  if (last.status === "error") return t("folder.lastSyncError", { when, error: last.error || t("folder.unreadable") });
+  const failed = last.failed ? t("folder.failed", { count: last.failed }) : "";
+  return t("folder.lastSync", { when, counts: syncCounts(last), failed, time: seconds(last.seconds) });
 }
 
 export async function refreshSources() {
@@ -322,7 +329,8 @@ export async function refreshSources() {
   }
   els.sourcesPanel.hidden = sources.length === 0;
   els.sources.replaceChildren(...sources.map((source) => {
-    const button = h("button", { type: "button", class: "secondary small-button", "aria-label": `Sync ${source.path} now` }, "Sync now");
+    const button = h("button", { type: "button", class: "secondary small-button", "aria-label": t("folder.syncLabel", { path: source.path }) },
+      t("folder.syncNow"));
     button.addEventListener("click", async () => {
       button.disabled = true;
       try {
@@ -330,15 +338,16 @@ export async function refreshSources() {
         const query = new URLSearchParams({ async: "true", ...(index ? { index } : {}) });
         followJob(await (await apiFetch(`/v1/sources/${source.id}/sync?${query}`, { method: "POST" })).json());
       } catch (err) {
-        message(`Could not sync ${source.path}: ${err.message}`);
+        message(t("folder.syncFailed", { path: source.path, message: err.message }));
       } finally {
         button.disabled = false;
       }
     });
-    const every = source.every_s ? `every ${seconds(source.every_s)}` : "on request";
+    const every = source.every_s ? t("folder.every", { time: seconds(source.every_s) }) : t("folder.onRequest");
     return h("li", { class: "folder", dataset: { id: source.id, status: source.last ? source.last.status : "new" } },
       h("span", { class: "folder-path" }, source.path + (source.glob ? ` (${source.glob})` : "")),
-      h("span", { class: "muted small" }, `${source.files} files · ${every} · ${lastSyncText(source)}`),
+      h("span", { class: "muted small" },
+        t("folder.summary", { files: t("count.files", { count: source.files }), every, last: lastSyncText(source) })),
       button);
   }));
 }
@@ -366,7 +375,7 @@ async function loadFormats() {
   try {
     const body = await getJSON("/v1/documents/formats");
     els.input.accept = body.accept;
-    els.formatsHint.textContent = ` (${body.formats.map((f) => f.label).join(", ")})`;
+    els.formatsHint.textContent = t("docs.formats", { formats: body.formats.map((f) => f.label).join(", ") });
   } catch (_) {
     /* no list (e.g. no key yet): every file is offered, the server says which it cannot read */
   }

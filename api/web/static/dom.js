@@ -1,5 +1,7 @@
 // DOM building without innerHTML: every string from a document, the model or a file name becomes a text node.
 
+import { formatNumber, language, t } from "./i18n.js";
+
 // h("a", {href: "#x", class: "cite"}, "text", childNode, [more, children])
 export function h(tag, attrs = {}, ...children) {
   const el = document.createElement(tag);
@@ -84,13 +86,15 @@ export function markedRanges(text, ranges) {
   return nodes;
 }
 
+// Seconds in the page's language: "1.23 s" ("1,23 s" in German), whole seconds from 10 s on.
 export function formatSeconds(ms) {
-  return ms >= 10000 ? `${(ms / 1000).toFixed(0)} s` : `${(ms / 1000).toFixed(2)} s`;
+  const digits = ms >= 10000 ? 0 : 2;
+  return t("time.seconds", { seconds: formatNumber(ms / 1000, { minimumFractionDigits: digits, maximumFractionDigits: digits }) });
 }
 
 export function formatDate(iso) {
   const date = new Date(iso);
-  return Number.isNaN(date.getTime()) ? String(iso || "") : date.toLocaleString(undefined, {
+  return Number.isNaN(date.getTime()) ? String(iso || "") : new Intl.DateTimeFormat(language(), {
     year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit",
-  });
+  }).format(date);
 }

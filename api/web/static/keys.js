@@ -1,12 +1,23 @@
 // The admin's page: create a key (shown once), list keys, revoke one; list indexes, delete one (typing its name).
 
 import { apiFetch, getJSON, sendJSON } from "./api.js";
-import { h } from "./dom.js";
+import { formatDate, h } from "./dom.js";
+import { t } from "./i18n.js";
 
 const list = (text) => (text || "").split(",").map((s) => s.trim()).filter(Boolean);
 
 function when(seconds) {
-  return seconds ? new Date(seconds * 1000).toISOString().slice(0, 16).replace("T", " ") : "never";
+  return seconds ? formatDate(new Date(seconds * 1000).toISOString()) : t("keys.never");
+}
+
+const STATES = ["active", "expired", "revoked"];
+const ROLES = ["reader", "editor", "admin"];
+
+// What the key sees, in words of the page's language (the server's `sees` says the same in English).
+function sees(key) {
+  if (!Array.isArray(key.groups)) return key.sees;
+  if (key.groups.includes("*")) return t("keys.sees.all");
+  return key.groups.length ? t("keys.sees.groups", { groups: key.groups.join(", ") }) : t("keys.sees.public");
 }
 
 function message(text) {
@@ -25,9 +36,10 @@ export async function refreshKeys() {
     document.getElementById("keys-body").replaceChildren();
     return;
   }
-  message(body.keys.length ? "" : "No keys yet.");
+  message(body.keys.length ? "" : t("keys.none"));
   document.getElementById("keys-body").replaceChildren(...body.keys.map((key) => {
-    const revoke = h("button", { type: "button", class: "danger-outline small-button", "aria-label": `Revoke ${key.name}` }, "Revoke");
+    const revoke = h("button", { type: "button", class: "danger-outline small-button", "aria-label": t("keys.revokeLabel", { name: key.name }) },
+      t("keys.revoke"));
     revoke.hidden = key.state === "revoked";
     revoke.addEventListener("click", async () => {
       try {
@@ -39,10 +51,11 @@ export async function refreshKeys() {
     });
     return h("tr", { dataset: { key: key.name } },
       h("td", { class: "key-name" }, key.name),
-      h("td", { "data-label": "Roles" }, key.roles.map((g) => `${g.index}=${g.role}`).join(", ")),
-      h("td", { "data-label": "Sees" }, key.sees),
-      h("td", { "data-label": "Expires" }, when(key.expires)),
-      h("td", { class: "key-state", "data-label": "State" }, key.state),
+      h("td", { "data-label": t("keys.col.roles") }, key.roles.map((g) => `${g.index}=${ROLES.includes(g.role) ? t(`role.${g.role}`) : g.role}`).join(", ")),
+      h("td", { "data-label": t("keys.col.sees") }, sees(key)),
+      h("td", { "data-label": t("keys.expires") }, when(key.expires)),
+      h("td", { class: "key-state", "data-label": t("keys.col.state") },
+        STATES.includes(key.state) ? t(`keys.state.${key.state}`) : key.state),
       h("td", { class: "actions" }, revoke));
   }));
 }
@@ -61,13 +74,14 @@ export async function refreshIndexList() {
     indexesMessage(err.message);
     return;
   }
-  if (!body.indexes.length) indexesMessage("No indexes yet.");
+  if (!body.indexes.length) indexesMessage(t("keys.noIndexes"));
   document.getElementById("indexes-body").replaceChildren(...body.indexes.map((index) => {
-    const remove = h("button", { type: "button", class: "danger-outline small-button", "aria-label": `Delete index ${index.name}` }, "Delete");
+    const remove = h("button", { type: "button", class: "danger-outline small-button", "aria-label": t("index.deleteLabel", { name: index.name }) },
+      t("action.delete"));
     remove.addEventListener("click", () => confirmIndexDelete(index));
     return h("tr", { dataset: { index: index.name } },
-      h("td", { class: "index-name" }, index.name), h("td", { "data-label": "Documents" }, index.documents),
-      h("td", { "data-label": "Chunks" }, index.chunks), h("td", { class: "actions" }, remove));
+      h("td", { class: "index-name" }, index.name), h("td", { "data-label": t("nav.documents") }, index.documents),
+      h("td", { "data-label": t("docs.col.chunks") }, index.chunks), h("td", { class: "actions" }, remove));
   }));
 }
 
@@ -75,8 +89,8 @@ function confirmIndexDelete(index) {
   const dialog = document.getElementById("index-delete-dialog");
   const typed = document.getElementById("index-delete-name");
   document.getElementById("index-delete-message").textContent =
-    `Index “${index.name}” with ${index.documents} documents and ${index.chunks} chunks, and its uploaded files, ` +
-    "will be deleted for good. Back it up first (rag index backup).";
+    t("index.delete.message", { name: index.name, documents: t("count.documents", { count: index.documents }),
+      chunks: t("count.chunks", { count: index.chunks }) });
   typed.value = "";
   dialog.returnValue = "";
   dialog.addEventListener("close", async () => {
@@ -85,10 +99,10 @@ function confirmIndexDelete(index) {
     try {
       const query = new URLSearchParams({ confirm: typed.value.trim() });
       await apiFetch(`/v1/indexes/${encodeURIComponent(index.name)}?${query}`, { method: "DELETE" });
-      outcome = `Index “${index.name}” deleted.`;
+      outcome = t("index.deleted", { name: index.name });
       window.dispatchEvent(new Event("rag:indexes"));
     } catch (err) {
-      outcome = `Could not delete “${index.name}”: ${err.message}`;
+      outcome = t("index.deleteFailed", { name: index.name, message: err.message });
     }
     await refreshIndexList();
     indexesMessage(outcome);
@@ -112,7 +126,8 @@ export function initKeys() {
       event.target.reset();
     } catch (err) {
       document.getElementById("new-key-shown").hidden = true;
-      message(err.message);
+      message(err.message); // the server's own words (not refreshed away: nothing changed)
+      return;
     }
     refreshKeys();
   });
