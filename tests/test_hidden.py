@@ -272,7 +272,13 @@ def test_a_restricted_admin_grants_at_most_what_it_holds(deployment: Deployment)
     everyone = {k["name"] for k in httpx.get(f"{d.base}/v1/keys", headers=d.as_("admin")).json()["keys"]}
     assert "hidden-finance" in everyone and set(listed) < everyone
     # Revoking: only a key that holds no more than the caller.
-    assert httpx.delete(f"{d.base}/v1/keys/hidden-finance", headers=boss).status_code == 403
+    # A wider key is not found, exactly as a key that never was (its name is not confirmed to exist).
+    wider, never = (httpx.delete(f"{d.base}/v1/keys/{name}", headers=boss)
+                    for name in ("hidden-finance", "no-such-key"))
+    assert wider.status_code == never.status_code == 404, (wider.text, never.text)
+    assert wider.json()["error"]["type"] == never.json()["error"]["type"]
+    assert wider.json()["error"]["message"].replace("hidden-finance", "X") == never.json()["error"]["message"].replace(
+        "no-such-key", "X")
     assert httpx.delete(f"{d.base}/v1/keys/staffer-{tag}", headers=boss).json()["state"] == "revoked"
     # Deleting an index needs an admin who sees every document.
     hidden = files_of(d.upload("admin", "owned", "Budget.md", SECRET, groups="finance"))[0]

@@ -16,6 +16,7 @@ from api.protocol import KeyCreated, KeyCreateRequest, KeyInfo, KeyList, Me, Rol
 from api.requests import json_body
 from api.state import AppState
 from rag.core.access import describe_groups
+from ingest.store.keys import unknown_key
 from rag.core.errors import ForbiddenError
 from rag.core.keys import ApiKey, new_key, parse_duration, parse_grants, validate_key_groups
 
@@ -74,9 +75,10 @@ class AccessController(Controller):
         app: AppState = state.app
         held = next((r for r in await anyio.to_thread.run_sync(app.keys.list) if r.name == name), None)
         why_not = None if held is None else context.principal.may_grant(held.roles, held.groups)
-        if why_not is not None:  # changing a key is granting: only one that holds no more than the caller
+        if why_not is not None:  # changing a key is granting: only one that holds no more than the caller,
+            # and a wider key is not listed to it, so it is the same "not found" as a key that never was
             app.record(context, "key.revoke", route="/v1/keys/{name}", key=name, outcome="refused")
-            raise ForbiddenError(f"this key may not revoke key {name!r}: {why_not.replace('grant', 'hold', 1)}")
+            raise unknown_key(name)
         record = await anyio.to_thread.run_sync(app.keys.revoke, name)
         app.record(context, "key.revoke", route="/v1/keys/{name}", key=name, outcome="revoked")
         return key_info(record)

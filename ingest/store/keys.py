@@ -53,7 +53,7 @@ def _exists(name: str) -> ConflictError:
     return ConflictError(f"a key named {name!r} exists and is active; revoke it first or choose another name")
 
 
-def _unknown(name: str) -> NotFoundError:
+def unknown_key(name: str) -> NotFoundError:
     return NotFoundError(f"no key named {name!r}")
 
 
@@ -145,7 +145,7 @@ class SqliteKeyStore:
             db.execute("UPDATE api_keys SET revoked = ? WHERE name = ? AND revoked IS NULL", (time.time(), name))
             row = db.execute(f"SELECT {COLUMNS} FROM api_keys WHERE name = ?", (name,)).fetchone()
         if row is None:
-            raise _unknown(name)
+            raise unknown_key(name)
         return _record(row)
 
     def any(self) -> bool:
@@ -239,7 +239,7 @@ class PostgresKeyStore:
         rows = rows or self._run(f"SELECT {COLUMNS} FROM rag.api_keys WHERE name = %s", (name,))
         if rows:
             return _record(rows[0])
-        raise _unknown(name)
+        raise unknown_key(name)
 
     def any(self) -> bool:
         return bool(self._run("SELECT 1 FROM rag.api_keys LIMIT 1"))
