@@ -149,6 +149,9 @@ def test_a_german_date_and_abbreviation_are_not_sentence_ends(settings: Settings
     sentences = split_sentences(doc.read_text(encoding="utf-8"))
     assert "Resturlaub kann bis zum 31. März des Folgejahres übertragen werden." in sentences
     assert "Teilzeitkräfte erhalten den Urlaub anteilig, z. B. 18 Tage bei drei Arbeitstagen pro Woche." in sentences
+    # Every rule applies to every text: none may join English sentences ("Art" is no German abbreviation here).
+    assert split_sentences("It hangs in the Museum of Modern Art. The show opened in May.") == [
+        "It hangs in the Museum of Modern Art.", "The show opened in May."]
     local = settings.replace(home=tmp_path)
     assert ingest_paths([doc], EmbeddedIndex(local.index_path()), embedder, local.chunk_tokens,
                         local.chunk_overlap).ok
