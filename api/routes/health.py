@@ -18,7 +18,8 @@ from rag.generation.ort import provider_facts
 def index_summary(app: AppState, context: RequestContext) -> IndexSummary | None:
     """The default index as the caller sees it; None (left out) for a caller without a role there: its name and
     size are no business of an anonymous load balancer's or of a key for other indexes (issue 34)."""
-    if app.store is None or context.principal.role_for(app.index(None).name) is None:
+    # A caller with no role anywhere (a load balancer's probe) is answered before the store resolves the name.
+    if app.store is None or not context.principal.roles or context.principal.role_for(app.index(None).name) is None:
         return None
     name, documents, chunks = app.summary(None, context)
     return IndexSummary(name=name, documents=documents, chunks=chunks)
