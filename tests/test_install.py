@@ -44,7 +44,7 @@ def test_what_serving_from_a_clone_writes_is_git_ignored(settings: Settings, tmp
                            json={"title": "Kestrel", "turns": [{"question": "Where?", "answer": "the old mill"}]})
         assert saved.status_code == 201, saved.text
     written = {p.name for p in clone.iterdir()} - {".git", ".gitignore"}
-    assert {"access.sqlite", "indexes", "uploads", "audit"} <= written, written  # what the server wrote
+    assert {"access.sqlite", "indexes", "uploads", "audit", "audit.key"} <= written, written  # what the server wrote
     status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=clone, check=True,
                             capture_output=True, text=True).stdout.splitlines()
     assert status == ["?? .gitignore"], status
