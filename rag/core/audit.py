@@ -152,7 +152,10 @@ def open_file_key(path: Path, folder: Path) -> AuditKey:
         return key
     make_private_folder(folder)
     candidate = AuditKey(secrets.token_bytes(32))
-    heads = Heads(folder / HEADS_FILE, candidate)
+    try:
+        heads = Heads(folder / HEADS_FILE, candidate)
+    except sqlite3.Error as exc:
+        raise heads_error(folder / HEADS_FILE, exc) from exc
     try:
         with heads.locked():
             key = load_key(path)  # made by another process while this one waited for the lock
