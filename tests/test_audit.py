@@ -390,3 +390,17 @@ def test_an_append_never_waits_for_the_heads(settings: Settings, tmp_path: Path)
     trail.close()
     assert took < 2, f"40 appends took {took:.1f} s while the heads were locked"
     assert tuple(trail.verify()) == (41, [])
+
+
+def test_a_head_without_a_mac_before_any_keyed_record_is_not_called_moved():
+    """A key that exists while nothing was written with it (a key made by a version that did not anchor the
+    table at once): not "the head row was moved" (no record was cut, no head moved)."""
+    from ingest.store.audit import _walk
+    from rag.core.audit import AuditKey
+
+    records = resealed([{"event": "key.create", "key": name, "seq": n, "ts": f"2025-01-01T00:00:0{n}.000Z"}
+                        for n, name in enumerate(["alice", "bob"], 1)], lambda body: None)
+    table = [(r["seq"], r["ts"], None, None, canonical(r).decode()) for r in records]
+    checked, unkeyed, problem = _walk(table, (2, records[-1]["hash"], None), AuditKey(b"k" * 32))
+    assert (checked, unkeyed) == (2, 2)
+    assert problem is None or "moved" not in problem.reason, problem
