@@ -108,9 +108,9 @@ def missing_key_error(path: Path, why: str, where: str) -> ConfigError:
 def write_key(path: Path, key: AuditKey) -> None:
     """``key`` into ``path`` whole or not at all: written to a private name beside it, fsync'd, then moved into
     place (owner-only: 0600; on Windows it gets its folder's permissions, the home's owner-only ones)."""
-    make_private_folder(path.parent)
     temp = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
+        make_private_folder(path.parent)
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
         with os.fdopen(fd, "wb") as handle:
             handle.write(key.secret.hex().encode() + b"\n")
@@ -150,11 +150,11 @@ def open_file_key(path: Path, folder: Path) -> AuditKey:
     key = load_key(path)
     if key is not None:
         return key
-    make_private_folder(folder)
     candidate = AuditKey(secrets.token_bytes(32))
     try:
+        make_private_folder(folder)
         heads = Heads(folder / HEADS_FILE, candidate)
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, OSError) as exc:
         raise heads_error(folder / HEADS_FILE, exc) from exc
     try:
         with heads.locked():
