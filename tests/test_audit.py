@@ -404,3 +404,18 @@ def test_a_head_without_a_mac_before_any_keyed_record_is_not_called_moved():
     checked, unkeyed, problem = _walk(table, (2, records[-1]["hash"], None), AuditKey(b"k" * 32))
     assert (checked, unkeyed) == (2, 2)
     assert problem is None or "moved" not in problem.reason, problem
+
+
+def test_a_trail_from_before_the_key_is_anchored_when_writers_start_together(settings: Settings, tmp_path: Path):
+    """Several writers starting at once over a trail from before the key (workers, commands): whichever makes
+    the key anchors the old chains before any other can see it; every one of them verifies."""
+    legacy = tmp_path / "audit" / "20250101T000000-old-host-1"
+    legacy.mkdir(parents=True)
+    write_chain(legacy, resealed([{"event": "key.create", "key": "alice", "seq": 1,
+                                   "ts": "2025-01-01T00:00:01.000Z"}], lambda body: None))
+    commands = [subprocess.Popen([sys.executable, "-m", "rag.cli", "--home", str(tmp_path), "keys", "create",
+                                  f"k{n}", "--role", "reader"], cwd=PROJECT_ROOT, env=cli_env(settings),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for n in range(4)]
+    for command in commands:
+        assert command.wait(timeout=120) == 0, command.stderr.read() if command.stderr else ""
+    assert "1 record(s) were written without the audit key" in verify_passes(settings, tmp_path)
