@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 import uuid
@@ -109,7 +110,7 @@ def guard_auth_and_logging(settings: Settings, state: AppState):
                         await anyio.to_thread.run_sync(lambda: state.record_refusal(
                             error_type, status, scope["method"], path, str(client), request_id=request_id,
                             **audited))
-                    except (RagError, OSError) as exc:  # not written: the refusal stands, the log says so
+                    except (RagError, OSError, sqlite3.Error) as exc:  # not written: the refusal stands
                         logger.warning("the refusal could not be audited: %s", exc)
 
             headers = scope["headers"]

@@ -23,7 +23,7 @@ from ingest.uploads import Uploads
 from rag.answering.evidence import short_answer_messages
 from rag.answering.service import AnswerService
 from rag.core import observe
-from rag.core.audit import AuditLog, AuditTrail, load_key
+from rag.core.audit import AuditLog, AuditTrail, load_key, open_file_key
 from rag.core.errors import ConfigError, IndexBusyError
 from rag.core.files import make_private_folder, remove_tree
 from rag.core.names import validate_index_name
@@ -73,23 +73,36 @@ def open_audit(settings: Settings, chain: str | None = None) -> AuditLog | None:
 def open_audit_trail(settings: Settings, writing: bool = False, chain: str | None = None) -> AuditLog:
     """The audit trail: one table in the PostgreSQL store with ``store_url`` (replicas share one chain), else
     files under ``audit_dir``, a chain per process. Its records are MACs under the key in ``audit_key_file``,
-    made on first use by a writer (a reader only checks with it)."""
+    made by the first writer of a trail that never had one (a reader only checks with it); a writer whose key
+    is gone while its trail was keyed does not start (ConfigError)."""
     if writing:
         make_private_folder(settings.home)
-    key = load_key(settings.audit_key_path, create=writing)
+    key = load_key(settings.audit_key_path)
     if settings.store_url:
         try:
             from ingest.store.audit import PostgresAuditTrail
-
-            return PostgresAuditTrail(settings.store_url, key)
         except ImportError as exc:
             raise postgres_packages_missing(exc.name) from exc
+        trail = PostgresAuditTrail(settings.store_url, key)
+        if writing and key is None:
+            try:
+                trail.open_key(settings.audit_key_path)
+            except BaseException:
+                trail.close()
+                raise
+        return trail
     make_private_folder(settings.home)
     make_private_folder(settings.audit_path)
+    if writing:
+        key = open_file_key(settings.audit_key_path, settings.audit_path)
+    size = settings.audit_max_mb * 1024 * 1024
     if chain is not None:
-        return AuditTrail(settings.audit_path, settings.audit_max_mb * 1024 * 1024, settings.audit_questions,
-                          chain=chain, key=key, shared=True)
-    return AuditTrail(settings.audit_path, settings.audit_max_mb * 1024 * 1024, settings.audit_questions, key=key)
+        files = AuditTrail(settings.audit_path, size, settings.audit_questions, chain=chain, key=key, shared=True)
+    else:
+        files = AuditTrail(settings.audit_path, size, settings.audit_questions, key=key)
+    if writing:
+        files.open_heads()
+    return files
 
 
 def open_keys(settings: Settings) -> KeyStore:

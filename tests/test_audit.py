@@ -278,3 +278,144 @@ def test_refusals_before_authentication_are_audited_and_bounded(settings: Settin
     rows(store_url, "UPDATE rag.audit_head SET seq = %s, hash = %s" + (", mac = NULL" if "mac" in columns else ""),
          (forged[-1]["seq"], forged[-1]["hash"]))
     verify_fails(settings, home, "rag.audit record", url=store_url)
+
+
+# --------------------------------------------------------------------------- the key: never made again over a keyed trail
+def test_a_deleted_key_is_not_made_again_over_a_keyed_trail(settings: Settings, tmp_path: Path, store_url: str | None):
+    """Whoever can write the home but not read the key rewrites the trail without it (sha256), deletes the
+    heads and the key: the next writer must not make a new key that would anchor the forgery."""
+    for name in ("alice", "mallory"):
+        assert rag(settings, tmp_path, "keys", "create", name, "--role", "admin", url=store_url).returncode == 0
+    if store_url is None:
+        audit = tmp_path / "audit"
+        (keys_chain,) = chain_folders(tmp_path)
+        shutil.copytree(keys_chain, audit / "20250101T000000-host-7")  # another writer's chain, left keyed
+        write_chain(keys_chain, resealed(read_chain(keys_chain), rename_key))
+        (audit / "heads.sqlite").unlink()
+    (tmp_path / "audit.key").unlink()
+    result = rag(settings, tmp_path, "keys", "create", "bob", "--role", "reader", url=store_url)
+    assert result.returncode != 0, f"a new key was made over a keyed trail:\n{result.stderr}"
+    assert "the audit key is missing" in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert not (tmp_path / "audit.key").exists()
+    if store_url is None:  # the heads kept, every chain rewritten: refused too
+        shutil.rmtree(audit / "20250101T000000-host-7")
+        other = tmp_path / "other"
+        assert rag(settings, other, "keys", "create", "alice", "--role", "admin").returncode == 0
+        shutil.copy(other / "audit" / "heads.sqlite", audit / "heads.sqlite")
+        result = rag(settings, tmp_path, "keys", "create", "bob", "--role", "reader")
+        assert result.returncode != 0 and "the audit key is missing" in result.stderr, result.stderr
+
+
+def test_a_trail_from_before_the_key_is_anchored_even_if_its_writer_stops_at_once(settings: Settings,
+                                                                                   tmp_path: Path,
+                                                                                   store_url: str | None):
+    """The key is made by a server that stops before it writes a record: the trail before it still verifies
+    (anchored when the key was made, not at a first record that never comes)."""
+    home = tmp_path / "home"
+    if store_url is None:
+        legacy = home / "audit" / "20250101T000000-old-host-1"
+        legacy.mkdir(parents=True)
+        write_chain(legacy, resealed([{"event": "key.create", "key": name, "seq": n,
+                                       "ts": f"2025-01-01T00:00:0{n}.000Z"}
+                                      for n, name in enumerate(["alice", "mallory"], 1)], lambda body: None))
+    else:
+        from ingest.store.audit import PostgresAuditTrail
+
+        old = PostgresAuditTrail(store_url)  # no key: as main writes the table
+        for name in ("alice", "mallory"):
+            old.append("key.create", principal="local", key=name, outcome="created")
+        old.close()
+    env = {"RAG_STORE_URL": store_url} if store_url else {}
+    with server_process(settings, home, tmp_path / "serve.log", **env):
+        assert (home / "audit.key").exists()
+    assert "2 record(s) were written without the audit key" in verify_passes(settings, home, url=store_url)
+
+
+def test_the_keys_chain_goes_on_after_a_command_stopped_before_its_heads(settings: Settings, tmp_path: Path):
+    """A `rag keys` command fsync'd its record but stopped before the heads were committed: the next command
+    continues after that record, not from the stale head (a fork: "the chain breaks here" for good)."""
+    assert rag(settings, tmp_path, "keys", "create", "alice", "--role", "reader").returncode == 0
+    heads = tmp_path / "audit" / "heads.sqlite"
+    saved = heads.read_bytes()
+    assert rag(settings, tmp_path, "keys", "create", "bob", "--role", "reader").returncode == 0
+    heads.write_bytes(saved)  # as if the second command had stopped before its heads' commit
+    assert rag(settings, tmp_path, "keys", "revoke", "alice").returncode == 0
+    (folder,) = chain_folders(tmp_path)
+    assert [(r["seq"], r["key"]) for r in read_chain(folder)] == [(1, "alice"), (2, "bob"), (3, "alice")]
+    assert "intact: 3 records" in verify_passes(settings, tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["heads", "empty-key", "unwritable-key"])
+def test_a_damaged_heads_file_or_key_file_is_a_clear_error(settings: Settings, tmp_path: Path, damage: str):
+    assert rag(settings, tmp_path, "keys", "create", "alice", "--role", "reader").returncode == 0
+    if damage == "heads":
+        (tmp_path / "audit" / "heads.sqlite").write_bytes(b"not a database\n" * 512)
+        expected = "the audit trail's heads"
+    elif damage == "empty-key":  # cut by a crash
+        (tmp_path / "audit.key").write_bytes(b"")
+        expected = "is empty"
+    else:  # a key to make where no file can be written (a folder in the way)
+        shutil.rmtree(tmp_path / "audit")
+        (tmp_path / "audit.key").unlink()
+        (tmp_path / "audit.key").mkdir()
+        expected = "audit key file"
+    result = rag(settings, tmp_path, "keys", "create", "bob", "--role", "reader")
+    assert result.returncode != 0, result.stderr
+    assert expected in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_an_append_never_waits_for_the_heads(settings: Settings, tmp_path: Path):
+    """The heads are moved by the syncer thread, not in a request's append: another process holding their write
+    lock (a `rag keys` command, a slow disk) does not hold up the requests of a server."""
+    import threading
+    import time
+
+    from rag.runtime import open_audit
+
+    trail = open_audit(settings.replace(home=tmp_path, audit=True))
+    assert trail is not None
+    trail.append("answer", principal="p", outcome="answered", n=-1)
+    time.sleep(1.5)  # the heads exist (the first record is anchored)
+    blocker = sqlite3.connect(tmp_path / "audit" / "heads.sqlite", isolation_level=None, timeout=30,
+                              check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(6, lambda: blocker.execute("COMMIT"))  # another process done after 6 s
+    release.start()
+    started = time.monotonic()
+    for n in range(40):
+        trail.append("answer", principal="p", outcome="answered", n=n)
+    took = time.monotonic() - started
+    release.join()
+    blocker.close()
+    trail.close()
+    assert took < 2, f"40 appends took {took:.1f} s while the heads were locked"
+    assert tuple(trail.verify()) == (41, [])
+
+
+def test_a_head_without_a_mac_before_any_keyed_record_is_not_called_moved():
+    """A key that exists while nothing was written with it (a key made by a version that did not anchor the
+    table at once): not "the head row was moved" (no record was cut, no head moved)."""
+    from ingest.store.audit import _walk
+    from rag.core.audit import AuditKey
+
+    records = resealed([{"event": "key.create", "key": name, "seq": n, "ts": f"2025-01-01T00:00:0{n}.000Z"}
+                        for n, name in enumerate(["alice", "bob"], 1)], lambda body: None)
+    table = [(r["seq"], r["ts"], None, None, canonical(r).decode()) for r in records]
+    checked, unkeyed, problem = _walk(table, (2, records[-1]["hash"], None), AuditKey(b"k" * 32))
+    assert (checked, unkeyed) == (2, 2)
+    assert problem is None or "moved" not in problem.reason, problem
+
+
+def test_a_trail_from_before_the_key_is_anchored_when_writers_start_together(settings: Settings, tmp_path: Path):
+    """Several writers starting at once over a trail from before the key (workers, commands): whichever makes
+    the key anchors the old chains before any other can see it; every one of them verifies."""
+    legacy = tmp_path / "audit" / "20250101T000000-old-host-1"
+    legacy.mkdir(parents=True)
+    write_chain(legacy, resealed([{"event": "key.create", "key": "alice", "seq": 1,
+                                   "ts": "2025-01-01T00:00:01.000Z"}], lambda body: None))
+    commands = [subprocess.Popen([sys.executable, "-m", "rag.cli", "--home", str(tmp_path), "keys", "create",
+                                  f"k{n}", "--role", "reader"], cwd=PROJECT_ROOT, env=cli_env(settings),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for n in range(4)]
+    for command in commands:
+        assert command.wait(timeout=120) == 0, command.stderr.read() if command.stderr else ""
+    assert "1 record(s) were written without the audit key" in verify_passes(settings, tmp_path)

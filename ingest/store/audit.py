@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import hmac
 import json
+import secrets
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ingest.store.postgres import MIGRATION_LOCK, redact
-from rag.core.audit import GENESIS, MAC, AuditKey, Verified, canonical, chain_name, check_record, sign, timestamp
+from rag.core.audit import (GENESIS, MAC, AuditKey, Verified, canonical, chain_name, check_record, load_key,
+                            missing_key_error, sign, timestamp, write_key)
 from rag.core.errors import StoreUnavailableError
 
 TABLE = "rag.audit"
@@ -99,15 +102,45 @@ class PostgresAuditTrail:
                         raise StoreUnavailableError(f"the audit trail's head row ({HEAD}) is gone: the trail was "
                                                     "tampered with; `rag audit verify` shows where")
                     seq, prev = int(head[0]), str(head[1])
-                    if self.key is not None and self.key.created and seq > 0 and head[2] is None:
-                        # This process made the key: its first record anchors the unkeyed records before it.
-                        seq, prev = self._insert(conn, seq, prev, "audit.keyed", {"unkeyed_before": seq + 1})
-                        self.key = AuditKey(self.key.secret)  # once
                     body = {k: v for k, v in fields.items() if v is not None}
                     self._insert(conn, seq, prev, event, body)
             except self._psycopg.OperationalError as exc:
                 raise self._unavailable(exc) from exc
             return body
+
+    def open_key(self, path: Path) -> AuditKey:
+        """The audit key for a writer: the one in ``path``, else a new one, made only over a table that never
+        had one (empty, or written before keys: the upgrade). Under the head row's lock, before the key file is
+        moved into place, its first record (``audit.keyed``) anchors the unkeyed records before it: whoever sees
+        the key sees them anchored. Raises ConfigError where the table was keyed and the key is gone."""
+        candidate = AuditKey(secrets.token_bytes(32))
+        with self._lock:
+            try:
+                conn = self._connection()
+                with conn.transaction():
+                    head = conn.execute(f"SELECT seq, hash, mac FROM {HEAD} FOR UPDATE").fetchone()
+                    key = load_key(path)  # made by another process while this one waited for the row
+                    if key is not None:
+                        self.key = key
+                        return key
+                    where = f"{self.location}: rename the tables rag.audit and rag.audit_head"
+                    if head is not None and head[2] is not None:
+                        raise missing_key_error(path, f"the head row of {self.location} carries a MAC under it", where)
+                    if conn.execute(f"SELECT 1 FROM {TABLE} WHERE record LIKE %s LIMIT 1",
+                                    (f'%"mac":"{MAC}"%',)).fetchone() is not None:
+                        raise missing_key_error(path, f"{self.location} holds records written with it", where)
+                    self.key = candidate
+                    if head is not None and int(head[0]) > 0:
+                        self._insert(conn, int(head[0]), str(head[1]), "audit.keyed",
+                                     {"unkeyed_before": int(head[0]) + 1})
+                    write_key(path, candidate)  # before the commit: a crash now leaves the row unmoved
+            except self._psycopg.OperationalError as exc:
+                self.key = None
+                raise self._unavailable(exc) from exc
+            except BaseException:
+                self.key = None
+                raise
+        return candidate
 
     def _insert(self, conn: Any, seq: int, prev: str, event: str, body: dict[str, Any]) -> tuple[int, str]:
         """Insert the record after ``(seq, prev)`` and move the head to it (in the caller's transaction)."""
@@ -186,6 +219,9 @@ def _walk(rows: Any, head: tuple | None, key: AuditKey | None) -> tuple[int, int
             if (row_seq, ts, principal, index) != (record["seq"], record.get("ts"), _text(record.get("principal")),
                                                    _text(record.get("index"))):
                 problem = "its columns (seq, ts, principal, index_name) do not match its content"
+            elif record.get("mac") != MAC and record.get("event") == "audit.keyed":
+                problem = ("an audit.keyed record without the key's MAC (the trail was rewritten without the audit "
+                           "key)")
             elif (key is not None and unkeyed and not keyed and record.get("mac") == MAC
                   and record.get("event") != "audit.keyed"):
                 problem = ("keyed records follow unkeyed ones that no audit.keyed record anchors (the records "
@@ -204,6 +240,12 @@ def _walk(rows: Any, head: tuple | None, key: AuditKey | None) -> tuple[int, int
     if (head[0], head[1]) != (seq, prev):
         return checked, unkeyed, RecordProblem(seq, f"the head row ({HEAD}) does not name the last record (it says "
                                                     f"record {head[0]})")
+    if key is not None and seq > 0 and head[2] is None and not keyed:
+        # Not "moved": no record was written with the key. A key made now anchors the table at once (audit.keyed,
+        # before its file is in place), so only a key made without that (an earlier version) or a rewrite leaves it.
+        return checked, unkeyed, RecordProblem(seq, f"no record was written with the audit key and the head row "
+                                                    f"({HEAD}) has no MAC: the key was made without anchoring the "
+                                                    "trail, or the trail was rewritten without the key")
     if key is not None and seq > 0 and not (head[2] and hmac.compare_digest(head[2], head_mac(key, seq, prev))):
         return checked, unkeyed, RecordProblem(seq, f"the head row ({HEAD}) was moved: its MAC does not match "
                                                     "(records were cut from the end, or the trail was rewritten)")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import click
 from rich.table import Table
@@ -20,14 +22,22 @@ def _when(seconds: float | None) -> str:
     return timestamp(seconds)[:19].replace("T", " ") if seconds else "never"
 
 
-def _record(settings: Settings, event: str, **fields) -> None:
-    """One record in the trail's long-lived ``keys`` chain (files), or the store's one chain (PostgreSQL)."""
+@contextmanager
+def _audited(settings: Settings) -> Iterator[Callable[..., None]]:
+    """``record(event, **fields)``: one record in the trail's long-lived ``keys`` chain (files), or the store's
+    one chain (PostgreSQL). The trail is opened first: a command whose change could not be audited (its key
+    missing, its heads damaged) changes nothing."""
     trail = open_audit(settings, chain=KEYS_CHAIN)
-    if trail is not None:
-        try:
+
+    def record(event: str, **fields: Any) -> None:
+        if trail is not None:
             principal = RequestContext.local().principal
             trail.append(event, principal=principal.name, principal_kind=principal.kind, route="cli", **fields)
-        finally:
+
+    try:
+        yield record
+    finally:
+        if trail is not None:
             trail.close()
 
 
@@ -52,13 +62,14 @@ def keys_create(settings: Settings, name: str, role: str, indexes: tuple[str, ..
     """Create key NAME and print it (shown once: only its hash is kept)."""
     expiry = time.time() + parse_duration(expires) if expires else None
     record, token = new_key(name, parse_grants(role, indexes), parse_groups(groups), expiry)
-    store = open_keys(settings)
-    try:
-        store.add(record)
-    finally:
-        store.close()
-    _record(settings, "key.create", key=name, roles=[list(g) for g in record.roles], groups=sorted(record.groups),
-            expires=expiry, outcome="created")
+    with _audited(settings) as audit_record:
+        store = open_keys(settings)
+        try:
+            store.add(record)
+        finally:
+            store.close()
+        audit_record("key.create", key=name, roles=[list(g) for g in record.roles], groups=sorted(record.groups),
+                     expires=expiry, outcome="created")
     if as_json:
         print_json({"name": name, "key": token, "roles": [list(g) for g in record.roles],
                     "groups": sorted(record.groups), "sees": describe_groups(record.groups), "expires": expiry})
@@ -98,12 +109,13 @@ def keys_list(settings: Settings, as_json: bool) -> None:
 @handle_errors
 def keys_revoke(settings: Settings, name: str) -> None:
     """Revoke key NAME: refused from the next request on, on every server sharing the store."""
-    store = open_keys(settings)
-    try:
-        store.revoke(name)
-    finally:
-        store.close()
-    _record(settings, "key.revoke", key=name, outcome="revoked")
+    with _audited(settings) as audit_record:
+        store = open_keys(settings)
+        try:
+            store.revoke(name)
+        finally:
+            store.close()
+        audit_record("key.revoke", key=name, outcome="revoked")
     console.print(literal(f"key {name!r} revoked"))
 
 

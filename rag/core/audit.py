@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Protocol, Sequence
 
-from rag.core.errors import ConfigError
-from rag.core.files import make_private_folder
+from rag.core.errors import ConfigError, StoreUnavailableError
+from rag.core.files import make_private_folder, replace_file
 
 log = logging.getLogger("rag.audit")
 GENESIS = "0" * 64
@@ -63,7 +63,6 @@ class AuditKey:
     heads so that they verify. Kept in a file apart from the trail (``audit_key_file``)."""
 
     secret: bytes
-    created: bool = field(default=False, compare=False)  # made by this process: it anchors the unkeyed trail
 
     @property
     def key_id(self) -> str:
@@ -74,39 +73,115 @@ class AuditKey:
         return hmac.new(self.secret, domain + b"\0" + data, hashlib.sha256).hexdigest()
 
 
-def load_key(path: Path, create: bool) -> AuditKey | None:
-    """The audit key in ``path`` (64 hex digits); with ``create``, a new random one written there first when the
-    file is missing (owner-only: 0600; on Windows it gets its folder's permissions, the home's owner-only ones
-    by default), marked ``created``. None: no file and ``create`` false."""
-    created = False
-    for _ in range(50):
+def load_key(path: Path, create: bool = False) -> AuditKey | None:
+    """The audit key in ``path`` (64 hex digits); None: there is no such file. Keys are made only where the
+    trail is known (``open_file_key``, ``PostgresAuditTrail.open_key``): never over a keyed trail."""
+    if create:
+        raise ValueError("an audit key is made with the trail (open_file_key), not on its own")
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"the audit key file {path} cannot be read ({exc}): check its owner and permissions "
+                          "(audit_key_file)") from exc
+    if not text:
+        raise ConfigError(f"the audit key file {path} is empty (cut by a crash while it was written?): restore "
+                          "the key from its backup (audit_key_file); without it the trail cannot be written")
+    try:
+        secret = bytes.fromhex(text)
+    except ValueError:
+        secret = b""
+    if len(secret) < 16:
+        raise ConfigError(f"the audit key file {path} does not hold a key (64 hexadecimal digits)")
+    return AuditKey(secret)
+
+
+def missing_key_error(path: Path, why: str, where: str) -> ConfigError:
+    """Why no new key is made: the trail (``where``) was written with one (``why``) and it is gone."""
+    return ConfigError(
+        f"the audit key is missing: {path} is gone, but {why}. Restore the key file from its backup "
+        f"(audit_key_file); a new key would let whoever deleted it rewrite the trail unnoticed. To start a new "
+        f"trail on purpose, move the old one away first ({where})")
+
+
+def write_key(path: Path, key: AuditKey) -> None:
+    """``key`` into ``path`` whole or not at all: written to a private name beside it, fsync'd, then moved into
+    place (owner-only: 0600; on Windows it gets its folder's permissions, the home's owner-only ones)."""
+    temp = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        make_private_folder(path.parent)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(key.secret.hex().encode() + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        replace_file(temp, path)
+    except OSError as exc:
         try:
-            text = path.read_text(encoding="ascii").strip()
-        except FileNotFoundError:
-            if not create:
-                return None
-            make_private_folder(path.parent)
+            temp.unlink()
+        except OSError:
+            pass
+        raise ConfigError(f"the audit key file {path} cannot be written ({exc}): check the permissions of its "
+                          "folder (audit_key_file)") from exc
+
+
+def keyed_chain(folder: Path) -> str | None:
+    """A chain under ``folder`` that holds keyed records (the first or last line of one of its files), if any."""
+    for chain, files in chain_files(folder).items():
+        for path in files:
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
-            except FileExistsError:
-                continue  # another process made it: read theirs
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(secrets.token_hex(32).encode() + b"\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            created = True
-            continue
-        if not text:  # being written by the process that made it
-            time.sleep(0.02)
-            continue
-        try:
-            secret = bytes.fromhex(text)
-        except ValueError:
-            secret = b""
-        if len(secret) < 16:
-            raise ConfigError(f"the audit key file {path} does not hold a key (64 hexadecimal digits)")
-        return AuditKey(secret, created)
-    raise OSError(f"the audit key file {path} stays empty")
+                with open(path, "rb") as handle:
+                    first = handle.readline()
+            except OSError:
+                continue
+            last = last_record(path)
+            if b'"mac":"' + MAC.encode() + b'"' in first or (last is not None and last.get("mac") == MAC):
+                return chain
+    return None
+
+
+def open_file_key(path: Path, folder: Path) -> AuditKey:
+    """The audit key for a writer of the trail in ``folder``: the one in ``path``, else a new one, made only
+    over a trail that never had one (none at all, or one written before keys: the upgrade). The new key anchors
+    every chain there is where it ends, under the heads' lock, before its file is moved into place: whoever
+    sees the key sees the chains anchored. Raises ConfigError where the trail was keyed (heads sealed, or keyed
+    records) and the key is gone."""
+    key = load_key(path)
+    if key is not None:
+        return key
+    candidate = AuditKey(secrets.token_bytes(32))
+    try:
+        make_private_folder(folder)
+        heads = Heads(folder / HEADS_FILE, candidate)
+    except (sqlite3.Error, OSError) as exc:
+        raise heads_error(folder / HEADS_FILE, exc) from exc
+    try:
+        with heads.locked():
+            key = load_key(path)  # made by another process while this one waited for the lock
+            if key is not None:
+                return key
+            if heads.sealed():
+                raise missing_key_error(path, f"the trail's heads ({heads.path}) were sealed with it", str(folder))
+            if (chain := keyed_chain(folder)) is not None:
+                raise missing_key_error(path, f"the chain {folder / chain} holds records written with it",
+                                        str(folder))
+            heads.seal()
+            for chain, files in chain_files(folder).items():  # the trail from before the key, where it ends
+                if files and (last := last_record(files[-1])) is not None:
+                    heads.update(chain, int(last["seq"]), str(last["hash"]))
+            write_key(path, candidate)  # still under the lock: committed right after
+        return candidate
+    except sqlite3.Error as exc:
+        raise heads_error(heads.path, exc) from exc
+    finally:
+        heads.close()
+
+
+def heads_error(path: Path, exc: Exception) -> StoreUnavailableError:
+    return StoreUnavailableError(f"the audit trail's heads ({path}) cannot be used: {exc}. Check that the audit "
+                                 "folder is writable; a damaged file is reported by `rag audit verify`: move it "
+                                 "away (the chains are then reported as not anchored)")
 
 
 def record_hash(body: dict[str, Any], key: AuditKey | None = None) -> str:
@@ -158,10 +233,12 @@ class AuditLog(Protocol):
 @dataclass
 class AuditTrail:
     """The writer of one chain of files (and the reader of all of them). Thread-safe; ``close()`` fsyncs what
-    is pending. With a ``key`` its records are MACs and its head is kept in ``heads.sqlite`` at every fsync
-    (within ``FSYNC_EVERY_S`` of a record: a timer syncs what an idle process left pending). ``shared``: a
-    chain that several processes append to (``keys``): each append takes the heads' write lock, continues the
-    chain from its head and is fsync'd and anchored before the lock is let go."""
+    is pending. ``append`` writes and flushes its record and returns: it never waits for a disk or a lock of
+    other processes. A syncer thread (started with the first record) fsyncs what was written within
+    ``FSYNC_EVERY_S`` (at once past ``FSYNC_EVERY_RECORDS``) and then, with a ``key``, moves the chain's head in
+    ``heads.sqlite`` to the last record fsync'd, without holding the append lock while it waits for SQLite.
+    ``shared``: a chain that several processes append to (``keys``): each append takes the heads' write lock,
+    continues the chain from where it ends and is fsync'd and anchored before the lock is let go."""
 
     folder: Path
     max_bytes: int = 64 * 1024 * 1024
@@ -174,32 +251,44 @@ class AuditTrail:
     _file_number: int = 0
     _handle: Any = None
     _pending: int = 0
-    _synced_at: float = field(default_factory=time.monotonic)
+    _synced: tuple[int, str] = (0, GENESIS)  # the last record fsync'd
+    _anchored: int = 0  # the seq the heads name for this chain
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _timer: threading.Timer | None = None
+    _heads_lock: threading.Lock = field(default_factory=threading.Lock)
+    _wake: threading.Event = field(default_factory=threading.Event)
+    _stopping: bool = False
+    _syncer: threading.Thread | None = None
     _heads: "Heads | None" = None
+
+    def open_heads(self) -> None:
+        """Open the heads now (a writer at its start): heads that cannot be used fail the start, not a request
+        later (StoreUnavailableError)."""
+        self._heads_db()
 
     def append(self, event: str, **fields: Any) -> dict[str, Any]:
         """Append one record (``event`` plus ``fields``; None values are left out); returns it."""
         with self._lock:
             heads = self._heads_db()
             if self.shared and heads is not None:
-                with heads.locked():
-                    self._continue_shared_chain(heads)
-                    body = self._write(event, fields)
-                    self._sync(anchor=False)
-                    heads.update(self.chain, self._seq, self._prev)
-                self._close_handle()
+                try:
+                    with heads.locked():
+                        self._continue_shared_chain(heads)
+                        body = self._write(event, fields)
+                        self._sync_file()
+                        heads.update(self.chain, self._seq, self._prev)
+                except sqlite3.Error as exc:
+                    raise heads_error(heads.path, exc) from exc
+                finally:
+                    self._close_handle()
                 return body
             body = self._write(event, fields)
             self._pending += 1
-            if (self._pending >= FSYNC_EVERY_RECORDS or time.monotonic() - self._synced_at >= FSYNC_EVERY_S
-                    or self._seq == 1):  # a chain is anchored from its first record on
-                self._sync()
-            elif self._timer is None:
-                self._timer = threading.Timer(FSYNC_EVERY_S, self._timed_sync)
-                self._timer.daemon = True
-                self._timer.start()
+            if self._syncer is None:
+                self._syncer = threading.Thread(target=self._sync_loop, name=f"audit-sync-{self.chain}",
+                                                daemon=True)
+                self._syncer.start()
+            if self._pending >= FSYNC_EVERY_RECORDS or self._seq == 1:  # a chain is anchored from its start
+                self._wake.set()
             return body
 
     def _write(self, event: str, fields: dict[str, Any]) -> dict[str, Any]:
@@ -215,27 +304,55 @@ class AuditTrail:
 
     def _heads_db(self) -> "Heads | None":
         if self.key is not None and self._heads is None:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            self._heads = Heads(self.folder / HEADS_FILE, self.key)
+            path = self.folder / HEADS_FILE
+            try:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                heads = Heads(path, self.key)
+                try:
+                    with heads.locked():
+                        heads.seal()
+                except BaseException:
+                    heads.close()
+                    raise
+            except (sqlite3.Error, OSError) as exc:
+                raise heads_error(path, exc) from exc
+            self._heads = heads
         return self._heads
 
     def _continue_shared_chain(self, heads: "Heads") -> None:
-        """Where the shared chain ends now (another process may have appended since): its head, else its last
-        line."""
+        """Where the shared chain ends now (another process may have appended since): its head, and past it the
+        records that a command fsync'd but could not anchor (stopped before its heads were committed) as long
+        as their MACs and ``prev`` follow on; with no head, its last line."""
         files = sorted((self.folder / self.chain).glob("*.jsonl"))
         self._close_handle()
         self._file_number = int(files[-1].stem) if files else 0
         head = heads.head(self.chain)
         if head is not None:
             self._seq, self._prev = head
+            if files:
+                self._seq, self._prev = self._records_past(files[-1], *head)
         elif files and (last := last_record(files[-1])) is not None:
             self._seq, self._prev = int(last["seq"]), str(last["hash"])
         if files and files[-1].stat().st_size < self.max_bytes:
             self._handle = open(files[-1], "ab")
 
+    def _records_past(self, path: Path, seq: int, prev: str) -> tuple[int, str]:
+        """``(seq, prev)`` moved over the keyed records at the end of ``path`` that follow on from it."""
+        for raw in tail_lines(path):
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                break
+            if not isinstance(record, dict) or not isinstance(record.get("seq"), int) or record["seq"] <= seq:
+                continue
+            if check_record(raw, seq, prev, key=self.key, after_keyed=True) is not None:
+                break
+            seq, prev = record["seq"], record["hash"]
+        return seq, prev
+
     def _file_for(self, size: int) -> Any:
         if self._handle is not None and self._handle.tell() + size > self.max_bytes and self._handle.tell() > 0:
-            self._sync(anchor=False)
+            self._sync_file()
             self._handle.close()
             self._handle = None
         if self._handle is None:
@@ -245,24 +362,43 @@ class AuditTrail:
             self._handle = open(path, "ab")
         return self._handle
 
-    def _timed_sync(self) -> None:
-        with self._lock:
-            self._timer = None
-            if self._pending:
+    def _sync_loop(self) -> None:
+        while not self._stopping:
+            self._wake.wait(FSYNC_EVERY_S)
+            self._wake.clear()
+            if self._stopping:
+                return
+            try:
                 self._sync()
+            except Exception as exc:  # noqa: BLE001 - the thread must go on; the next round tries again
+                log.warning("the audit trail (%s) could not be fsync'd: %s", self.folder / self.chain, exc)
 
-    def _sync(self, anchor: bool = True) -> None:
-        """fsync what was written, then (``anchor``) move this chain's head to its last record."""
+    def _sync_file(self) -> None:
+        """fsync what was written (under ``_lock``)."""
         if self._handle is not None:
             self._handle.flush()
             os.fsync(self._handle.fileno())
-        self._pending, self._synced_at = 0, time.monotonic()
-        heads = self._heads_db()
-        if anchor and heads is not None and self._seq:
+        self._pending = 0
+        self._synced = (self._seq, self._prev)
+
+    def _sync(self) -> None:
+        """fsync what was written, then move this chain's head to its last record fsync'd: the append lock is
+        let go before SQLite is waited for (appends go on meanwhile; the head follows at the next round)."""
+        with self._lock:
+            if self._pending:
+                self._sync_file()
+            seq, prev = self._synced
+        heads = self._heads
+        if heads is None or not seq:
+            return
+        with self._heads_lock:
+            if seq <= self._anchored:
+                return
             try:
                 with heads.locked():
-                    heads.update(self.chain, self._seq, self._prev)
-            except sqlite3.Error as exc:  # the records are written; the next sync anchors them
+                    heads.update(self.chain, seq, prev)
+                self._anchored = seq
+            except sqlite3.Error as exc:  # the records are written; the next round anchors them
                 log.warning("the audit trail's heads (%s) could not be updated: %s", heads.path, exc)
 
     def _close_handle(self) -> None:
@@ -271,15 +407,17 @@ class AuditTrail:
             self._handle = None
 
     def close(self) -> None:
+        syncer, self._stopping = self._syncer, True
+        self._wake.set()
+        if syncer is not None and syncer is not threading.current_thread():
+            syncer.join()
+        self._sync()
         with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            if self._handle is not None or self._pending:
-                self._sync()
             self._close_handle()
+            self._syncer = None
             if self._heads is not None:
-                self._heads.close()
+                with self._heads_lock:
+                    self._heads.close()
                 self._heads = None
 
     @property
@@ -303,15 +441,20 @@ class Heads:
         self.path = path
         self.key = key
         self._conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-        self._conn.executescript(HEADS_SCHEMA)
-        with self.locked():
-            if self._conn.execute("SELECT 1 FROM seal").fetchone() is None:
-                # The writer that made the key anchors the chains written before it where they end now (heads
-                # made again later, after they were deleted, anchor nothing: every chain is then unanchored).
-                self._conn.execute("INSERT INTO seal VALUES (1, 0, ?)", (self._seal_mac(0, []),))
-                for chain, files in chain_files(path.parent).items() if key.created else ():
-                    if files and (last := last_record(files[-1])) is not None:
-                        self.update(chain, int(last["seq"]), str(last["hash"]))
+        try:
+            self._conn.executescript(HEADS_SCHEMA)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def sealed(self) -> bool:
+        return self._conn.execute("SELECT 1 FROM seal").fetchone() is not None
+
+    def seal(self) -> None:
+        """Seal heads that have none yet (inside ``locked()``): made with the key (``open_file_key`` anchors the
+        chains then), or made again after they were deleted (every chain is then unanchored)."""
+        if not self.sealed():
+            self._conn.execute("INSERT INTO seal VALUES (1, 0, ?)", (self._seal_mac(0, []),))
 
     class _Locked:
         def __init__(self, conn: sqlite3.Connection) -> None:
@@ -366,13 +509,19 @@ def read_heads(path: Path, key: AuditKey | None) -> tuple[dict[str, tuple[int, s
     return heads, None
 
 
-def last_record(path: Path) -> dict[str, Any] | None:
-    """The last line of a chain file as a record (None: empty or unreadable)."""
+def tail_lines(path: Path, size: int = 256 * 1024) -> list[bytes]:
+    """The whole lines of the last ``size`` bytes of ``path``."""
     with open(path, "rb") as handle:
         handle.seek(0, os.SEEK_END)
-        size = handle.tell()
-        handle.seek(max(0, size - 256 * 1024))
+        end = handle.tell()
+        handle.seek(max(0, end - size))
         lines = handle.read().splitlines()
+    return lines[1:] if end > size else lines
+
+
+def last_record(path: Path) -> dict[str, Any] | None:
+    """The last line of a chain file as a record (None: empty or unreadable)."""
+    lines = tail_lines(path)
     try:
         record = json.loads(lines[-1]) if lines else None
     except ValueError:
