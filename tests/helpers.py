@@ -3,16 +3,19 @@ signed JWTs and a reverse proxy that signs requests in, as a site's single sign-
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
@@ -52,6 +55,12 @@ def cli_env(settings: Settings, **extra: str) -> dict[str, str]:
     env.update(RAG_GENERATOR_DIR=str(settings.generator_path), RAG_EMBEDDER_DIR=str(settings.embedder_path),
                PYTHONUNBUFFERED="1", RAG_JOB_WAIT_S=str(INLINE_JOB_WAIT_S))
     env.update(extra)
+    if urlsplit(env.get("RAG_STORE_URL", "")).path == "/postgres" and "RAG_AUDIT_KEY_FILE" not in env:
+        # Writers of one PostgreSQL trail share one audit key (README, "Audit trail"): the servers and commands of
+        # many tests, each with a home of its own, write the session's database (``postgres_url``), so they hold
+        # one key file, as a deployment's replicas would. Tests with a database of their own keep their homes'.
+        digest = hashlib.sha256(env["RAG_STORE_URL"].encode()).hexdigest()[:16]
+        env["RAG_AUDIT_KEY_FILE"] = str(Path(tempfile.gettempdir()) / f"rag-test-audit-key-{digest}" / "audit.key")
     return env
 
 

@@ -54,7 +54,8 @@ def rows(url: str, sql: str, args: tuple = ()) -> list[tuple]:
 
 def rag(settings: Settings, home: Path, url: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
-                          env=cli_env(settings, RAG_STORE_URL=url), capture_output=True, text=True, timeout=120)
+                          env=cli_env(settings, RAG_STORE_URL=url, RAG_AUDIT_KEY_FILE=str(home / "audit.key")),
+                          capture_output=True, text=True, timeout=120)
 
 
 def test_processes_appending_at_once_make_one_chain(settings: Settings, database: str, tmp_path: Path):

@@ -101,8 +101,9 @@ def missing_key_error(path: Path, why: str, where: str) -> ConfigError:
     """Why no new key is made: the trail (``where``) was written with one (``why``) and it is gone."""
     return ConfigError(
         f"the audit key is missing: {path} is gone, but {why}. Restore the key file from its backup "
-        f"(audit_key_file); a new key would let whoever deleted it rewrite the trail unnoticed. To start a new "
-        f"trail on purpose, move the old one away first ({where})")
+        f"(audit_key_file), or, for another replica of a shared trail, copy the key file of the replica that made "
+        f"it (every writer of one trail holds the same key); a new key would let whoever deleted it rewrite the "
+        f"trail unnoticed. To start a new trail on purpose, move the old one away first ({where})")
 
 
 def write_key(path: Path, key: AuditKey) -> None:
