@@ -44,8 +44,12 @@ const UNAUTHORIZED = () => signedInBySite
   ? new ApiError(401, "unauthorized", t("api.siteSignInRejected"))
   : new ApiError(401, "unauthorized", t("api.keyNeeded"));
 
-// After a 401: ask for a key (once for all requests that failed at the same time). True = retry.
-async function obtainKey() {
+// After a 401 to a request sent with key `sentWith`: ask for a key (once for all requests that failed at the same
+// time). True = retry. A 401 to a request that left before the key now held was entered is no verdict on that key:
+// it is retried with it, never a second prompt (a request still in flight with a wrong key used to reopen the
+// dialog after the right key was entered).
+async function obtainKey(sentWith) {
+  if (!signedInBySite && apiKey() && apiKey() !== sentWith) return true;
   if (signedInBySite) {
     onSiteSignInLost();
     return false;
@@ -85,6 +89,7 @@ async function errorFrom(response) {
 // fetch() with the key; a 401 asks for the key and retries. Non-2xx answers throw ApiError.
 export async function apiFetch(path, options = {}) {
   for (;;) {
+    const sentWith = apiKey();
     const headers = { ...(options.headers || {}), ...authHeaders() };
     let response;
     try {
@@ -94,7 +99,7 @@ export async function apiFetch(path, options = {}) {
       throw new ApiError(0, "network", t("api.unreachable"));
     }
     if (response.status === 401) {
-      if (await obtainKey()) continue;
+      if (await obtainKey(sentWith)) continue;
       throw UNAUTHORIZED();
     }
     if (!response.ok) throw await errorFrom(response);
@@ -170,7 +175,7 @@ export function uploadFile(file, index, onProgress, groups = "") {
       } catch (_) {
         /* not JSON */
       }
-      resolve({ status: xhr.status, body });
+      resolve({ status: xhr.status, body, sentWith: key });
     });
     xhr.addEventListener("error", () => reject(new ApiError(0, "network", t("api.unreachable"))));
     xhr.addEventListener("abort", () => reject(new ApiError(0, "aborted", t("api.uploadCancelled"))));
@@ -182,7 +187,7 @@ export function uploadFile(file, index, onProgress, groups = "") {
     for (;;) {
       const result = await once();
       if (result.status === 401) {
-        if (await obtainKey()) continue;
+        if (await obtainKey(result.sentWith)) continue;
         throw UNAUTHORIZED();
       }
       return result;
