@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 import uuid
@@ -21,7 +20,7 @@ from opentelemetry.metrics import NoOpMeterProvider
 from api.auth import ANONYMOUS, CONTEXT_SCOPE_KEY, request_context
 from api.errors import EXCEPTION_HANDLERS, error_response
 from api.guard import HostPolicy
-from api.observability import configure_logging, service_metrics
+from api.telemetry import configure_logging, service_metrics
 from api.openapi import complete_schema, docs_config
 from api.requests import ApiRequest
 from api.routes.access import AccessController
@@ -110,7 +109,7 @@ def guard_auth_and_logging(settings: Settings, state: AppState):
                         await anyio.to_thread.run_sync(lambda: state.record_refusal(
                             error_type, status, scope["method"], path, str(client), request_id=request_id,
                             **audited))
-                    except (RagError, OSError, sqlite3.Error) as exc:  # not written: the refusal stands
+                    except (RagError, OSError) as exc:  # not written: the refusal stands
                         logger.warning("the refusal could not be audited: %s", exc)
 
             headers = scope["headers"]
@@ -228,7 +227,7 @@ def create_app(settings: Settings | None = None, telemetry: bool = False) -> Lit
         request_max_body_size=JSON_BODY_LIMIT,
         request_class=ApiRequest,  # an unreadable body is a 400 that says why (api/requests.py)
         openapi_config=docs_config(),
-        logging_config=None,  # the product's own JSON logging (api/observability.py); no second plain-text format
+        logging_config=None,  # the product's own JSON logging (api/telemetry.py); no second plain-text format
         debug=False,
     )
     complete_schema(app)

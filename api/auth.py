@@ -20,7 +20,7 @@ from litestar import Request
 from litestar.di import NamedDependency
 
 from api.tokens import TokenVerifier
-from ingest.store.keys import KeyStore
+from rag.store.keys import KeyStore
 from rag.core.access import ALL_INDEXES, EVERY_DOCUMENT, LOCAL_ADMIN, PUBLIC_ONLY, Principal, RequestContext
 from rag.core.errors import ForbiddenError, RagError
 from rag.core.keys import ApiKey, secret_matches, split_token

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import msgspec
 
-from ingest.records import DocumentRecord
+from rag.core.records import DocumentRecord
 from rag.answering.result import AnswerResult, Evidence, Metrics, Source
 from rag.core.names import INDEX_NAME_PATTERN
 

@@ -1,5 +1,5 @@
 """What the app holds for its lifetime: settings, metrics, and once loaded, the models, the generation
-scheduler and the one answer service (all built by the composition root, ``rag.runtime``)."""
+scheduler and the one answer service (all built by the composition root, ``app.runtime``)."""
 
 from __future__ import annotations
 
@@ -12,28 +12,28 @@ from typing import Any, AsyncIterator
 
 from litestar.types import Receive
 
-from api.observability import IndexFigures, ServiceMetrics, every_source
+from api.telemetry import IndexFigures, ServiceMetrics, every_source
 from api.requests import cancel_on_disconnect
 from api.auth import Authenticator, authorize
 from ingest.jobs import INTERRUPTED, Job, JobRunner, JobStore, Outcome, Running, Tracker, Work, job_visible_to
-from ingest.records import DocumentRecord, FolderGroups
+from rag.core.records import DocumentRecord, FolderGroups
 from ingest.sources import Source, due_sources, index_sources, source_visible_to
-from ingest.store import Store, StoredIndex
-from ingest.store.conversations import ConversationStore
-from ingest.store.keys import KeyStore
+from rag.store import Store, StoredIndex
+from rag.store.conversations import ConversationStore
+from rag.store.keys import KeyStore
 from ingest.uploads import IncomingFile, Uploads
 from ingest.parameters import IngestParameters
 from ingest.work import sync_work, upload_work
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, AnswerService, final_result
 from rag.core.access import ALL_INDEXES, EVERY_DOCUMENT, Principal, RequestContext
-from rag.core.audit import AuditLog, RefusalLimiter, question_fields
+from rag.store.audit_files import AuditLog, RefusalLimiter, question_fields
 from rag.core.errors import (DocumentNotFoundError, ForbiddenError, JobNotFoundError, JobStateError, ModelError,
                              RagError, SourceBusyError, SourceUnavailableError)
 from rag.core.names import validate_index_name
 from rag.core.settings import Settings, parse_folder_groups
 from rag.generation.scheduler import GenerationScheduler
-from rag.runtime import (Models, answer_service, delete_index, generation_backend, open_audit, open_conversations,
+from app.runtime import (Models, answer_service, delete_index, generation_backend, open_audit, open_conversations,
                          open_jobs,
                          open_keys, open_store, open_uploads)
 

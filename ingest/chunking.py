@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ingest.loaders import LoadedDocument, Section
-from ingest.records import Chunk
+from rag.core.records import Chunk
 from rag.core.text import SENTENCE_BOUNDARY
 
 if TYPE_CHECKING:

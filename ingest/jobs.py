@@ -27,7 +27,7 @@ import msgspec
 import psutil
 
 from ingest.pipeline import FileOutcome
-from ingest.records import DocumentRecord
+from rag.core.records import DocumentRecord
 from rag.core import observe
 from rag.core.access import ALL_GROUPS, Principal
 from rag.core.errors import JobCancelled, JobNotFoundError, JobStateError, RagError

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ingest.embedder import Embedder
+from rag.embedder import Embedder
 from ingest.formats.options import LoadOptions
 from ingest.pipeline import IngestSummary, Progress, ingest_paths
-from ingest.records import FolderGroups
+from rag.core.records import FolderGroups
 from ingest.sources import Source, SyncSummary, sync_source
-from ingest.store import StoredIndex
+from rag.store import StoredIndex
 from ingest.uploads import IncomingFile, UploadReport, Uploads
 from rag.core.settings import Settings, parse_folder_groups
 

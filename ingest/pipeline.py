@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ingest.chunking import chunk_document
-from ingest.embedder import Embedder
+from rag.embedder import Embedder
 from ingest.formats.options import LoadOptions
 from ingest.formats.worker import FileLoader
 from ingest.loaders import SUPPORTED_SUFFIXES, LoadedDocument, UnsupportedFileType
-from ingest.records import Chunk, DocumentRecord, FolderGroups, display_path, document_id, normalise_path
-from ingest.store import IndexWriter, StoredIndex
+from rag.core.records import Chunk, DocumentRecord, FolderGroups, display_path, document_id, normalise_path
+from rag.store import IndexWriter, StoredIndex
 from rag.core import observe
 from rag.core.errors import BadRequestError, UnprocessableDocumentError
 from rag.core.files import is_link_like, is_system_folder, noise_reason, read_with_stat

@@ -23,13 +23,13 @@ from typing import Any, Callable, Sequence
 
 import msgspec
 
-from ingest.embedder import Embedder
+from rag.embedder import Embedder
 from ingest.formats.options import LoadOptions
 from ingest.formats.worker import FileLoader
 from ingest.pipeline import (ATTACHMENT_SEP, UNREADABLE_FOLDER, FileOutcome, IngestSummary, Progress, discover,
                              ingest_into)
-from ingest.records import Chunk, DocumentRecord, FolderGroups, display_path, document_id, normalise_path
-from ingest.store import IndexWriter, StoredIndex
+from rag.core.records import Chunk, DocumentRecord, FolderGroups, display_path, document_id, normalise_path
+from rag.store import IndexWriter, StoredIndex
 from rag.core import observe, paths
 from rag.core.access import Principal
 from rag.core.errors import BadRequestError, SourceBusyError, SourceNotFoundError, SourceUnavailableError

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ingest.embedder import Embedder
+from rag.embedder import Embedder
 from ingest.formats.options import LoadOptions
 from ingest.pipeline import FileOutcome, Progress, delete_document, ingest_paths
-from ingest.records import DocumentRecord, document_id, normalise_path
-from ingest.store import StoredIndex
+from rag.core.records import DocumentRecord, document_id, normalise_path
+from rag.store import StoredIndex
 from rag.core.errors import BadRequestError
 from rag.core.files import WINDOWS_DEVICE_NAMES, replace_file, unlink_file
 from rag.core.paths import fold_case

@@ -9,7 +9,7 @@ from typing import Sequence
 from ingest.jobs import JobStore, Outcome, Running, Tracker, Work, file_results
 from ingest.parameters import IngestParameters
 from ingest.sources import find_source, index_sources
-from ingest.store import StoredIndex
+from rag.store import StoredIndex
 from ingest.uploads import TOO_LARGE, IncomingFile, Uploads
 
 

@@ -41,7 +41,7 @@ def settings(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Sett
 
 @pytest.fixture(scope="session")
 def embedder(settings: Settings):
-    from rag.runtime import load_embedder
+    from app.runtime import load_embedder
 
     return load_embedder(settings)
 
@@ -53,7 +53,7 @@ def embedder_tokenizer(embedder):
 
 @pytest.fixture(scope="session")
 def generator(settings: Settings):
-    from rag.runtime import load_generator
+    from app.runtime import load_generator
 
     return load_generator(settings)
 

@@ -93,7 +93,7 @@ def server_and_process(settings: Settings, home: Path, log_path: Path, wait_read
     port = free_port()
     with open(log_path, "wb") as log:
         rag = [sys.executable, str(Path(__file__).with_name("windows_child.py"))] \
-            if os.environ.get(WINDOWS_RULES_ENV) else [sys.executable, "-m", "rag.cli"]
+            if os.environ.get(WINDOWS_RULES_ENV) else [sys.executable, "-m", "app.cli"]
         proc = subprocess.Popen([*rag, "--home", str(home), "serve", "--port", str(port)],
                                 cwd=PROJECT_ROOT, env=cli_env(settings, **env), stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"

@@ -17,9 +17,9 @@ import pytest
 
 from helpers import cli_env, jwt_env, server_process, sign, signing_key
 from ingest.pipeline import ingest_paths
-from ingest.store.embedded import EmbeddedIndex
-from ingest.store.keys import SqliteKeyStore
-from rag.core.audit import AuditTrail, verify
+from rag.store.embedded import EmbeddedIndex
+from rag.store.keys import SqliteKeyStore
+from rag.store.audit_files import AuditTrail, verify
 from rag.core.keys import new_key, parse_grants
 from rag.core.settings import PROJECT_ROOT, Settings
 
@@ -30,7 +30,7 @@ NOTE = b"Quorple notes\n\nThe quorple bird nests only on the roofs of Zanthor li
 
 
 def run_cli(home: Path, settings: Settings, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
+    return subprocess.run([sys.executable, "-m", "app.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
                           env=cli_env(settings, **env), capture_output=True, text=True, timeout=120)
 
 
@@ -477,8 +477,8 @@ def postgres_vault(settings: Settings, postgres_url: str, embedder, tmp_path_fac
     database of its own: the session's other PostgreSQL tests run open servers, which a key would close."""
     import psycopg
 
-    from ingest.store.keys import PostgresKeyStore
-    from ingest.store.postgres import PostgresStore
+    from rag.store.keys import PostgresKeyStore
+    from rag.store.postgres import PostgresStore
 
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute("DROP DATABASE IF EXISTS rag_access_vault")
@@ -558,8 +558,8 @@ def test_an_upload_with_groups_is_seen_only_by_them(server: str, vault: dict[str
 KEY_STORE_RACES = 12  # fresh databases the two processes create the stores on in step
 KEY_STORE_STARTER = """
 import sys, time
-from ingest.store.keys import PostgresKeyStore
-from ingest.store.postgres import PostgresStore
+from rag.store.keys import PostgresKeyStore
+from rag.store.postgres import PostgresStore
 stores = [(PostgresKeyStore(url), PostgresStore(url, pool_size=1)) for url in sys.argv[2:]]
 time.sleep(max(0.0, float(sys.argv[1]) - time.time()))
 for keys, store in stores:  # what a replica does at start: the key store, then the index store

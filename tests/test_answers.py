@@ -19,7 +19,7 @@ from rag.answering.evidence import (align, answer_starts, candidate_spans, clean
 from rag.answering.prompt import ABSTENTION_MESSAGE, refers_back
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, AnswerService
-from rag.evaluate import citation_checks, evaluate, exact_match, off_topic_questions, token_f1
+from app.bench.evaluate import citation_checks, evaluate, exact_match, off_topic_questions, token_f1
 from rag.core.settings import Settings
 from rag.generation.base import SamplingOptions
 from rag.generation.logits import SpanConstraint, TokenSpan
@@ -396,7 +396,7 @@ def test_fragment_checker_of_eval():
         return AnswerResult(question="q", answer=answer, abstained=False, abstain_reason=None, citations=[1],
                             evidence=[{"source": 1, "quote": quote, "start": 0, "end": len(quote)}], sources=[],
                             context=[], model="m", finish_reason="stop", metrics={})
-    from rag.evaluate import is_fragment
+    from app.bench.evaluate import is_fragment
     import msgspec
     convert = lambda r: msgspec.convert(msgspec.to_builtins(r), AnswerResult)
     assert is_fragment("/etc/rsyslog", convert(result("/etc/rsyslog", "Edit /etc/rsyslog.conf now.")))

@@ -23,7 +23,7 @@ from litestar.testing import TestClient
 
 from api.app import create_app
 from ingest.pipeline import ingest_paths
-from ingest.store.embedded import EmbeddedIndex
+from rag.store.embedded import EmbeddedIndex
 from rag.answering.prompt import ABSTENTION_MESSAGE
 from helpers import running_server
 from rag.core.settings import PROJECT_ROOT, Settings
@@ -457,7 +457,7 @@ def test_upload_of_two_files_with_one_name_is_refused(client: TestClient):
 
 def test_upload_refused_by_a_locked_index_keeps_the_stored_file(client: TestClient, app_settings: Settings,
                                                                  embedder):
-    from ingest.store.embedded import EmbeddedWriter
+    from rag.store.embedded import EmbeddedWriter
 
     first = upload(client, "wombat.txt", b"Wombats are marsupials that dig burrows in Australia.\n")
     assert first.status_code == 200, first.text

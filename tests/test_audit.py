@@ -26,7 +26,7 @@ import psycopg
 import pytest
 
 from helpers import cli_env, server_process
-from rag.core.audit import GENESIS, REFUSALS_PER_CLIENT, canonical
+from rag.store.audit_files import GENESIS, REFUSALS_PER_CLIENT, canonical
 from rag.core.settings import PROJECT_ROOT, Settings
 
 BAD_TOKEN = "rag_0123456789ab_not-a-real-secret-but-never-recorded"
@@ -34,7 +34,7 @@ BAD_TOKEN = "rag_0123456789ab_not-a-real-secret-but-never-recorded"
 
 def rag(settings: Settings, home: Path, *args: str, url: str | None = None) -> subprocess.CompletedProcess:
     env = cli_env(settings, **({"RAG_STORE_URL": url} if url else {}))
-    return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], cwd=PROJECT_ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "app.cli", "--home", str(home), *args], cwd=PROJECT_ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -134,7 +134,7 @@ def test_a_rewritten_deleted_or_cut_chain_is_reported(settings: Settings, tmp_pa
 
 def test_key_commands_at_once_take_turns_in_one_chain(settings: Settings, tmp_path: Path):
     assert rag(settings, tmp_path, "keys", "create", "first", "--role", "reader").returncode == 0
-    commands = [subprocess.Popen([sys.executable, "-m", "rag.cli", "--home", str(tmp_path), "keys", "create",
+    commands = [subprocess.Popen([sys.executable, "-m", "app.cli", "--home", str(tmp_path), "keys", "create",
                                   f"k{n}", "--role", "reader"], cwd=PROJECT_ROOT, env=cli_env(settings),
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for n in range(4)]
     for command in commands:
@@ -186,7 +186,7 @@ def store_url(request: pytest.FixtureRequest) -> str | None:
 
 def test_a_table_from_before_the_key_is_anchored_when_the_key_is_made(settings: Settings, tmp_path: Path,
                                                                       database: str):
-    from ingest.store.audit import PostgresAuditTrail
+    from rag.store.audit_postgres import PostgresAuditTrail
 
     old = PostgresAuditTrail(database)  # no key: as main writes the table
     for name in ("alice", "mallory"):
@@ -319,7 +319,7 @@ def test_a_trail_from_before_the_key_is_anchored_even_if_its_writer_stops_at_onc
                                        "ts": f"2025-01-01T00:00:0{n}.000Z"}
                                       for n, name in enumerate(["alice", "mallory"], 1)], lambda body: None))
     else:
-        from ingest.store.audit import PostgresAuditTrail
+        from rag.store.audit_postgres import PostgresAuditTrail
 
         old = PostgresAuditTrail(store_url)  # no key: as main writes the table
         for name in ("alice", "mallory"):
@@ -370,7 +370,7 @@ def test_an_append_never_waits_for_the_heads(settings: Settings, tmp_path: Path)
     import threading
     import time
 
-    from rag.runtime import open_audit
+    from app.runtime import open_audit
 
     trail = open_audit(settings.replace(home=tmp_path, audit=True))
     assert trail is not None
@@ -395,8 +395,8 @@ def test_an_append_never_waits_for_the_heads(settings: Settings, tmp_path: Path)
 def test_a_head_without_a_mac_before_any_keyed_record_is_not_called_moved():
     """A key that exists while nothing was written with it (a key made by a version that did not anchor the
     table at once): not "the head row was moved" (no record was cut, no head moved)."""
-    from ingest.store.audit import _walk
-    from rag.core.audit import AuditKey
+    from rag.store.audit_postgres import _walk
+    from rag.store.audit_files import AuditKey
 
     records = resealed([{"event": "key.create", "key": name, "seq": n, "ts": f"2025-01-01T00:00:0{n}.000Z"}
                         for n, name in enumerate(["alice", "bob"], 1)], lambda body: None)
@@ -413,7 +413,7 @@ def test_a_trail_from_before_the_key_is_anchored_when_writers_start_together(set
     legacy.mkdir(parents=True)
     write_chain(legacy, resealed([{"event": "key.create", "key": "alice", "seq": 1,
                                    "ts": "2025-01-01T00:00:01.000Z"}], lambda body: None))
-    commands = [subprocess.Popen([sys.executable, "-m", "rag.cli", "--home", str(tmp_path), "keys", "create",
+    commands = [subprocess.Popen([sys.executable, "-m", "app.cli", "--home", str(tmp_path), "keys", "create",
                                   f"k{n}", "--role", "reader"], cwd=PROJECT_ROOT, env=cli_env(settings),
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for n in range(4)]
     for command in commands:

@@ -1,5 +1,5 @@
 """The audit trail in PostgreSQL (``store_url``): replicas and processes appending at once make one hash chain
-(``ingest.store.audit``), and ``rag audit verify`` names the first edited, deleted or moved record by its
+(``rag.store.audit_postgres``), and ``rag audit verify`` names the first edited, deleted or moved record by its
 sequence number. Each test has a database of its own: it tampers with the trail."""
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import psycopg
 import pytest
 
 from helpers import cli_env, server_process
-from ingest.store.audit import PostgresAuditTrail
+from rag.store.audit_postgres import PostgresAuditTrail
 from rag.core.settings import PROJECT_ROOT, Settings
 
 QUESTION = "Who was the leader of the Normans who swore fealty to Charles III?"
 NORMANS = (PROJECT_ROOT / "examples" / "docs" / "normans.md").read_bytes()
 APPENDER = """
 import sys, time
-from ingest.store.audit import PostgresAuditTrail
+from rag.store.audit_postgres import PostgresAuditTrail
 trail = PostgresAuditTrail(sys.argv[1])
 trail.records(principal="nobody")  # connected, tables there
 time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
@@ -53,7 +53,7 @@ def rows(url: str, sql: str, args: tuple = ()) -> list[tuple]:
 
 
 def rag(settings: Settings, home: Path, url: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
+    return subprocess.run([sys.executable, "-m", "app.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
                           env=cli_env(settings, RAG_STORE_URL=url, RAG_AUDIT_KEY_FILE=str(home / "audit.key")),
                           capture_output=True, text=True, timeout=120)
 

@@ -14,9 +14,9 @@ import pytest
 
 from helpers import cli_env
 from ingest.pipeline import ingest_paths
-from ingest.records import document_id
-from ingest.store.backup import backup_index, restore_index, verify_index
-from ingest.store.embedded import EmbeddedStore, committed_generation, vectors_file
+from rag.core.records import document_id
+from rag.store.backup import backup_index, restore_index, verify_index
+from rag.store.embedded import EmbeddedStore, committed_generation, vectors_file
 from rag.answering.retrieval import Retriever
 from rag.core.errors import EmbedderMismatchError, InvalidBackupError
 from rag.core.settings import PROJECT_ROOT, Settings
@@ -123,7 +123,7 @@ def test_a_backup_of_another_embedder_is_restored_with_re_embed(backed_up, embed
     configured embedder (a manifest naming another embedder stands for a backup made elsewhere)."""
     import numpy as np
 
-    from ingest.store.copy import ReEmbedder
+    from rag.store.copy import ReEmbedder
 
     store, backup = backed_up
     other = rewrite_member(backup, "manifest.json", lambda data: json.dumps(
@@ -165,7 +165,7 @@ def test_cli_backup_restore_verify_list_and_delete(tmp_path: Path, settings: Set
     home = tmp_path / "home"
 
     def rag(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
+        return subprocess.run([sys.executable, "-m", "app.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
                               env=cli_env(settings), capture_output=True, text=True, timeout=240)
 
     docs = tmp_path / "docs"
@@ -242,7 +242,7 @@ def test_cli_restore_drops_schedules_and_refuses_an_unchecked_manifest(tmp_path:
     home = tmp_path / "home"
 
     def rag(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
+        return subprocess.run([sys.executable, "-m", "app.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
                               env=cli_env(settings), capture_output=True, text=True, timeout=240)
 
     share = tmp_path / "share"
@@ -272,7 +272,7 @@ def test_a_postgresql_index_backs_up_with_pg_dump_as_the_readme_says(postgres_ur
     import psycopg
     from psycopg.conninfo import make_conninfo
 
-    from ingest.store.postgres import PostgresStore
+    from rag.store.postgres import PostgresStore
 
     source_url, target_url = make_conninfo(postgres_url, dbname="rag_dump_src"), make_conninfo(postgres_url,
                                                                                                dbname="rag_dump_dst")

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 from ingest.pipeline import ingest_paths
-from ingest.store.embedded import EmbeddedIndex
-from rag.bench.engine import NEUTRAL_TEXT, plan_lengths, synthetic_prompt_tokens
-from rag.bench.environment import environment, precision_from_name
-from rag.bench.serve import (RequestRecord, SSEEvent, chunk_fields, parse_sse_line, request_metrics,
+from rag.store.embedded import EmbeddedIndex
+from app.bench.engine import NEUTRAL_TEXT, plan_lengths, synthetic_prompt_tokens
+from app.bench.environment import environment, precision_from_name
+from app.bench.serve import (RequestRecord, SSEEvent, chunk_fields, parse_sse_line, request_metrics,
                              summarise_level, synthetic_prompt)
-from rag.bench.stats import parse_int_list, percentile, summarise
+from app.bench.stats import parse_int_list, percentile, summarise
 from helpers import cli_env, running_server
 from rag.core.settings import PROJECT_ROOT, Settings
 
@@ -49,7 +49,7 @@ QUESTIONS = [
 
 def run_cli(settings: Settings, home: Path, *args: str, env: dict[str, str] | None = None,
             **extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "app.cli", "--home", str(home), *args], capture_output=True,
                           text=True, env=env or cli_env(settings, **extra), timeout=CLI_TIMEOUT_S, cwd=PROJECT_ROOT)
 
 

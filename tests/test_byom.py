@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from rag.cli.main import main as cli
+from app.cli.main import main as cli
 from rag.core.errors import ModelError
 from rag.core.settings import PROJECT_ROOT, Settings, load_settings
 from rag.generation.base import GenerationStats, SamplingOptions
@@ -331,9 +331,9 @@ def test_prefix_cache_works_on_an_imported_model(imported: dict[str, Path]):
 def test_rag_answer_end_to_end_with_each_family(imported: dict[str, Path], settings: Settings, embedder,
                                                 tmp_path_factory: pytest.TempPathFactory):
     from ingest.pipeline import ingest_paths
-    from ingest.store.embedded import EmbeddedIndex
+    from rag.store.embedded import EmbeddedIndex
     from rag.answering.service import AnswerOptions, AnswerRequest
-    from rag.runtime import Models, answer_service
+    from app.runtime import Models, answer_service
 
     if not SQUAD_DOCS.is_dir():
         pytest.fail(f"SQuAD data not found at {SQUAD_DOCS}")
@@ -343,7 +343,7 @@ def test_rag_answer_end_to_end_with_each_family(imported: dict[str, Path], setti
                  base.chunk_overlap)
     for key in ("llama", "qwen2", "phi3", "gemma2"):
         local = base.replace(generator_dir=imported[key])
-        from rag.runtime import load_generator
+        from app.runtime import load_generator
 
         service = answer_service(local, Models(embedder, load_generator(local)))
         try:
@@ -405,7 +405,7 @@ def test_models_use_writes_rag_toml_and_keeps_other_keys(imported: dict[str, Pat
 
 
 def test_set_toml_key_adds_before_the_first_table():
-    from rag.diagnostics import set_toml_key
+    from app.diagnostics import set_toml_key
 
     text = set_toml_key('a = 1\n[t]\nb = 2\n', "generator_dir", 'C:\\models\\x "y"')
     assert text.splitlines()[1].startswith("generator_dir = ") and text.endswith("[t]\nb = 2\n")

@@ -18,7 +18,7 @@ def run_cli(settings: Settings, *args: str, **env: str) -> subprocess.CompletedP
     environ = cli_env(settings)
     environ.pop("COLUMNS", None)  # what a pipe gets when nobody set a width
     environ.update(env)
-    return subprocess.run([sys.executable, "-m", "rag.cli", *args], capture_output=True, text=True, env=environ,
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, env=environ,
                           timeout=CLI_TIMEOUT_S, cwd=PROJECT_ROOT)
 
 

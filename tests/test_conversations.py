@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from helpers import server_process
-from ingest.store.conversations import (ConversationNotFoundError, PostgresConversationStore,
+from rag.store.conversations import (ConversationNotFoundError, PostgresConversationStore,
                                         SqliteConversationStore)
 from rag.core.settings import Settings
 
@@ -56,7 +56,7 @@ def test_each_principal_keeps_its_own_conversations(store):
 
 @pytest.fixture(scope="module")
 def two_keys(settings: Settings, tmp_path_factory: pytest.TempPathFactory):
-    from ingest.store.keys import SqliteKeyStore
+    from rag.store.keys import SqliteKeyStore
     from rag.core.keys import new_key, parse_grants
 
     home = tmp_path_factory.mktemp("conversations-home")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ingest.pipeline import ingest_paths
-from ingest.store.embedded import EmbeddedIndex
+from rag.store.embedded import EmbeddedIndex
 from rag.answering.compress import Passage
 from rag.answering.prompt import MODEL_ABSTENTION, build_messages, context_text, copy_texts, model_abstained
 from rag.answering.service import AnswerRequest, options_from
@@ -17,7 +17,7 @@ from rag.core.settings import Settings
 from rag.generation.base import GenerationStats, SamplingOptions
 from rag.generation.logits import LogitBias
 from rag.generation.ort import LocalGenerator, next_token
-from rag.runtime import Models, answer_service
+from app.runtime import Models, answer_service
 
 CASES = [
     ("Who wrote the Republic?",
@@ -177,7 +177,7 @@ def test_service_constrains_rag_answers_only(tmp_path: Path, settings: Settings,
 
 
 def test_bench_engine_times_the_bias_in_the_same_run(uncached: LocalGenerator):
-    from rag.bench.engine import bench_engine
+    from app.bench.engine import bench_engine
 
     result = bench_engine(uncached, [16], new_tokens=4, warmup=0, repeat=1, copy_bias=2.0)
     assert [row["copy_bias"] for row in result["results"]] == [0.0, 2.0]

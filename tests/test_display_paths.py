@@ -23,9 +23,9 @@ import pytest
 
 import rag.core.paths as paths
 from ingest.pipeline import delete_document, ingest_paths
-from ingest.records import display_path, document_id, normalise_path
+from rag.core.records import display_path, document_id, normalise_path
 from ingest.sources import add_source, find_source, index_sources, respelled, sync_source
-from ingest.store.embedded import DB_NAME, EmbeddedStore
+from rag.store.embedded import DB_NAME, EmbeddedStore
 from rag.core.errors import DocumentNotFoundError
 from rag.core.paths import PathRules, path_display, path_identity
 from rag.core.settings import PROJECT_ROOT
@@ -277,7 +277,7 @@ def test_an_embedded_index_from_before_display_paths_shows_identities_then_migra
 def test_a_postgres_index_from_before_display_paths_migrates(embedder, postgres_url: str, tmp_path: Path):
     import psycopg
 
-    from ingest.store.postgres import SCHEMA_VERSION, PostgresStore
+    from rag.store.postgres import SCHEMA_VERSION, PostgresStore
 
     real = tmp_path / "Real Docs"
     real.mkdir()
@@ -340,7 +340,7 @@ def test_the_api_and_the_cli_show_the_spelling_and_take_either(settings, embedde
     env = cli_env(settings, COLUMNS="300", PYTHONIOENCODING="utf-8")
 
     def rag(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], capture_output=True,
+        return subprocess.run([sys.executable, "-m", "app.cli", "--home", str(home), *args], capture_output=True,
                               text=True, env=env, cwd=PROJECT_ROOT, timeout=120)
 
     import json

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from helpers import cli_env, server_process
-from ingest.store.embedded import EmbeddedIndex
+from rag.store.embedded import EmbeddedIndex
 from rag.core.settings import PROJECT_ROOT, Settings
 
 FILES = {
@@ -27,7 +27,7 @@ FILES = {
 
 
 def rag(settings: Settings, home: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
+    return subprocess.run([sys.executable, "-m", "app.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
                           env=cli_env(settings, RAG_TELEMETRY="off"), capture_output=True, text=True, timeout=300)
 
 

@@ -25,9 +25,9 @@ from ingest.formats.options import LoadOptions
 from ingest.formats.registry import sniff
 from ingest.loaders import BrokenDocument, NoExtractableText, UnsupportedFileType, load_document
 from ingest.pipeline import attachment_path, delete_document, ingest_paths
-from ingest.store.embedded import EmbeddedIndex
-from ingest.records import document_id
-from ingest.store.embedded import EmbeddedReader
+from rag.store.embedded import EmbeddedIndex
+from rag.core.records import document_id
+from rag.store.embedded import EmbeddedReader
 from rag.core.errors import UnprocessableDocumentError
 from rag.answering.retrieval import Retriever
 from rag.core.settings import PROJECT_ROOT
@@ -491,7 +491,7 @@ def test_cli_summary_shows_ocr(settings, scans, tesseract, tmp_path):
     shutil.copy2(scans / "scan.pdf", folder / "scan.pdf")
     shutil.copy2(FIXTURES / "lo-report.docx", folder / "minutes.docx")
     env = cli_env(settings, COLUMNS="200")
-    rag = [sys.executable, "-m", "rag.cli", "--home", str(tmp_path / "home")]
+    rag = [sys.executable, "-m", "app.cli", "--home", str(tmp_path / "home")]
     proc = subprocess.run([*rag, "ingest", str(folder), "--json"], capture_output=True, text=True, env=env,
                           cwd=PROJECT_ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -23,7 +23,7 @@ import pytest
 
 from helpers import server_process
 from ingest.pipeline import ingest_paths
-from ingest.store.embedded import EmbeddedIndex
+from rag.store.embedded import EmbeddedIndex
 from rag.core.settings import PROJECT_ROOT, Settings
 
 CONFIG = PROJECT_ROOT / "tests" / "schemathesis.toml"
@@ -94,8 +94,8 @@ def test_fuzzing_as_a_restricted_principal_finds_no_errors_and_no_leak(request: 
     fuzzer got (every one is recorded, bodies and streams included) nor the audit trail of what it asked names
     either document, its id or a word of its secret. ``--fuzz-restricted-examples`` / ``--fuzz-restricted-seconds``
     make it a long run (README, "Fuzzing")."""
-    from ingest.store.keys import SqliteKeyStore
-    from rag.core.audit import load_key, read_records, verify
+    from rag.store.keys import SqliteKeyStore
+    from rag.store.audit_files import load_key, read_records, verify
     from rag.core.keys import new_key, parse_grants
 
     home = tmp_path / "home"

@@ -157,7 +157,7 @@ def test_generation_ends_at_a_stop_string(uncached: LocalGenerator):
 def test_warm_up_leaves_the_short_answer_prompt_cached(settings: Settings, embedder, cached: LocalGenerator):
     # The first factoid answer after start reuses the instruction and worked examples the warm-up prefilled.
     from rag.answering.evidence import short_answer_messages
-    from rag.runtime import Models
+    from app.runtime import Models
 
     Models(embedder, cached).warm_up(settings.answer_examples)
     question, sentence = QUESTIONS[1][0], QUESTIONS[1][1].removeprefix("[1] ")

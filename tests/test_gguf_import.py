@@ -255,12 +255,12 @@ def test_the_setting_overrides_and_an_unprepared_default_falls_back(tmp_path: Pa
 
 def test_rag_info_says_which_generator_and_why(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")}
-    proc = subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(tmp_path), "info", "--no-probe", "--json"],
+    proc = subprocess.run([sys.executable, "-m", "app.cli", "--home", str(tmp_path), "info", "--no-probe", "--json"],
                           capture_output=True, text=True, cwd=PROJECT_ROOT, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     choice = json.loads(proc.stdout)["generator_choice"]
     assert choice["by"] == "machine" and "overrides it" in choice["why"]
-    proc = subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(tmp_path), "info", "--no-probe", "--json"],
+    proc = subprocess.run([sys.executable, "-m", "app.cli", "--home", str(tmp_path), "info", "--no-probe", "--json"],
                           capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120,
                           env={**env, "RAG_GENERATOR": "smollm2-135m"})
     choice = json.loads(proc.stdout)["generator_choice"]

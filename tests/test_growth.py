@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import ingest.store.embedded as embedded
+import rag.store.embedded as embedded
 from ingest.pipeline import ingest_paths
-from ingest.records import Chunk, DocumentRecord
-from ingest.store.embedded import EmbeddedStore, ivf_cells, vector_index_plan
+from rag.core.records import Chunk, DocumentRecord
+from rag.store.embedded import EmbeddedStore, ivf_cells, vector_index_plan
 from helpers import cli_env
 from rag.core.settings import PROJECT_ROOT
 
@@ -107,7 +107,7 @@ def test_dev_recall_holds_on_ivf(embedder, tmp_path: Path, monkeypatch) -> None:
     """The real dev documents on an IVF index (threshold lowered below their chunk count) find the gold
     passage for the dev questions as often as exact search does, within two questions in a hundred."""
     from rag.answering.retrieval import Retriever
-    from rag.evaluate import answerable, contains_answer, load_questions
+    from app.bench.evaluate import answerable, contains_answer, load_questions
 
     questions = answerable(load_questions(DEV / "questions.jsonl"))[::7][:100]
     found = {}
@@ -128,7 +128,7 @@ def test_dev_recall_holds_on_ivf(embedder, tmp_path: Path, monkeypatch) -> None:
 def test_bench_scale_end_to_end(settings, tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-m", "rag.cli", "bench", "scale", "--sizes", "1200,400", "--questions",
+        [sys.executable, "-m", "app.cli", "bench", "scale", "--sizes", "1200,400", "--questions",
          str(DEV / "questions.jsonl"), "--docs", str(DEV / "docs"), "--queries", "12", "--asks", "1",
          "--json", str(out / "scale.json"), "--csv", str(out / "scale.csv"), "--plot", str(out / "scale.png")],
         capture_output=True, text=True, env=cli_env(settings), timeout=600, cwd=PROJECT_ROOT)
@@ -153,7 +153,7 @@ def test_bench_scale_end_to_end(settings, tmp_path: Path) -> None:
 
 def test_bench_scale_rejects_a_size_below_the_real_corpus(settings, tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "rag.cli", "bench", "scale", "--sizes", "10", "--questions",
+        [sys.executable, "-m", "app.cli", "bench", "scale", "--sizes", "10", "--questions",
          str(DEV / "questions.jsonl"), "--docs", str(DEV / "docs"), "--queries", "2", "--asks", "0"],
         capture_output=True, text=True, env=cli_env(settings), timeout=300, cwd=PROJECT_ROOT)
     assert done.returncode != 0 and "smallest size must hold" in done.stdout + done.stderr
@@ -161,7 +161,7 @@ def test_bench_scale_rejects_a_size_below_the_real_corpus(settings, tmp_path: Pa
 
 def test_choose_words_takes_the_rarest_words_within_the_budget() -> None:
     """The rule alone, over a table of how many chunks hold each word (the stores count with FTS5 / GIN)."""
-    from ingest.store.lexical import choose_words
+    from rag.store.lexical import choose_words
 
     holds = {"castle": 40, "norman": 900, "year": 9000, "city": 4500}
     counted = []

@@ -26,8 +26,8 @@ from api.app import create_app
 from api.errors import EXCEPTION_HANDLERS
 from helpers import server_process
 from ingest.pipeline import ingest_paths
-from ingest.records import candidate_ids
-from ingest.store.embedded import EmbeddedIndex
+from rag.core.records import candidate_ids
+from rag.store.embedded import EmbeddedIndex
 import ingest.uploads as uploads
 from ingest.uploads import safe_filename
 from rag.core.errors import BadRequestError

@@ -34,7 +34,7 @@ def bearer(token: str) -> dict[str, str]:
 
 
 def run_cli(home: Path, settings: Settings, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
+    return subprocess.run([sys.executable, "-m", "app.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
                           env=cli_env(settings, **env), capture_output=True, text=True, timeout=120)
 
 
@@ -87,13 +87,13 @@ def deployment(request, settings: Settings, tmp_path_factory: pytest.TempPathFac
     home = tmp_path_factory.mktemp(f"hidden-{request.param}")
     env = {"RAG_MAX_TOKENS": "12", "RAG_API_KEY": ENV_KEY, "RAG_AUDIT_QUESTIONS": "full"}
     if request.param == "embedded":
-        from ingest.store.keys import SqliteKeyStore
+        from rag.store.keys import SqliteKeyStore
 
         keys = SqliteKeyStore(home)
     else:
         import psycopg
 
-        from ingest.store.keys import PostgresKeyStore
+        from rag.store.keys import PostgresKeyStore
 
         url = request.getfixturevalue("postgres_url")
         with psycopg.connect(url, autocommit=True) as conn:
@@ -222,7 +222,7 @@ def test_a_key_without_groups_sees_public_documents_only(deployment: Deployment,
 def test_keys_made_before_are_migrated_and_said_once_at_start(settings: Settings, tmp_path: Path):
     """Finding 2: a server started on a home whose keys were made before says once, at start, which keys now
     hold the explicit grant '*'; a restart says nothing more."""
-    from ingest.store.keys import SqliteKeyStore
+    from rag.store.keys import SqliteKeyStore
 
     keys = SqliteKeyStore(tmp_path)
     record, token = new_key("old-key", parse_grants("reader", ("*",)))
@@ -297,7 +297,7 @@ def keyed_server(request, settings: Settings, tmp_path: Path) -> Iterator[tuple[
     store away and give it back."""
     env: dict[str, str] = {}
     if request.param == "embedded":
-        from ingest.store.keys import SqliteKeyStore
+        from rag.store.keys import SqliteKeyStore
 
         keys: Any = SqliteKeyStore(tmp_path)
         files = [tmp_path / f"access.sqlite{suffix}" for suffix in ("", "-wal", "-shm")]
@@ -319,7 +319,7 @@ def keyed_server(request, settings: Settings, tmp_path: Path) -> Iterator[tuple[
     else:
         import psycopg
 
-        from ingest.store.keys import PostgresKeyStore
+        from rag.store.keys import PostgresKeyStore
 
         url = request.getfixturevalue("postgres_url")
         name = f"rag_closed_{uuid.uuid4().hex[:8]}"
@@ -374,7 +374,7 @@ def test_a_server_that_required_keys_never_serves_without_them(keyed_server):
 def test_a_missing_key_store_is_503_not_an_unknown_key(settings: Settings, tmp_path: Path):
     """Finding 4: the embedded key store that this process saw and that is gone (or is no database) answers a
     key with 503 store_unavailable, so an operator sees the store is broken rather than the key unknown."""
-    from ingest.store.keys import SqliteKeyStore
+    from rag.store.keys import SqliteKeyStore
 
     keys = SqliteKeyStore(tmp_path)
     record, token = new_key("only-key", parse_grants("reader", ("*",)))
@@ -393,7 +393,7 @@ def test_the_answer_services_default_context_sees_public_documents_only(settings
     """Finding 4: a request that forgets its context is answered as "public documents only"; every document
     is the explicit RequestContext.local()."""
     from ingest.pipeline import ingest_paths
-    from ingest.store.embedded import EmbeddedStore
+    from rag.store.embedded import EmbeddedStore
     from rag.answering.service import AnswerRequest, AnswerService
     from rag.core.access import RequestContext
 
@@ -726,7 +726,7 @@ def test_a_grant_holds_the_index_the_store_resolves_not_a_spelling(deployment: D
     seen = httpx.get(f"{d.base}/v1/documents?index={upper}", headers=holder)
     assert seen.status_code == 200 and [doc["id"] for doc in seen.json()["documents"]] == [hidden["document_id"]]
     if d.store == "postgresql":  # a second index differing only in case is never made, even past the resolving
-        from ingest.store.postgres import PostgresIndex, PostgresStore
+        from rag.store.postgres import PostgresIndex, PostgresStore
         from rag.core.errors import ConflictError
 
         store = PostgresStore(d.env["RAG_STORE_URL"])
@@ -767,7 +767,7 @@ def test_a_restricted_principals_replies_are_the_same_without_hidden_documents(d
     once they were added."""
     import random
 
-    from ingest.records import document_id
+    from rag.core.records import document_id
 
     d, index = deployment, fresh_index()
     rng = random.Random(f"hidden-means-absent-{d.store}")

@@ -23,9 +23,9 @@ import pytest
 from ingest.chunking import chunk_document
 from ingest.loaders import load_document
 from ingest.pipeline import SYMLINK_OUTSIDE, delete_document, ingest_paths
-from ingest.store.embedded import EmbeddedIndex
-from ingest.records import document_id, normalise_path
-from ingest.store.embedded import DB_NAME, EmbeddedReader, EmbeddedWriter
+from rag.store.embedded import EmbeddedIndex
+from rag.core.records import document_id, normalise_path
+from rag.store.embedded import DB_NAME, EmbeddedReader, EmbeddedWriter
 from rag.core.errors import (BadRequestError, DocumentNotFoundError, EmbedderMismatchError, IndexLockedError,
                         IndexNotFoundError)
 from helpers import cli_env
@@ -34,7 +34,7 @@ from rag.core.settings import PROJECT_ROOT
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
 SQUAD_DOCS = SHARED_DATA / "squad2-dev" / "docs"
 PDF_DIR = SHARED_DATA / "pdfs"
-RAG = [sys.executable, "-m", "rag.cli"]
+RAG = [sys.executable, "-m", "app.cli"]
 PDF_COUNT = 31
 ENCRYPTED_PDF = "libreoffice-writer-password.pdf"
 # Scanned / image-only PDFs: pages but no text layer.
@@ -427,7 +427,7 @@ def test_embedder_mismatch_is_refused(tmp_path, embedder, settings, rag):
     config = json.loads((settings.embedder_path / "embedder.json").read_text(encoding="utf-8"))
     config["name"] = "renamed/all-MiniLM-L6-v2"
     (other / "embedder.json").write_text(json.dumps(config), encoding="utf-8")
-    from ingest.embedder import Embedder
+    from rag.embedder import Embedder
 
     renamed = Embedder(other, settings.threads, settings.embed_batch_size)
     (src / "more.md").write_text("# More\n\nA second note about lighthouses.\n", encoding="utf-8")
@@ -446,8 +446,8 @@ CRASH_SCRIPT = """
 import sys
 from pathlib import Path
 import ingest.pipeline as pipeline
-from ingest.embedder import Embedder
-from ingest.store.embedded import EmbeddedIndex
+from rag.embedder import Embedder
+from rag.store.embedded import EmbeddedIndex
 
 # Flush (embed + write to SQLite/FAISS) every few chunks, so the kill lands after uncommitted writes.
 pipeline.EMBED_BUFFER_CHUNKS = 16

@@ -15,7 +15,7 @@ from rag.core.settings import PROJECT_ROOT, Settings
 
 
 def rag_cli(settings: Settings, home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
+    return subprocess.run([sys.executable, "-m", "app.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
                           env=cli_env(settings, **env), capture_output=True, text=True, timeout=180)
 
 

@@ -165,7 +165,7 @@ def test_a_sync_is_a_job(settings: Settings, tmp_path: Path):
     folder.mkdir()
     (folder / "owls.md").write_bytes(SMALL_NOTE)
     make_long_scan(folder / "census.pdf", 30)
-    added = subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), "sources", "add", str(folder),
+    added = subprocess.run([sys.executable, "-m", "app.cli", "--home", str(home), "sources", "add", str(folder),
                             "--json"], cwd=PROJECT_ROOT, env=cli_env(settings), capture_output=True, text=True,
                            timeout=120)
     assert added.returncode == 0, added.stderr

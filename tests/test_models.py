@@ -21,7 +21,7 @@ from rag.core.errors import ChecksumError, ModelError
 from rag.generation.base import SamplingOptions
 from rag.core.settings import PROJECT_ROOT
 
-RAG = [sys.executable, "-m", "rag.cli"]
+RAG = [sys.executable, "-m", "app.cli"]
 
 
 def run_rag(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -151,7 +151,7 @@ def test_batching_does_not_change_rankings(embedder) -> None:
 
 
 def test_runtime_imports_do_not_pull_in_torch() -> None:
-    code = ("import sys, rag.cli, rag.generation.ort, ingest.pipeline, rag.diagnostics, rag.modelstore.prepare\n"
+    code = ("import sys, app.cli, rag.generation.ort, ingest.pipeline, app.diagnostics, rag.modelstore.prepare\n"
             "import importlib.util\n"
             "if importlib.util.find_spec('api') and importlib.util.find_spec('api.app'): import api.app\n"
             "bad = [m for m in ('torch', 'transformers') if m in sys.modules]\n"

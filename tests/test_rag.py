@@ -19,18 +19,18 @@ import pytest
 from conftest import SQUAD_DOCS, SQUAD_QUESTIONS
 from helpers import cli_env
 from ingest.pipeline import ingest_paths
-from ingest.store.embedded import EmbeddedIndex
+from rag.store.embedded import EmbeddedIndex
 from rag.core.access import RequestContext
 from rag.answering.service import AnswerOptions, AnswerRequest, AnswerService, options_from
 from rag.answering.compress import Passage, Sentence, candidate_sentences, score_sentences, select_passages, split_sentences
 from rag.core.errors import BadRequestError
-from rag.evaluate import contains_answer, evaluate, normalise_answer
+from app.bench.evaluate import contains_answer, evaluate, normalise_answer
 from rag.generation.base import SamplingOptions
 from rag.answering.prompt import (ABSTENTION_MESSAGE, build_messages, cited_numbers, drop_repeated_tail, grounded_share,
                         model_abstained)
 from rag.answering.result import AnswerResult
 from rag.answering.retrieval import RRF_K, Retriever, rrf_fuse
-from rag.runtime import Models, answer_service
+from app.runtime import Models, answer_service
 from rag.core.settings import Settings
 
 DOC_NAMES = ("normans.md", "victoria_australia.md")
@@ -62,7 +62,7 @@ def options(**overrides) -> AnswerOptions:
 
 
 def run_cli(settings: Settings, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rag.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True,
                           env=cli_env(settings, **env), timeout=CLI_TIMEOUT_S, cwd=Path(__file__).parent.parent)
 
 
@@ -592,7 +592,7 @@ def test_ask_cli_json(settings: Settings, rag_home: Path):
 
 
 def test_ask_cli_on_an_empty_index_says_so_and_how_to_add_documents(settings: Settings, embedder, tmp_path: Path):
-    from ingest.store.embedded import EmbeddedIndex as Index
+    from rag.store.embedded import EmbeddedIndex as Index
 
     home = tmp_path / "home"
     docs = tmp_path / "docs"
@@ -682,7 +682,7 @@ def test_topic_change_is_not_pulled_back_to_the_earlier_question(retriever: Retr
 
 
 def test_followup_pairs_replace_a_shared_name_with_a_pronoun():
-    from rag.evaluate import followup_pairs, load_questions, pronoun_followup
+    from app.bench.evaluate import followup_pairs, load_questions, pronoun_followup
 
     assert pronoun_followup("When did Edward return?", "Who was Edward's brother?", "Normans") == "When did it return?"
     assert pronoun_followup("What did the Normans build?", "Who led the Normans?", "") == "What did they build?"

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from ingest.pipeline import ingest_paths
-from ingest.store.embedded import EmbeddedIndex
+from rag.store.embedded import EmbeddedIndex
 from rag.answering.evidence import candidate_spans
 from rag.answering.prompt import ABSTENTION_MESSAGE
 from rag.answering.service import AnswerRequest, AnswerService, options_from
 from rag.core.settings import Settings
-from rag.evaluate import evaluate
-from rag.runtime import Models, answer_service
+from app.bench.evaluate import evaluate
+from app.runtime import Models, answer_service
 
 DATA = Path(__file__).resolve().parent / "data"
 POLICIES = DATA / "policies"

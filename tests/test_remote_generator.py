@@ -20,7 +20,7 @@ from rag.core.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from rag.core.settings import PROJECT_ROOT, Settings
 from rag.generation.base import GenerationStats, SamplingOptions
 from rag.generation.remote import RemoteGenerator, TokenCounter
-from rag.runtime import Models, answer_service, load_answer_generator, open_index
+from app.runtime import Models, answer_service, load_answer_generator, open_index
 from tests.helpers import free_port, server_process
 
 QUESTIONS = (

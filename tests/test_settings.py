@@ -107,7 +107,7 @@ def test_chunk_sizes_are_validated_with_the_right_reason(overrides: dict, messag
 
 def _rag_config(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")}
-    return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), "config", *args],
+    return subprocess.run([sys.executable, "-m", "app.cli", "--home", str(home), "config", *args],
                           capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=60,
                           env={**clean, "COLUMNS": "200", "PYTHONIOENCODING": "utf-8", **env})
 
@@ -144,7 +144,7 @@ def test_cli_missing_rag_config_is_one_clear_line(tmp_path: Path) -> None:
 
 
 def test_unknown_environment_variable_fails_the_cli(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(tmp_path), "config"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "app.cli", "--home", str(tmp_path), "config"], capture_output=True,
                           text=True, env={**os.environ, "RAG_MAX_TOKEN": "8"}, cwd=PROJECT_ROOT)
     assert proc.returncode == 3, proc.stdout
     assert proc.stderr.strip() == ("error: unknown setting 'max_token' (env RAG_MAX_TOKEN); "

@@ -42,14 +42,14 @@ def store_env(request) -> dict[str, str]:
 
 
 def rag(settings: Settings, home: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
+    return subprocess.run([sys.executable, "-m", "app.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
                           env=cli_env(settings, RAG_TELEMETRY="off", **env), capture_output=True, text=True,
                           timeout=300)
 
 
 def index_contents(home: Path, env: dict[str, str], index: str) -> dict[str, list[str]]:
     """Path -> chunk texts of every document of an index, read through the store itself."""
-    from rag.runtime import open_store
+    from app.runtime import open_store
 
     store = open_store(load_settings(environ={}, overrides={"home": home, "store_url": env.get("RAG_STORE_URL")}))
     reader = store.index(index).reader()
@@ -137,7 +137,7 @@ def test_one_process_syncs_a_source_at_a_time_on_postgres(settings: Settings, tm
     changing nothing. Here the test's own session stands for the replica that is syncing."""
     import psycopg
 
-    from ingest.store.postgres import source_lock_key
+    from rag.store.postgres import source_lock_key
 
     env = {"RAG_STORE_URL": postgres_url}
     home, folder = tmp_path / "home", tmp_path / "share"
@@ -201,7 +201,7 @@ def test_a_sync_killed_mid_run_leaves_committed_state_and_the_next_one_converges
     pages[0].save(folder / "zz-scan.pdf", "PDF", resolution=200, save_all=True, append_images=pages[1:])
 
     log = (tmp_path / "killed.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "rag.cli", "--home", str(home), "sync", "--index", index],
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "--home", str(home), "sync", "--index", index],
                             cwd=PROJECT_ROOT, env=cli_env(settings, RAG_TELEMETRY="off", **store_env),
                             stdout=log, stderr=subprocess.STDOUT)
     children: list[psutil.Process] = []
@@ -222,7 +222,7 @@ def test_a_sync_killed_mid_run_leaves_committed_state_and_the_next_one_converges
         if store_env:  # the sync holds its source's lock (what keeps other replicas out)
             import psycopg
 
-            from ingest.store.postgres import source_lock_key
+            from rag.store.postgres import source_lock_key
 
             with psycopg.connect(store_env["RAG_STORE_URL"], autocommit=True) as other:
                 assert not other.execute("SELECT pg_try_advisory_lock(%s)",
@@ -260,7 +260,7 @@ def test_a_sync_killed_mid_run_leaves_committed_state_and_the_next_one_converges
     else:  # the run's removal of b.md had committed on its own (removals go first); no document is partial
         names = {Path(p).name for p in killed}
         assert "b.md" not in names and {"a.md", "c.md", "d.md", "keep.md"} <= names
-        from rag.runtime import open_store
+        from app.runtime import open_store
 
         store = open_store(load_settings(environ={}, overrides={"home": home, "store_url": store_env["RAG_STORE_URL"]}))
         reader = store.index(index).reader()

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from ingest.pipeline import delete_document, ingest_paths
-from ingest.records import Chunk, DocumentRecord, document_id
-from ingest.store.copy import copy_index
-from ingest.store.embedded import EmbeddedStore
+from rag.core.records import Chunk, DocumentRecord, document_id
+from rag.store.copy import copy_index
+from rag.store.embedded import EmbeddedStore
 from rag.answering.retrieval import Retriever
 from rag.core.errors import DocumentNotFoundError, EmbedderMismatchError
 from rag.core.settings import PROJECT_ROOT
@@ -35,7 +35,7 @@ def store(request, tmp_path: Path):
     if request.param == "embedded":
         yield EmbeddedStore(tmp_path / "indexes")
         return
-    from ingest.store.postgres import PostgresStore
+    from rag.store.postgres import PostgresStore
 
     store = PostgresStore(request.getfixturevalue("postgres_url"), pool_size=2)
     yield store
@@ -204,7 +204,7 @@ def test_failed_writes_leave_nothing_half_written(store, embedder, tmp_path: Pat
 
 
 def test_copy_between_backends(embedder, postgres_url: str, tmp_path: Path) -> None:
-    from ingest.store.postgres import PostgresStore
+    from rag.store.postgres import PostgresStore
 
     embedded, pg = EmbeddedStore(tmp_path / "indexes"), PostgresStore(postgres_url, pool_size=2)
     name = fresh_name()
@@ -233,7 +233,7 @@ def test_migrate_command(settings, postgres_url: str, tmp_path: Path, embedder) 
     ingest_paths(corpus(tmp_path / "docs", 10, 3), EmbeddedStore(home / "indexes").index(name), embedder)
 
     def run(where: Path, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(where), "index", "migrate", *args],
+        return subprocess.run([sys.executable, "-m", "app.cli", "--home", str(where), "index", "migrate", *args],
                               cwd=PROJECT_ROOT, env=cli_env(settings), capture_output=True, text=True, timeout=120)
 
     done = run(home, "--to", postgres_url, "--from", name)
@@ -250,13 +250,13 @@ def test_migrate_command(settings, postgres_url: str, tmp_path: Path, embedder) 
 # ---------------------------------------------------------------------- PostgreSQL: several writers at once
 def ingest_process(settings, postgres_url: str, folder: Path, index: str, *extra: str) -> subprocess.Popen:
     env = cli_env(settings, RAG_STORE_URL=postgres_url)
-    return subprocess.Popen([sys.executable, "-m", "rag.cli", "ingest", str(folder), "--index", index, "--json",
+    return subprocess.Popen([sys.executable, "-m", "app.cli", "ingest", str(folder), "--index", index, "--json",
                              *extra], cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 
 
 def test_concurrent_ingests_into_one_postgres_index(settings, postgres_url: str, tmp_path: Path) -> None:
-    from ingest.store.postgres import PostgresStore
+    from rag.store.postgres import PostgresStore
 
     store = PostgresStore(postgres_url, pool_size=2)
     name = fresh_name()
@@ -279,7 +279,7 @@ def test_concurrent_ingests_into_one_postgres_index(settings, postgres_url: str,
 
 
 def test_killed_ingest_leaves_whole_documents(settings, postgres_url: str, tmp_path: Path) -> None:
-    from ingest.store.postgres import PostgresStore
+    from rag.store.postgres import PostgresStore
 
     store = PostgresStore(postgres_url, pool_size=2)
     name = fresh_name()
@@ -338,10 +338,10 @@ def test_mail_attachments_are_documents_of_their_own(store, embedder, tmp_path: 
 def test_large_index_lexical_search_ranks_the_rare_words(store, embedder, tmp_path: Path, monkeypatch) -> None:
     """Past the row budget (lowered here to 30 chunks) a query keeps its rare words: the chunk that holds
     them comes first although every chunk holds the common ones."""
-    import ingest.store.embedded
-    import ingest.store.postgres
+    import rag.store.embedded
+    import rag.store.postgres
 
-    for module in (ingest.store.embedded, ingest.store.postgres):
+    for module in (rag.store.embedded, rag.store.postgres):
         monkeypatch.setattr(module, "LEXICAL_ROW_BUDGET", 30)
     folder = tmp_path / "docs"
     folder.mkdir()
@@ -406,7 +406,7 @@ def test_document_groups_filter_inside_the_search(store, embedder, tmp_path: Pat
 def test_an_index_from_before_document_groups_reads_as_public_and_migrates(embedder, tmp_path: Path) -> None:
     import sqlite3
 
-    from ingest.store.embedded import DB_NAME
+    from rag.store.embedded import DB_NAME
 
     store = EmbeddedStore(tmp_path / "indexes")
     index = store.index("old")

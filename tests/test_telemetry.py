@@ -90,7 +90,7 @@ def answer_tree(spans: list[Span], server: Span) -> tuple[Span, Span, Span]:
 
 
 def run_rag(settings: Settings, home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
+    return subprocess.run([sys.executable, "-m", "app.cli", "--home", str(home), *args], cwd=PROJECT_ROOT,
                           env=cli_env(settings, **env), capture_output=True, text=True, timeout=300)
 
 
@@ -503,7 +503,7 @@ def test_a_disk_that_refuses_the_files_never_fails_a_request(settings: Settings,
 
     port = free_port()
     # Output through a pipe: the limit holds for every file the server writes, a log file included.
-    proc = subprocess.Popen([sys.executable, "-m", "rag.cli", "--home", str(home), "serve", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "--home", str(home), "serve", "--port", str(port)],
                             cwd=PROJECT_ROOT, env=cli_env(settings, RAG_AUDIT="false"), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, preexec_fn=limited)
     output: list[bytes] = []

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers import cli_env
-from ingest.store.embedded import EmbeddedStore
+from rag.store.embedded import EmbeddedStore
 from ingest.uploads import IncomingFile, Uploads
 from rag.core.errors import BadRequestError
 from rag.core.settings import PROJECT_ROOT, Settings
@@ -91,11 +91,11 @@ def test_cli_delete_removes_the_stored_upload_too(home: Path, settings: Settings
     assert stored.is_file()
     user_file = home / "notes.txt"
     user_file.write_bytes(QUOKKA)
-    proc = subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), "ingest", str(user_file)],
+    proc = subprocess.run([sys.executable, "-m", "app.cli", "--home", str(home), "ingest", str(user_file)],
                           capture_output=True, text=True, env=cli_env(settings), cwd=PROJECT_ROOT)
     assert proc.returncode == 0, proc.stderr
     for target in (report.outcomes[0].document_id, str(user_file)):
-        proc = subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), "documents", "delete", target],
+        proc = subprocess.run([sys.executable, "-m", "app.cli", "--home", str(home), "documents", "delete", target],
                               capture_output=True, text=True, env=cli_env(settings), cwd=PROJECT_ROOT)
         assert proc.returncode == 0, proc.stderr
     assert not stored.exists()  # our copy of the upload goes with its document

@@ -26,7 +26,7 @@ import pytest
 from format_fixtures import make_long_scan
 from helpers import cli_env, header_proxy, jwt_env, server_process, sign, signing_key
 from ingest.pipeline import ingest_paths
-from ingest.store.embedded import EmbeddedIndex
+from rag.store.embedded import EmbeddedIndex
 from rag.core.settings import PROJECT_ROOT, Settings
 
 try:
@@ -605,7 +605,7 @@ def test_api_key_is_asked_for_and_a_wrong_one_is_explained(page, keyed_server: s
 
 def test_roles_in_the_page_readers_see_no_upload_or_delete_admins_manage_keys(page, settings: Settings,
                                                                                web_home: Path, tmp_path: Path):
-    from ingest.store.keys import SqliteKeyStore
+    from rag.store.keys import SqliteKeyStore
     from rag.core.keys import new_key, parse_grants
 
     home = tmp_path / "roles-home"
@@ -826,7 +826,7 @@ def test_long_uploads_and_syncs_are_followed_as_jobs_also_after_a_reload(page, s
     folder.mkdir()
     (folder / "mill.md").write_text("# The old mill\n\nThe Kestrel Club meets in the old mill on Tuesdays.\n")
     make_long_scan(folder / "census.pdf", 20)
-    added = subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), "sources", "add", str(folder),
+    added = subprocess.run([sys.executable, "-m", "app.cli", "--home", str(home), "sources", "add", str(folder),
                             "--json"], cwd=PROJECT_ROOT, env=cli_env(settings), capture_output=True, text=True,
                            timeout=120)
     assert added.returncode == 0, added.stderr
@@ -946,7 +946,7 @@ def layout_problems(page, focus: str | None = None) -> list[str]:
 def people(settings: Settings, web_home: Path, tmp_path_factory: pytest.TempPathFactory):
     """A server with API keys (the example documents): two admins (ada, bob) and a reader (rex). Yields the
     base URL and a dict name -> key."""
-    from ingest.store.keys import SqliteKeyStore
+    from rag.store.keys import SqliteKeyStore
     from rag.core.keys import new_key, parse_grants
 
     home = tmp_path_factory.mktemp("people-home")
@@ -1231,7 +1231,7 @@ def test_documents_say_where_they_come_from_and_open_their_original(page, server
 
 def test_the_original_is_behind_the_same_check_as_the_passage(settings: Settings, web_home: Path, tmp_path: Path):
     """A key that does not see a document's groups gets "not found" for its original, as for its passages."""
-    from ingest.store.keys import SqliteKeyStore
+    from rag.store.keys import SqliteKeyStore
     from rag.core.keys import new_key, parse_grants
 
     home = tmp_path / "groups-home"
@@ -1261,7 +1261,7 @@ def test_a_followed_folders_document_says_so_before_it_is_deleted(page, settings
     home, folder = tmp_path / "home", tmp_path / "share"
     folder.mkdir()
     (folder / "mill.md").write_text("# The old mill\n\nThe Kestrel Club meets in the old mill on Tuesdays.\n")
-    added = subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), "sources", "add", str(folder),
+    added = subprocess.run([sys.executable, "-m", "app.cli", "--home", str(home), "sources", "add", str(folder),
                             "--json"], cwd=PROJECT_ROOT, env=cli_env(settings), capture_output=True, text=True,
                            timeout=120)
     assert added.returncode == 0, added.stderr

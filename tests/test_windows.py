@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ingest.pipeline import ingest_paths
-from ingest.store.embedded import EmbeddedStore
+from rag.store.embedded import EmbeddedStore
 from rag.core.files import path_for_native_library
 from windows import WindowsRules, windows_rules  # noqa: F401  (the fixture)
 
@@ -208,7 +208,7 @@ def test_cli_output_redirected_to_a_file_takes_any_text(tmp_path: Path, settings
     env = cli_env(settings, PYTHONIOENCODING="cp1252")  # what Windows gives a redirected stream
     for args in (["config"], ["ingest", str(docs)], ["documents", "list"]):
         with open(tmp_path / "out.txt", "wb") as out:  # `rag ... > out.txt`
-            proc = subprocess.run([sys.executable, "-m", "rag.cli", "--home", str(home), *args], stdout=out,
+            proc = subprocess.run([sys.executable, "-m", "app.cli", "--home", str(home), *args], stdout=out,
                                   stderr=subprocess.PIPE, env=env, cwd=PROJECT_ROOT)
         assert proc.returncode == 0, proc.stderr.decode("utf-8", "replace")
         text = (tmp_path / "out.txt").read_text(encoding="utf-8")
@@ -410,7 +410,7 @@ def test_rag_info_sees_the_cpu_flags_and_gpus_windows_reports(monkeypatch: pytes
     import sys
     import types
 
-    from rag import diagnostics
+    from app import diagnostics
 
     root = FakeRegistryKey({diagnostics.WINDOWS_DISPLAY_CLASS: FakeRegistryKey({
         "0000": FakeRegistryKey(values={"DriverDesc": "NVIDIA GeForce RTX 3060"}),
@@ -454,14 +454,14 @@ def test_rag_info_sees_the_cpu_flags_and_gpus_windows_reports(monkeypatch: pytes
 def test_the_command_line_arrives_as_typed_on_windows(tmp_path: Path, settings, monkeypatch: pytest.MonkeyPatch):
     """click >= 8 globs, expands ~ and variables in every argument when ``os.name == "nt"`` (what cmd.exe and
     PowerShell leave to the program): ``--glob "*.txt"`` in a folder holding a.txt and b.txt would arrive as
-    ``--glob a.txt b.txt``. The entry point (and ``python -m rag.cli``) calls ``main`` without that."""
+    ``--glob a.txt b.txt``. The entry point (and ``python -m app.cli``) calls ``main`` without that."""
     import os
     import sys
     import types
 
     import click.core
 
-    import rag.cli
+    import app.cli
 
     (tmp_path / "a.txt").write_bytes(WOMBAT)
     (tmp_path / "b.txt").write_bytes(QUOKKA)
@@ -474,7 +474,7 @@ def test_the_command_line_arrives_as_typed_on_windows(tmp_path: Path, settings, 
     monkeypatch.setattr(sys, "argv", ["rag", "--home", str(tmp_path / "home"), "ingest", "share", "--glob",
                                       "*.txt", "--json"])
     with pytest.raises(SystemExit) as exited:
-        rag.cli.main()  # what the console script `rag` calls
+        app.cli.main()  # what the console script `rag` calls
     assert exited.value.code == 0
     reader = EmbeddedStore(tmp_path / "home" / "indexes").index("default").reader()
     try:
@@ -530,9 +530,9 @@ def test_deleting_an_index_another_process_reads_waits_for_it_or_says_index_busy
     from click.testing import CliRunner
 
     from helpers import server_process
-    from rag.cli.main import main as cli
+    from app.cli.main import main as cli
     from rag.core.errors import IndexBusyError
-    from rag.runtime import delete_index
+    from app.runtime import delete_index
 
     home = tmp_path / "home"
     (tmp_path / "docs").mkdir()
@@ -604,7 +604,7 @@ def test_folders_left_by_a_delete_or_a_restore_break_no_list_and_no_sync(tmp_pat
 
     from click.testing import CliRunner
 
-    from rag.cli.main import main as cli
+    from app.cli.main import main as cli
     from windows import wait_until
 
     home = tmp_path / "home"
@@ -712,7 +712,7 @@ def test_a_backup_and_a_restore_survive_a_scanner_on_their_renames_and_temp_file
                                                                                    windows_rules: WindowsRules):
     """The backup's ``partial.replace(target)`` and the restore's ``staging.replace`` did not retry, and the
     temporary folder's clean-up raised after a backup that had succeeded (a scanner in %TEMP%)."""
-    from ingest.store.backup import backup_index, restore_index
+    from rag.store.backup import backup_index, restore_index
 
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "wombat.txt").write_bytes(WOMBAT)
@@ -953,7 +953,7 @@ def test_a_port_windows_reserved_is_explained_as_such_not_as_a_privileged_port(m
     import errno
     import socket
 
-    from rag.cli.serve import port_problem
+    from app.cli.serve import port_problem
 
     refusal = [10013]
 
@@ -1027,12 +1027,12 @@ def test_the_service_commands_rag_prints_reach_rag_serve_as_typed_and_are_the_re
 
     from click.testing import CliRunner
 
-    from rag.cli.main import main as cli
-    from rag.cli.service import windows_service_commands
+    from app.cli.main import main as cli
+    from app.cli.service import windows_service_commands
     from rag.core.settings import PROJECT_ROOT
 
     python, home = "C:\\Program Files\\Python312\\python.exe", "D:\\RAG Data\\home"
-    serve = ["-m", "rag.cli", "--home", home, "serve", "--host", "0.0.0.0", "--port", "8765"]
+    serve = ["-m", "app.cli", "--home", home, "serve", "--host", "0.0.0.0", "--port", "8765"]
     for account in ("NT SERVICE\\rag", "ACME\\svc-rag"):
         commands = windows_service_commands(python, home, "0.0.0.0", 8765, account)
         for _, argv in commands:
@@ -1092,8 +1092,8 @@ def test_rag_makes_its_home_for_its_owner_and_rag_info_says_who_else_may_change_
     import stat
 
     from rag.core.files import PRIVATE_FOLDER_SDDL, others_who_may_write
-    from rag.diagnostics import permission_warnings
-    from rag.runtime import open_store
+    from app.diagnostics import permission_warnings
+    from app.runtime import open_store
 
     assert others_who_may_write(INHERITED_FROM_C) == ["Authenticated Users"]  # Users may read, not write
     assert others_who_may_write(PRIVATE_FOLDER_SDDL) == []

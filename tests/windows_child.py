@@ -10,6 +10,6 @@ from windows import WindowsRules, install  # noqa: E402
 
 install(WindowsRules())
 
-from rag.cli.main import main  # noqa: E402
+from app.cli.main import main  # noqa: E402
 
 main(prog_name="rag")

@@ -16,7 +16,7 @@ from api.protocol import KeyCreated, KeyCreateRequest, KeyInfo, KeyList, Me, Rol
 from api.requests import json_body
 from api.state import AppState
 from rag.core.access import describe_groups
-from ingest.store.keys import unknown_key
+from rag.store.keys import unknown_key
 from rag.core.errors import ForbiddenError
 from rag.core.keys import ApiKey, new_key, parse_duration, parse_grants, validate_key_groups
 

@@ -20,7 +20,7 @@ from api.protocol import (Conversation, ConversationList, ConversationRename, Co
                           ConversationSummary, ConversationWrite, SavedTurn)
 from api.requests import json_body
 from api.state import AppState
-from ingest.store.conversations import StoredConversation
+from rag.store.conversations import StoredConversation
 from rag.core.access import RequestContext
 from rag.core.errors import BadRequestError, RagError
 

@@ -23,7 +23,7 @@ from api.jobs import accepted, finished
 from api.state import AppState
 from ingest.formats.registry import FORMATS
 from ingest.pipeline import ATTACHMENT_SEP
-from ingest.records import DocumentRecord, normalise_path
+from rag.core.records import DocumentRecord, normalise_path
 from ingest.sources import Source, index_sources
 from ingest.uploads import IncomingFile
 from rag.core.access import RequestContext

@@ -8,9 +8,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ingest.embedder import Embedder
-from ingest.records import ChunkRecord
-from ingest.store import IndexReader
+from rag.embedder import Embedder
+from rag.core.records import ChunkRecord
+from rag.store import IndexReader
 from rag.core import observe
 from rag.core.errors import DocumentNotFoundError
 

@@ -19,8 +19,8 @@ from typing import Any, AsyncIterator, Sequence
 import anyio.to_thread
 import numpy as np
 
-from ingest.embedder import Embedder
-from ingest.store import Store
+from rag.embedder import Embedder
+from rag.store import Store
 from rag.answering.answerability import (WEIGHTS, answerable_score, lexical_signals, profile_for, searchable_words,
                                          shares_a_word, stems, telling_words, unknown_signals)
 from rag.answering.compress import (Passage, Sentence, candidate_sentences, defines, defining_sentences,
@@ -34,7 +34,7 @@ from rag.answering.prompt import (ABSTENTION_MESSAGE, drop_repeated_tail, ground
                                   resolve_elliptical, subject_questions)
 from rag.answering.result import AnswerResult, Evidence, Metrics, Source
 from rag.answering.retrieval import Retrieval, Retriever
-from rag.answering.tracing import ChatTrace
+from rag.answering.telemetry import ChatTrace
 from rag.core import observe
 from rag.core.access import RequestContext
 from rag.core.errors import BadRequestError

@@ -1,5 +1,5 @@
 """API keys: their record, their secret (shown once, kept only as a salted scrypt hash) and the principal they
-stand for. Pure functions; the table that holds the records is ``ingest.store.keys``.
+stand for. Pure functions; the table that holds the records is ``rag.store.keys``.
 
 A key reads ``rag_<id>_<secret>``: the public id finds the record without scanning, the secret is checked
 against the record's ``scrypt(secret, salt)`` with a constant-time comparison.

@@ -4,7 +4,7 @@ conventions) and the metric instruments, through the OpenTelemetry *API* only.
 The stages (retrieval, generation, ingest) call ``tracer()`` and ``instruments()``; without a configured SDK
 (library use, tests) these are OpenTelemetry's no-ops. ``rag.telemetry`` installs the SDK and its exporters once
 per process, from settings, before any request is served; a server's process always has a meter provider, whose
-Prometheus reader renders the same instruments as ``/metrics`` (api.observability).
+Prometheus reader renders the same instruments as ``/metrics`` (api.telemetry).
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ class Instruments:
     ingest_chunks: metrics.Counter
     ocr_pages: metrics.Counter
     # The server's (api): each HTTP request, once (its count is the request count), and each answer's time to its
-    # first token and to its end. (Requests in flight, http.server.active_requests, are api.observability's.)
+    # first token and to its end. (Requests in flight, http.server.active_requests, are api.telemetry's.)
     http_duration: metrics.Histogram
     answer_ttft: metrics.Histogram
     answer_duration: metrics.Histogram

@@ -29,6 +29,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEVICES = ("auto", "cpu", "cuda", "dml")
+COMMAND_LINE_ENV = "RAG_COMMAND_LINE"  # JSON: the flags of `rag serve`, for its worker processes
 DEFAULT_GENERATOR = "smollm2-135m-instruct-int4"  # the smallest rung (rag/core/ladder.py); the tests' model
 DEFAULT_EMBEDDER = "all-minilm-l6-v2-int8"
 
@@ -226,6 +227,12 @@ class Settings:
     def replace(self, **changes: Any) -> "Settings":
         return load_settings(base=self, overrides=changes)
 
+    def command_line(self) -> dict[str, Any]:
+        """The settings given as flags, as JSON values: what a server's worker processes need besides the
+        environment and rag.toml they read themselves (``COMMAND_LINE_ENV``)."""
+        return {key: str(value) if isinstance(value, Path) else value
+                for key, value in dataclasses.asdict(self).items() if self.sources.get(key) == "command line"}
+
     def source(self, name: str) -> str:
         """Where setting ``name`` came from: "default", a rag.toml path, a RAG_* variable or "command line"."""
         return self.sources.get(name, "default")
@@ -323,8 +330,15 @@ def load_settings(
                 raise ConfigError(f"{config_file}: {exc}{toml_hint(exc)}") from exc
             apply(data, lambda key: str(config_file))  # a typo there must not pass unnoticed
         # Every RAG_* variable but RAG_CONFIG names a setting: a typo (RAG_TOPK) is an error, not ignored.
-        env = {k[4:].lower(): v for k, v in environ.items() if k.startswith("RAG_") and k != "RAG_CONFIG"}
+        env = {k[4:].lower(): v for k, v in environ.items()
+               if k.startswith("RAG_") and k not in ("RAG_CONFIG", COMMAND_LINE_ENV)}
         apply(env, lambda key: f"env RAG_{key.upper()}")
+        if environ.get(COMMAND_LINE_ENV):  # the flags of the `rag serve` that started this worker process
+            try:
+                passed = json.loads(environ[COMMAND_LINE_ENV])
+            except ValueError as exc:
+                raise ConfigError(f"{COMMAND_LINE_ENV} is not JSON: {exc}") from exc
+            apply({k: v for k, v in passed.items() if k not in overrides}, lambda key: "command line")
     apply(overrides, lambda key: "command line")
 
     settings = Settings(**values, sources=sources)

@@ -86,11 +86,11 @@ class _Once(logging.Filter):
 
 
 class _StructuredHandler(LoggingHandler):
-    """Log records as OTLP logs; the product's ``fields`` (see api.observability) become attributes."""
+    """Log records as OTLP logs; the product's ``fields`` (see api.telemetry) become attributes."""
 
     def _get_attributes(self, record: logging.LogRecord):  # type: ignore[no-untyped-def]
         attributes, event = super()._get_attributes(record)
-        attributes.pop("json_line", None)  # the JSON log line api.observability formatted it into, kept on it
+        attributes.pop("json_line", None)  # the JSON log line api.telemetry formatted it into, kept on it
         fields = attributes.pop("fields", None)
         if isinstance(fields, dict):
             for key, value in fields.items():

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from rag.bench.engine import NEUTRAL_TEXT  # noqa: E402,F401  (re-exported for the peer scripts)
+from app.bench.engine import NEUTRAL_TEXT  # noqa: E402,F401  (re-exported for the peer scripts)
 
 # One generation: (prompt token ids, new tokens) -> (seconds to first token, seconds for the rest).
 Generate = Callable[[list, int], tuple[float, float]]

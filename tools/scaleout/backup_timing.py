@@ -10,11 +10,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from ingest.records import Chunk, DocumentRecord  # noqa: E402
-from ingest.store.backup import backup_index, restore_index, verify_index  # noqa: E402
-from ingest.store.embedded import EmbeddedStore  # noqa: E402
+from rag.core.records import Chunk, DocumentRecord  # noqa: E402
+from rag.store.backup import backup_index, restore_index, verify_index  # noqa: E402
+from rag.store.embedded import EmbeddedStore  # noqa: E402
 from rag.core.settings import load_settings  # noqa: E402
-from rag.runtime import load_embedder  # noqa: E402
+from app.runtime import load_embedder  # noqa: E402
 
 settings = load_settings()
 emb = load_embedder(settings)

@@ -29,14 +29,14 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from ingest.pipeline import ingest_paths  # noqa: E402
-from ingest.records import Chunk, DocumentRecord  # noqa: E402
-from ingest.store.embedded import EmbeddedStore  # noqa: E402
-from ingest.store.postgres import PostgresStore  # noqa: E402
+from rag.core.records import Chunk, DocumentRecord  # noqa: E402
+from rag.store.embedded import EmbeddedStore  # noqa: E402
+from rag.store.postgres import PostgresStore  # noqa: E402
 from rag.answering.retrieval import Retriever  # noqa: E402
-from rag.bench.stats import percentile  # noqa: E402
+from app.bench.stats import percentile  # noqa: E402
 from rag.core.settings import load_settings  # noqa: E402
 from rag.core.text import split_sentences  # noqa: E402
-from rag.runtime import load_embedder  # noqa: E402
+from app.runtime import load_embedder  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "squad2-dev"
 

@@ -1,4 +1,4 @@
-"""Local vs remote generator on the same answer sample: ``rag.evaluate.answer_report`` (what ``rag eval
+"""Local vs remote generator on the same answer sample: ``app.bench.evaluate.answer_report`` (what ``rag eval
 --answers N`` runs) over one scratch index, first through the remote generator, then the local one.
 
     python tools/scaleout/compare_generators.py N http://127.0.0.1:8011/v1 [--remote-only]   # e.g. a second `rag serve`
@@ -10,10 +10,10 @@ from pathlib import Path
 warnings.simplefilter("ignore")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from ingest.pipeline import ingest_paths
-from ingest.store.embedded import EmbeddedStore
+from rag.store.embedded import EmbeddedStore
 from rag.core.settings import load_settings
-from rag.evaluate import answer_report, load_questions
-from rag.runtime import Models, answer_service, load_answer_generator, load_embedder, load_generator
+from app.bench.evaluate import answer_report, load_questions
+from app.runtime import Models, answer_service, load_answer_generator, load_embedder, load_generator
 n = int(sys.argv[1])
 D = Path(__file__).resolve().parents[3] / "shared" / "data" / "squad2-dev"
 # Without the copy bias: it is a local logits step an OpenAI-compatible server does not take.

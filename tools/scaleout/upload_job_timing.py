@@ -43,7 +43,7 @@ def main() -> None:
         scan = make_long_scan(Path(scratch) / "scan.pdf", args.pages).read_bytes()
         port = free_port()
         log = open(Path(scratch) / "serve.log", "wb")
-        server = subprocess.Popen([sys.executable, "-m", "rag.cli", "--home", str(home), "serve", "--port", str(port)],
+        server = subprocess.Popen([sys.executable, "-m", "app.cli", "--home", str(home), "serve", "--port", str(port)],
                                   cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         base = f"http://127.0.0.1:{port}"
         try:

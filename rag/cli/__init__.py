@@ -1,5 +1,0 @@
-"""The ``rag`` command line. Thin: parse options, call a service, render the result."""
-
-from rag.cli.main import main
-
-__all__ = ["main"]

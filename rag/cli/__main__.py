@@ -1,3 +1,0 @@
-from rag.cli.main import main
-
-main()
