@@ -132,3 +132,14 @@ def test_docs_without_a_built_site_is_a_404_that_says_how_to_build_it(tmp_path: 
     with TestClient(Litestar(route_handlers=docs_handlers(tmp_path / "site"))) as client:
         answer = client.get("/docs/")
         assert answer.status_code == 404 and "make docs" in answer.text
+
+
+def test_the_drawn_house_has_no_upward_arrow_and_no_cycle(tmp_path: Path):
+    """tools/draw_architecture.py (which draws docs/architecture.png) reads the graph it draws from the code:
+    0 arrows back up and 0 cycles, between rooms and between floors."""
+    drawn = subprocess.run([sys.executable, str(PROJECT_ROOT / "tools" / "draw_architecture.py"), "--out",
+                            str(tmp_path / "house.png")], capture_output=True, text=True, timeout=300)
+    assert drawn.returncode == 0, drawn.stdout + drawn.stderr
+    assert "upward arrows: 0 between rooms, 0 between floors" in drawn.stdout, drawn.stdout
+    assert "cycles: 0 between rooms, 0 between floors" in drawn.stdout, drawn.stdout
+    assert (tmp_path / "house.png").stat().st_size > 10_000

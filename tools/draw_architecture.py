@@ -181,6 +181,10 @@ def draw(plan: Plan, edges: Counter[tuple[str, str]], out: Path) -> None:
     plt.close(fig)
 
 
+def listed(found: list) -> str:
+    return f" {found}" if found else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "architecture.png")
@@ -200,10 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"rooms: {len(row)}, arrows: {len(edges)}, module imports between rooms: {sum(edges.values())}")
     if homeless:
         print(f"modules in no room that import something: {', '.join(homeless)}")
-    print(f"upward arrows: {len(upward)} between rooms {upward or ''}, {len(floor_upward)} between floors "
-          f"{floor_upward or ''}")
-    print(f"cycles: {len(room_cycles)} between rooms {room_cycles or ''}, {len(floor_cycles)} between floors "
-          f"{floor_cycles or ''}")
+    print(f"upward arrows: {len(upward)} between rooms{listed(upward)}, {len(floor_upward)} between floors"
+          f"{listed(floor_upward)}")
+    print(f"cycles: {len(room_cycles)} between rooms{listed(room_cycles)}, {len(floor_cycles)} between floors"
+          f"{listed(floor_cycles)}")
     draw(plan, edges, args.out)
     print(f"drawn: {args.out}")
     return 1 if upward or room_cycles or floor_upward or floor_cycles else 0
