@@ -5,10 +5,11 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: serve test setup models examples check-windows
+.PHONY: serve test setup models examples docs check-windows
 
 RUNTIME := $(VENV)/.runtime-stamp
 DEV     := $(VENV)/.dev-stamp
+DOCS    := $(VENV)/.docs-stamp
 BUILD_VENV := .venv-build
 
 # `make serve` installs the runtime dependencies only (no torch, transformers, pytest, playwright, matplotlib);
@@ -22,8 +23,19 @@ $(RUNTIME): pyproject.toml
 
 $(DEV): $(RUNTIME)
 	@echo "adding the build, test and plotting extras to $(VENV)..."
-	$(BIN)/python -m pip install --quiet -e ".[build,dev,plot]"
-	touch $(DEV)
+	$(BIN)/python -m pip install --quiet -e ".[build,dev,plot,docs]"
+	touch $(DEV) $(DOCS)
+
+# The manual: docs/*.md built by MkDocs (the docs extra, pure Python) into site/, which `rag serve` serves at
+# /docs/. Built, not committed: site/ is git-ignored and rebuilt whenever a page or mkdocs.yml changes.
+$(DOCS): $(RUNTIME)
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	touch $(DOCS)
+
+site/index.html: $(DOCS) mkdocs.yml $(wildcard docs/*)
+	$(BIN)/mkdocs build --quiet
+
+docs: site/index.html
 
 setup: $(RUNTIME)
 
@@ -47,7 +59,7 @@ models: $(RUNTIME)
 examples: models
 	$(BIN)/rag ingest examples/docs/
 
-serve: examples
+serve: examples docs
 	$(BIN)/rag models check
 	$(BIN)/rag serve --host $(HOST) --port $(PORT)
 

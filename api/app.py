@@ -18,6 +18,7 @@ from opentelemetry import trace
 from opentelemetry.metrics import NoOpMeterProvider
 
 from api.auth import ANONYMOUS, CONTEXT_SCOPE_KEY, request_context
+from api.docs_site import DOCS_PATH, docs_handlers
 from api.errors import EXCEPTION_HANDLERS, error_response
 from api.guard import HostPolicy
 from api.telemetry import configure_logging, service_metrics
@@ -39,7 +40,7 @@ from rag.core.access import RequestContext
 from rag.core.errors import RagError
 from rag.core.settings import Settings, load_settings
 
-OPEN_PATHS = ("/healthz",)  # and GET of the web page and its assets (api.web.is_open)
+OPEN_PATHS = ("/healthz", DOCS_PATH)  # and GET of the web page and its assets (api.web.is_open)
 JSON_BODY_LIMIT = 4 * 1024 * 1024  # JSON requests (questions, chats); uploads have their own limit
 
 
@@ -218,7 +219,7 @@ def create_app(settings: Settings | None = None, telemetry: bool = False) -> Lit
     app = Litestar(
         route_handlers=[HealthController, AccessController, AnswersController, ChatController, OpenAIController,
                         IndexesController, SourcesController, JobsController, ConversationsController,
-                        documents, *web_handlers()],
+                        documents, *web_handlers(), *docs_handlers()],
         lifespan=[lifespan],
         state=State({"app": app_state}),
         exception_handlers=EXCEPTION_HANDLERS,

@@ -1,5 +1,5 @@
 """Installing and running the service as an admin does: what serving from a clone leaves in it, the systemd
-unit `rag service` prints, the README's TLS proxy config, and what `make serve` installs."""
+unit `rag service` prints, the manual's TLS proxy config (docs/install.md), and what `make serve` installs."""
 
 from __future__ import annotations
 
@@ -92,8 +92,9 @@ def test_rag_service_prints_a_sandboxed_unit_that_systemd_accepts(settings: Sett
 
 
 def readme_block(heading: str, language: str) -> str:
-    """The first ```language block under the README's ``heading``."""
-    text = (PROJECT_ROOT / "README.md").read_text()
+    """The first ```language block under ``heading`` of the manual's install page (the README's until it
+    became the front door)."""
+    text = (PROJECT_ROOT / "docs" / "install.md").read_text(encoding="utf-8")
     section = text[text.index(heading):]
     start = section.index(f"```{language}\n") + len(language) + 4
     return section[start:section.index("```", start)]
@@ -123,8 +124,8 @@ def self_signed(folder: Path, name: str) -> tuple[Path, Path]:
 
 
 def test_the_readmes_nginx_tls_config_serves_the_app_over_https(settings: Settings, tmp_path: Path):
-    """The README's nginx block, as written (its certificate paths and ports swapped for a throwaway
-    certificate and free ports), in front of a real `rag serve` with allowed_hosts: the page and a streamed
+    """The manual's nginx block (docs/install.md), as written (its certificate paths and ports swapped for a
+    throwaway certificate and free ports), in front of a real `rag serve` with allowed_hosts: the page and a streamed
     answer come over HTTPS, an upload goes through, plain HTTP is redirected to HTTPS."""
     import os
     import time
@@ -148,7 +149,7 @@ def test_the_readmes_nginx_tls_config_serves_the_app_over_https(settings: Settin
                     "/etc/ssl/rag/fullchain.pem": str(cert), "/etc/ssl/rag/privkey.pem": str(key),
                     "http://127.0.0.1:8000": f"http://127.0.0.1:{port}"}
         for old, new in replaced.items():
-            assert old in block, f"the README's nginx block no longer has {old!r}"
+            assert old in block, f"the manual's nginx block no longer has {old!r}"
             block = block.replace(old, new)
         for temp in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
             (tmp_path / temp).mkdir()

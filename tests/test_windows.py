@@ -969,7 +969,7 @@ def test_a_port_windows_reserved_is_explained_as_such_not_as_a_privileged_port(m
     assert "1024" not in port_problem("127.0.0.1", 8000, windows=False)
 
 
-# ------------------------------------------------------------------ 20. the README's Windows section
+# ------------------------------------------------------------------ 20. the manual's Windows section (docs/install.md)
 def test_a_rag_toml_saved_by_notepad_with_a_bom_is_read_and_a_backslash_path_gets_a_hint(tmp_path: Path):
     """Notepad (and PowerShell 5.1's Out-File) start a UTF-8 file with a BOM, which TOML refused; a Windows path
     in double quotes is an invalid escape, now with the fix in the message."""
@@ -1022,7 +1022,8 @@ def _windows_argv(line: str) -> list[str]:
 def test_the_service_commands_rag_prints_reach_rag_serve_as_typed_and_are_the_readmes(tmp_path: Path, settings):
     """`rag service commands` prints what installs `rag serve` as a Windows service (NSSM, sc.exe, icacls) or a
     scheduled task: each line, split by Windows' rules, is the argv meant, and the command line nested inside
-    (NSSM's AppParameters, schtasks' /TR) splits into rag's own; the README shows them as generated."""
+    (NSSM's AppParameters, schtasks' /TR) splits into rag's own; the manual (docs/install.md) shows them as
+    generated."""
     import subprocess
 
     from click.testing import CliRunner
@@ -1044,7 +1045,7 @@ def test_the_service_commands_rag_prints_reach_rag_serve_as_typed_and_are_the_re
     printed = CliRunner().invoke(cli, ["--home", str(tmp_path), "service", "commands", "--python",
                                        "C:\\rag\\.venv\\Scripts\\python.exe"])
     assert printed.exit_code == 0 and f"--home {tmp_path} serve --host 127.0.0.1 --port 8000" in printed.output
-    readme = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (PROJECT_ROOT / "docs" / "install.md").read_text(encoding="utf-8")  # the manual's Windows section
     for comment, argv in windows_service_commands("C:\\rag\\.venv\\Scripts\\python.exe", "C:\\rag", "127.0.0.1",
                                                   8000):
         assert subprocess.list2cmdline(argv) in readme and (not comment or f"rem {comment}" in readme)
