@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
+import platform
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import psutil
 
+from app.bench.engine import synthetic_prompt_tokens, timed_generation
+from app.bench.environment import cpu_model
+from app.runtime import load_embedder, load_generator
 from rag.core.errors import BadRequestError, ConfigError, RagError
+from rag.core.files import writable_by_others
 from rag.core.settings import Settings, tomllib
+from rag.generation.base import SamplingOptions
+from rag.generation.ort import choose_provider, provider_facts, validate_generator_dir
 from rag.modelstore.manifest import atomic_write_text, read_manifest
 from rag.modelstore.sources import known_source
+from rag.store.keys import DB_NAME as KEYS_DB
 
 IMPORT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -110,8 +121,6 @@ def set_toml_key(text: str, key: str, value: str) -> str:
 def use_generator(settings: Settings, name: str) -> tuple[Path, Path]:
     """Write ``generator_dir`` for models/NAME into the home's rag.toml (or the file RAG_CONFIG names);
     returns (model dir, file)."""
-    from rag.generation.ort import validate_generator_dir
-
     path = model_path(settings, name).resolve()
     validate_generator_dir(path)
     named = os.environ.get("RAG_CONFIG")  # the file settings are read from, as load_settings decides
@@ -126,9 +135,6 @@ def use_generator(settings: Settings, name: str) -> tuple[Path, Path]:
 
 
 def check_generator(settings: Settings) -> CheckResult:
-    from rag.generation.base import SamplingOptions
-    from app.runtime import load_generator
-
     path = settings.generator_path
     try:
         # No prefix cache: the check runs one prompt twice, and a cached second run would flatter TTFT.
@@ -146,8 +152,6 @@ def check_generator(settings: Settings) -> CheckResult:
 
 
 def check_embedder(settings: Settings) -> CheckResult:
-    from app.runtime import load_embedder
-
     path = settings.embedder_path
     try:
         start = time.perf_counter()
@@ -181,11 +185,6 @@ CPU_FLAGS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_vnni": "AVX-512 VNNI"
 def cpu_facts(cpuinfo: str | None = None) -> dict:
     """CPU name, cores and the instruction sets that matter for int4/int8 kernels. On Linux from
     /proc/cpuinfo; elsewhere what ``platform`` and ``os`` tell (instruction sets then unknown)."""
-    import platform
-    import sys
-
-    from app.bench.environment import cpu_model
-
     if cpuinfo is None and sys.platform.startswith("linux"):
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
@@ -208,8 +207,6 @@ WINDOWS_CPU_FEATURES = {40: "AVX2", 41: "AVX-512", 43: "NEON dot product"}
 
 
 def windows_cpu_flags() -> list[str] | None:
-    import ctypes
-
     try:
         present = ctypes.windll.kernel32.IsProcessorFeaturePresent  # type: ignore[attr-defined]
     except (AttributeError, OSError):
@@ -233,10 +230,6 @@ def int8_path(flags: list[str] | None) -> str:
 
 
 def memory_facts() -> dict:
-    try:
-        import psutil
-    except ImportError:
-        return {"total_gb": None, "available_gb": None}
     memory = psutil.virtual_memory()
     return {"total_gb": round(memory.total / 2**30, 1), "available_gb": round(memory.available / 2**30, 1)}
 
@@ -248,7 +241,7 @@ WINDOWS_NOT_GPUS = ("Microsoft Basic Display Adapter", "Microsoft Basic Render D
 
 def windows_display_adapters() -> list[str]:
     """Display adapters from the registry (winreg: no vendor tool, no shell-out); [] when unreadable."""
-    import winreg  # type: ignore[import-not-found]
+    import winreg  # type: ignore[import-not-found]  # lazy: Windows only (tests stand one in)
 
     found: list[str] = []
     try:
@@ -274,8 +267,6 @@ def windows_display_adapters() -> list[str]:
 def gpu_facts() -> list[str]:
     """GPUs the OS shows without a vendor tool (Linux: NVIDIA's /proc/driver, DRM cards; Windows: the
     display adapters in the registry); [] when none seen."""
-    import sys
-
     if sys.platform == "win32":
         return windows_display_adapters()
     found = []
@@ -309,9 +300,6 @@ class Probe:
 
 def probe_generator(settings: Settings, name: str) -> Probe:
     """Load models/NAME, time a ~200-token prefill and a 32-token decode, estimate an answer's latency."""
-    from app.bench.engine import synthetic_prompt_tokens, timed_generation
-    from app.runtime import load_generator
-
     try:
         start = time.perf_counter()
         generator = load_generator(settings.replace(generator_dir=settings.models_dir / name, prefix_cache_slots=0))
@@ -354,9 +342,6 @@ def recommend(probes: list[Probe], rows: list[dict], budget_s: float = ANSWER_BU
 def permission_warnings(settings: Settings) -> list[str]:
     """The home, its rag.toml and key store, and the audit folder, where others than their owner may change
     them (any local user could then edit the settings, add an admin key or delete the audit chain)."""
-    from rag.store.keys import DB_NAME as KEYS_DB
-    from rag.core.files import writable_by_others
-
     warnings = []
     for path in (settings.home, settings.home / "rag.toml", settings.home / KEYS_DB, settings.audit_path):
         try:
@@ -390,8 +375,6 @@ def generator_choice(settings: Settings) -> dict:
 def machine_info(settings: Settings, probe: bool = True, only: list[str] | None = None) -> dict:
     """Everything ``rag info`` shows: CPU, memory, GPUs, execution providers and the provider choice,
     installed models with a measured probe each, and a recommendation."""
-    from rag.generation.ort import choose_provider, provider_facts
-
     providers = provider_facts()
     chosen, why = choose_provider(settings.device, providers)
     rows = installed_models(settings.models_dir)

@@ -18,8 +18,10 @@ import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import onnxruntime_genai as og
 
 from app.bench.stats import summarise
+from rag.core.errors import BadRequestError
 from rag.generation.logits import LogitBias
 from rag.generation.ort import next_token
 
@@ -61,8 +63,6 @@ def synthetic_prompt_tokens(generator: Any, n: int) -> np.ndarray:
 def timed_generation(generator: Any, prompt: np.ndarray, new_tokens: int, stop_at_eos: bool = False,
                      bias: LogitBias | None = None) -> dict:
     """One greedy generation of up to ``new_tokens`` tokens (its logits biased by ``bias``); returns its timings."""
-    import onnxruntime_genai as og
-
     prompt_len = int(len(prompt))
     start = time.perf_counter()
     params = og.GeneratorParams(generator.model)
@@ -124,8 +124,6 @@ def bench_engine(generator: Any, prompt_lengths: Sequence[int], new_tokens: int,
         raise ValueError("repeat must be at least 1")
     plan = plan_lengths(prompt_lengths, new_tokens, generator.context_length, warn)
     if not plan:
-        from rag.core.errors import BadRequestError
-
         raise BadRequestError(f"no prompt length fits the model's {generator.context_length}-token context")
     bias = LogitBias.of(synthetic_prompt_tokens(generator, COPY_BIAS_TOKENS).tolist(), copy_bias,
                         also=generator.eos_token_ids)

@@ -12,9 +12,13 @@ import random
 from pathlib import Path
 from typing import Any, Callable
 
-from rag.core.access import RequestContext
+from app.bench.evaluate import load_questions
 from app.bench.stats import summarise
+from app.runtime import Models, answer_service, open_index
+from rag.answering.service import AnswerRequest, options_from
 from rag.core import observe
+from rag.core.access import RequestContext
+from rag.core.errors import BadRequestError
 
 STAGES = ("embed_ms", "retrieve_ms", "compress_ms", "ttft_ms", "decode_ms", "total_ms")
 
@@ -22,11 +26,6 @@ STAGES = ("embed_ms", "retrieve_ms", "compress_ms", "ttft_ms", "decode_ms", "tot
 def bench_rag(settings: Any, questions_file: Path, n: int, seed: int,
               progress: Callable[[str], None] = lambda message: None,
               warn: Callable[[str], None] = lambda message: None) -> dict:
-    from rag.answering.service import AnswerRequest, options_from
-    from rag.core.errors import BadRequestError
-    from app.bench.evaluate import load_questions
-    from app.runtime import Models, answer_service, open_index
-
     rows = load_questions(questions_file)
     if not rows:
         raise BadRequestError(f"{questions_file} holds no questions")

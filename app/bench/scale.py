@@ -31,9 +31,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import psutil
 
-from rag.core.access import RequestContext
+from app.bench.evaluate import answerable, contains_answer, holds_gold, load_questions
 from app.bench.stats import summarise
+from app.runtime import Models, answer_service, load_embedder
+from ingest.parameters import IngestParameters
+from rag.answering.service import AnswerRequest, options_from
+from rag.core.access import RequestContext
+from rag.core.errors import BadRequestError
+from rag.core.records import Chunk, DocumentRecord
+from rag.core.settings import load_settings
+from rag.core.text import split_sentences
+from rag.store.embedded import EmbeddedStore, disk_bytes, exhaustive_dense_search
 
 INDEX = "scale"
 SYNTHETIC_DOC_CHUNKS = 200  # chunks per synthetic document (one put_document call each)
@@ -44,9 +54,6 @@ VECTOR_CHECK_SAMPLE = 64  # synthetic chunks embedded for real to check the mean
 def answer_sentences(questions: list[dict]) -> tuple[set[str], list[list[str]]]:
     """What no synthetic chunk may hold: the sentences of each question's own paragraph that contain its
     answer (when the set names the paragraph, as SQuAD's does), else any sentence with an answer."""
-    from rag.core.text import split_sentences
-    from app.bench.evaluate import contains_answer
-
     exact: set[str] = set()
     anywhere: list[list[str]] = []
     for q in questions:
@@ -62,9 +69,6 @@ def answer_sentences(questions: list[dict]) -> tuple[set[str], list[list[str]]]:
 def answer_free_sentences(docs: Path, questions: list[dict]) -> tuple[list[str], list[range]]:
     """Sentences of the documents in ``docs`` that hold no answer of the ``questions`` (``answer_sentences``),
     and the range of them each document holds."""
-    from rag.core.text import split_sentences
-    from app.bench.evaluate import contains_answer
-
     exact, anywhere = answer_sentences(questions)
     sentences: list[str] = []
     documents: list[range] = []
@@ -99,8 +103,6 @@ def grow(index: Any, embedder: Any, rng: random.Random, sentences: list[str], do
          embed: bool = False) -> int:
     """Add ``count`` synthetic chunks in one writer run and commit; returns the next document number.
     ``embed``: embed each chunk's text (a real ingest rate) instead of using the mean of its sentences' vectors."""
-    from rag.core.records import Chunk, DocumentRecord
-
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     doc = start_doc
     with index.writer(embedder.config.identity, embedder.dimension, 60.0) as writer:
@@ -125,8 +127,6 @@ def grow(index: Any, embedder: Any, rng: random.Random, sentences: list[str], do
 
 def index_disk_bytes(root: Path) -> int:
     """SQLite (with its WAL) and the current vectors file; the previous generation's file is not counted."""
-    from rag.store.embedded import disk_bytes
-
     return disk_bytes(root)
 
 
@@ -134,12 +134,6 @@ def bench_scale(settings: Any, sizes: list[int], questions_file: Path, docs: Pat
                 seed: int, workdir: Path | None = None, embed: bool = False,
                 progress: Callable[[str], None] = lambda message: None,
                 warn: Callable[[str], None] = lambda message: None) -> dict:
-    from ingest.parameters import IngestParameters
-    from rag.store.embedded import EmbeddedStore
-    from rag.core.errors import BadRequestError
-    from app.bench.evaluate import answerable, load_questions
-    from app.runtime import load_embedder
-
     questions = load_questions(questions_file)
     if not answerable(questions):
         raise BadRequestError(f"{questions_file} holds no answerable questions")
@@ -214,19 +208,11 @@ def run_probe(settings: Any, root: Path, questions: list[dict], asks: int, seed:
 
 
 def resident_mb() -> float:
-    import psutil
-
     return psutil.Process().memory_info().rss / 2**20
 
 
 def probe(spec: dict) -> dict:
     """In a fresh process: load the models, open the index, time searches and answers, note memory."""
-    from rag.store.embedded import EmbeddedStore
-    from rag.answering.service import AnswerRequest, options_from
-    from rag.core.settings import load_settings
-    from app.bench.evaluate import holds_gold
-    from app.runtime import Models, answer_service
-
     settings = load_settings(overrides={**spec["settings"], "index": INDEX}, environ={})
     questions = spec["questions"]
     models = Models.load(settings)
@@ -269,9 +255,6 @@ def probe(spec: dict) -> dict:
 def exhaustive_dense_recall(root: Path, embedder: Any, questions: list[dict]) -> int | None:
     """On an IVF index: questions whose gold chunk is in the dense top 5 when every cell is probed (what
     the approximation costs, apart from what the corpus's growth costs). None on an exact index."""
-    from rag.store.embedded import EmbeddedStore, exhaustive_dense_search
-    from app.bench.evaluate import holds_gold
-
     ids = exhaustive_dense_search(root, embedder.embed([q["question"] for q in questions]), 5)
     if ids is None:
         return None

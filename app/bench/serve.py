@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+import httpx
+
 from app.bench.engine import NEUTRAL_TEXT
 from app.bench.stats import summarise
 
@@ -158,8 +160,6 @@ def summarise_level(scenario: str, concurrency: int, metrics: Sequence[dict], wa
 
 
 async def one_request(client: Any, endpoint: str, body: dict, timeout_s: float) -> RequestRecord:
-    import httpx
-
     record = RequestRecord(start=time.perf_counter())
 
     async def stream() -> None:
@@ -198,8 +198,6 @@ async def one_request(client: Any, endpoint: str, body: dict, timeout_s: float) 
 
 
 def make_client(concurrency: int, timeout_s: float, api_key: str | None) -> Any:
-    import httpx
-
     headers = {"Accept": "text/event-stream"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -243,8 +241,6 @@ async def run_level(url: str, model: str | None, scenario: str, input_tokens: in
 
 async def discover_model(url: str, api_key: str | None, timeout_s: float) -> str | None:
     """The first model id from ``GET {url}/models``, or None if the server does not say."""
-    import httpx
-
     async with make_client(1, min(timeout_s, 10.0), api_key) as client:
         try:
             response = await client.get(url.rstrip("/") + "/models")

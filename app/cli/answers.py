@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import click
 from rich.table import Table
 
-from rag.core.access import RequestContext
-from app.cli.documents import open_reader
 from app.cli.common import (console, handle_errors, index_option, json_option, literal, out, plural, print_json,
                             progress, settings_from, traced)
+from app.cli.documents import open_reader
+from app.runtime import Models, answer_service
+from rag.answering.result import AnswerResult
+from rag.answering.service import AnswerRequest, options_from
+from rag.core.access import RequestContext
 
 
 @click.command("ask")
@@ -28,12 +32,6 @@ from app.cli.common import (console, handle_errors, index_option, json_option, l
 def ask_cmd(ctx: click.Context, question: str, index: str | None, top_k: int | None, max_tokens: int | None,
             temperature: float | None, copy_bias: float | None, documents: tuple[str, ...], as_json: bool) -> None:
     """Answer QUESTION from the indexed documents, streaming the answer."""
-    import asyncio
-
-    from rag.answering.result import AnswerResult
-    from rag.answering.service import AnswerRequest, options_from
-    from app.runtime import Models, answer_service
-
     settings = settings_from(ctx, index=index)
     open_reader(settings).close()  # a missing index is reported before the models load
     service = answer_service(settings, Models.load(settings))
@@ -125,7 +123,7 @@ def eval_cmd(ctx: click.Context, questions: Path, docs: Path, index: str | None,
              as_json: bool) -> None:
     """Retrieval recall@k, and what a reader sees of the answers: F1 / EM, gold in the answer, length,
     citation precision, abstention, off-topic refusal (alone and in a conversation), latency."""
-    from app.bench.evaluate import evaluate
+    from app.bench.evaluate import evaluate  # lazy: keeps rag --help fast
 
     settings = settings_from(ctx)
     with traced(settings, "eval"):

@@ -8,12 +8,13 @@ from typing import Any, Callable
 import click
 from rich.text import Text
 
+from app.bench.stats import parse_int_list
+from app.cli.bench_report import environment_line, print_table, require_matplotlib, save, table
 from app.cli.common import console, handle_errors, index_option, literal, out, settings_from, traced
+from app.runtime import load_generator
 
 
 def _bench_int_list(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
-    from app.bench.stats import parse_int_list
-
     try:
         return parse_int_list(value)
     except ValueError as exc:
@@ -30,8 +31,6 @@ def _bench_outputs(func: Callable) -> Callable:
 
 
 def _bench_finish(result: dict, json_path: Path | None, csv_path: Path | None, plot_path: Path | None) -> None:
-    from app.cli.bench_report import environment_line, print_table, save, table
-
     print_table(out, table(result))
     console.print(literal(environment_line(result["environment"]), "dim"))
     for path in save(result, json_path, csv_path, plot_path):
@@ -71,10 +70,8 @@ def bench_engine_cmd(ctx: click.Context, prompt_lengths: list[int], new_tokens: 
                      stop_at_eos: bool, threads: int | None, copy_bias: float, json_path: Path | None,
                      csv_path: Path | None, plot_path: Path | None) -> None:
     """Prefill (TTFT) and decode speed of the local generator at exact prompt lengths, greedy, in-process."""
-    from app.bench.engine import bench_engine
-    from app.bench.environment import environment
-    from app.cli.bench_report import require_matplotlib
-    from app.runtime import load_generator
+    from app.bench.engine import bench_engine  # lazy: keeps rag --help fast
+    from app.bench.environment import environment  # lazy: keeps rag --help fast
 
     if plot_path:
         require_matplotlib()
@@ -122,9 +119,8 @@ def bench_serve_cmd(ctx: click.Context, url: str, model: str | None, scenarios: 
                     api_key: str | None, no_retrieval: bool, json_path: Path | None, csv_path: Path | None,
                     plot_path: Path | None) -> None:
     """Streaming load test of any OpenAI-compatible /chat/completions: TTFT, ITL, TPOT, E2E, throughput."""
-    from app.bench.environment import environment
-    from app.cli.bench_report import require_matplotlib
-    from app.bench.serve import SCENARIOS, bench_serve
+    from app.bench.environment import environment  # lazy: keeps rag --help fast
+    from app.bench.serve import SCENARIOS, bench_serve  # lazy: keeps rag --help fast
 
     if duration is not None and requests is not None:
         raise click.UsageError("give --duration or --requests, not both")
@@ -162,9 +158,8 @@ def bench_rag_cmd(ctx: click.Context, questions: Path, count: int, index: str | 
                   threads: int | None, json_path: Path | None, csv_path: Path | None,
                   plot_path: Path | None) -> None:
     """End-to-end answer latency by stage (embed, retrieve, compress, TTFT, decode, total) and abstentions."""
-    from app.bench.environment import environment
-    from app.bench.pipeline import bench_rag
-    from app.cli.bench_report import require_matplotlib
+    from app.bench.environment import environment  # lazy: keeps rag --help fast
+    from app.bench.pipeline import bench_rag  # lazy: keeps rag --help fast
 
     if plot_path:
         require_matplotlib()
@@ -205,9 +200,8 @@ def bench_scale_cmd(ctx: click.Context, sizes: list[int], questions: Path, docs:
                     workdir: Path | None, embed: bool, seed: int, threads: int | None, json_path: Path | None,
                     csv_path: Path | None, plot_path: Path | None) -> None:
     """Growth curves: build time, disk, memory, search latency, recall@5 and answer latency per corpus size."""
-    from app.bench.environment import environment
-    from app.cli.bench_report import require_matplotlib
-    from app.bench.scale import bench_scale
+    from app.bench.environment import environment  # lazy: keeps rag --help fast
+    from app.bench.scale import bench_scale  # lazy: keeps rag --help fast
 
     if plot_path:
         require_matplotlib()

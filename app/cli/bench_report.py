@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -18,7 +19,7 @@ PLOT_HINT = "--plot needs matplotlib: pip install 'offline-rag[plot]' (or pip in
 def require_matplotlib() -> None:
     """Fail before a long run, not after it, when a chart is asked for but cannot be drawn."""
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib  # noqa: F401  # lazy: optional dependency (the plot extra)
     except ImportError as exc:
         raise BadRequestError(f"{PLOT_HINT} ({exc})") from exc
 
@@ -44,11 +45,11 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
 def write_plot(result: dict, path: Path) -> None:
     try:
-        import matplotlib
+        import matplotlib  # lazy: optional dependency (the plot extra)
     except ImportError as exc:
         raise BadRequestError(f"{PLOT_HINT} ({exc})") from exc
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: optional dependency (the plot extra)
 
     env = result.get("environment", {})
     kind = result["benchmark"]
@@ -151,8 +152,6 @@ def print_table(console: Any, t: Table) -> None:
     if console.is_terminal:
         console.print(t)
     else:
-        from rich.measure import Measurement
-
         needed = Measurement.get(console, console.options.update_width(1000), t).maximum
         width = console.width
         console.width = max(width, needed)  # print() alone caps at the console's width

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from contextlib import contextmanager
 from functools import wraps
 from typing import Any, Callable, Iterator, NoReturn
@@ -13,8 +14,10 @@ import click
 from rich.console import Console
 from rich.text import Text
 
+from rag.core import observe
 from rag.core.errors import BadRequestError, ConfigError, IndexNotFoundError, RagError
 from rag.core.names import missing_index_message
+from rag.core.records import normalise_path
 from rag.core.settings import Settings
 
 UNWRAPPED_WIDTH = 1_000_000  # "no wrapping": wider than any line a command prints
@@ -38,8 +41,6 @@ out = make_console()
 def progress(message: str) -> None:
     """One timestamped progress line on stderr. Not ``console.log``: that pads each line to the console's
     width with the caller's file:line, a million spaces when the output is not wrapped."""
-    import time
-
     console.print(Text.assemble((time.strftime("[%H:%M:%S] "), "dim"), literal(message)))
 
 
@@ -104,8 +105,7 @@ def traced(settings: Settings, command: str, root: bool = True) -> Iterator[None
     """Run a command as one root span ``rag COMMAND`` (what a request's server span is to the API), its stages'
     spans beneath it, exported as the telemetry settings say and flushed before the command exits.
     ``root=False``: no command span (a benchmark opens one trace per question itself)."""
-    from rag.core import observe
-    from rag.telemetry import start_telemetry
+    from rag.telemetry import start_telemetry  # lazy: keeps rag --help fast (the OpenTelemetry SDK)
 
     telemetry = start_telemetry(settings, "cli", capture_logs=False)
     try:
@@ -137,10 +137,6 @@ def on_this_disk(id_or_path: str) -> str:
     """A document or folder the local user names: a path that exists here is resolved on this disk (links,
     mapped drives), so it matches its identity; anything else (an id) as given. The server never does this
     with what a caller sends."""
-    import os
-
-    from rag.core.records import normalise_path
-
     try:
         return normalise_path(id_or_path) if os.path.lexists(id_or_path) else id_or_path
     except (OSError, ValueError):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -13,7 +15,12 @@ from rich.text import Text
 
 from app.cli.common import (console, handle_errors, index_option, json_option, literal, on_this_disk, out, plural,
                             print_json, settings_from, traced)
+from app.runtime import delete_index, load_embedder, open_index, open_store, open_uploads
+from ingest.parameters import IngestParameters
+from rag.core.errors import BadRequestError
+from rag.core.names import validate_index_name
 from rag.core.settings import Settings
+from rag.embedder import validate_embedder_dir
 
 
 @click.command("ingest")
@@ -32,9 +39,6 @@ from rag.core.settings import Settings
 def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, pattern: str | None,
                chunk_tokens: int | None, overlap: int | None, groups: str | None, as_json: bool) -> None:
     """Add or update files and folders (recursively) in an index. Exit 2 if any readable file failed."""
-    from ingest.parameters import IngestParameters
-    from app.runtime import load_embedder, open_index
-
     settings = settings_from(ctx, index=index, chunk_tokens=chunk_tokens, chunk_overlap=overlap)
     index_handle = open_index(settings)
     parameters = IngestParameters.from_settings(settings, load_embedder(settings))
@@ -52,7 +56,8 @@ def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, p
 def ingest_progress(quiet: bool) -> Iterator[Callable[[str, int, int], None]]:
     """The progress bar of an ingest or a sync (files, chunks, rate, the current file and its OCR page);
     nothing when ``quiet`` (JSON output) or when stderr is not a terminal."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress,  # lazy: keeps rag --help fast
+                               TextColumn, TimeElapsedColumn)
 
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[chunks]} chunks · {task.fields[rate]:.0f}/s"), TimeElapsedColumn(),
@@ -109,8 +114,6 @@ def render_ingest_summary(summary) -> None:
 
 
 def open_reader(settings: Settings):
-    from app.runtime import open_index
-
     return open_index(settings).reader()
 
 
@@ -155,8 +158,6 @@ def documents_list(ctx: click.Context, index: str | None, as_json: bool) -> None
 @handle_errors
 def documents_delete(ctx: click.Context, document: str, index: str | None) -> None:
     """Remove a document (by id or path) and its vectors."""
-    from app.runtime import open_index, open_uploads
-
     settings = settings_from(ctx, index=index)
     record = open_uploads(settings).delete(open_index(settings), on_this_disk(document))
     console.print(Text.assemble(("deleted", "green"),
@@ -210,12 +211,7 @@ def human_size(size: int) -> str:
 @handle_errors
 def index_migrate(ctx: click.Context, target: str, source: str | None) -> None:
     """Copy an index between the embedded store and PostgreSQL, keeping document ids and vectors."""
-    import dataclasses
-
-    from rag.store.copy import copy_index
-    from rag.core.errors import BadRequestError
-    from rag.core.names import validate_index_name
-    from app.runtime import open_store
+    from rag.store.copy import copy_index  # lazy: keeps rag --help fast
 
     settings = settings_from(ctx)
     is_url = lambda value: bool(value) and value.startswith(("postgresql://", "postgres://"))  # noqa: E731
@@ -237,9 +233,6 @@ def index_migrate(ctx: click.Context, target: str, source: str | None) -> None:
 
 def embedded_store(ctx: click.Context, action: str):
     """The embedded store for backup, restore, verify and delete (PostgreSQL has pg_dump and its own tools)."""
-    from rag.core.errors import BadRequestError
-    from app.runtime import open_store
-
     settings = settings_from(ctx)
     if settings.store_url:
         raise BadRequestError(f"rag index {action} works on the embedded store; with store_url (PostgreSQL) use "
@@ -253,8 +246,6 @@ def embedded_store(ctx: click.Context, action: str):
 @handle_errors
 def index_list(ctx: click.Context, as_json: bool) -> None:
     """The indexes of the configured store, with their documents, chunks and size."""
-    from app.runtime import open_store
-
     settings = settings_from(ctx)
     store = open_store(settings)
     try:
@@ -287,10 +278,9 @@ def index_list(ctx: click.Context, as_json: bool) -> None:
 @handle_errors
 def index_backup(ctx: click.Context, name: str | None, target: Path) -> None:
     """Write one committed generation of an index to a file, also while a server answers and an ingest runs."""
-    import time
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib.metadata import PackageNotFoundError, version  # lazy: keeps rag --help fast
 
-    from rag.store.backup import backup_index
+    from rag.store.backup import backup_index  # lazy: keeps rag --help fast
 
     settings, store = embedded_store(ctx, "backup")
     try:
@@ -314,12 +304,8 @@ def index_backup(ctx: click.Context, name: str | None, target: Path) -> None:
 @handle_errors
 def index_restore(ctx: click.Context, backup: Path, name: str | None, re_embed: bool) -> None:
     """Restore a backup as a new index, after checking every checksum and the embedder."""
-    import time
-
-    from rag.embedder import validate_embedder_dir
-    from rag.store.backup import restore_index
-    from rag.store.copy import ReEmbedder
-    from app.runtime import load_embedder
+    from rag.store.backup import restore_index  # lazy: keeps rag --help fast
+    from rag.store.copy import ReEmbedder  # lazy: keeps rag --help fast
 
     settings, store = embedded_store(ctx, "restore")
     started = time.perf_counter()
@@ -351,7 +337,7 @@ def index_restore(ctx: click.Context, backup: Path, name: str | None, re_embed: 
 @handle_errors
 def index_verify(ctx: click.Context, name: str | None, as_json: bool) -> None:
     """Check an index's files against its own records. Exit 1 when something is wrong."""
-    from rag.store.backup import verify_index
+    from rag.store.backup import verify_index  # lazy: keeps rag --help fast
 
     settings, store = embedded_store(ctx, "verify")
     check = verify_index(store.index(name or settings.index))
@@ -376,9 +362,6 @@ def index_verify(ctx: click.Context, name: str | None, as_json: bool) -> None:
 @handle_errors
 def index_delete(ctx: click.Context, name: str, yes: bool) -> None:
     """Delete an index and everything in it (its uploaded originals too)."""
-    from rag.core.errors import BadRequestError
-    from app.runtime import delete_index, open_store
-
     settings = settings_from(ctx)
     store = open_store(settings)
     try:

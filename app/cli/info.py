@@ -18,7 +18,7 @@ from rag.core.settings import Settings
 @handle_errors
 def info_cmd(settings: Settings, no_probe: bool, only: tuple[str, ...], as_json: bool) -> None:
     """CPU, memory, GPUs, usable execution providers, installed models (each probed) and a recommendation."""
-    from app.diagnostics import ANSWER_TOKENS, machine_info
+    from app.diagnostics import ANSWER_TOKENS, machine_info  # lazy: keeps rag --help fast
 
     with console.status("probing the installed generators…"):
         info = machine_info(settings, probe=not no_probe, only=list(only) or None)

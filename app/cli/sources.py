@@ -11,13 +11,14 @@ from rich.table import Table
 from app.cli.common import (console, handle_errors, index_option, json_option, literal, on_this_disk, out, print_json,
                             settings_from, traced)
 from app.cli.documents import ingest_progress, render_ingest_summary
+from app.runtime import load_embedder, open_index
+from ingest.parameters import IngestParameters
+from ingest.sources import add_source, find_source, index_sources, parse_interval, remove_source
+from rag.core.errors import SourceBusyError, SourceUnavailableError
 
 
 def read_sources(settings) -> list:
     """The sources of the settings' index (an index not created yet follows none)."""
-    from ingest.sources import index_sources
-    from app.runtime import open_index
-
     return index_sources(open_index(settings))
 
 
@@ -41,9 +42,6 @@ def sources_group() -> None:
 def add_cmd(ctx: click.Context, folder: Path, index: str | None, pattern: str | None, groups: str | None,
             every: str | None, as_json: bool) -> None:
     """Follow FOLDER (recursively) in an index; nothing is read until `rag sync` (or the server's schedule)."""
-    from ingest.sources import add_source, parse_interval
-    from app.runtime import load_embedder, open_index
-
     settings = settings_from(ctx, index=index)
     every_s = parse_interval(every) if every is not None else None
     source = add_source(open_index(settings), load_embedder(settings), folder, pattern,
@@ -94,9 +92,6 @@ def list_cmd(ctx: click.Context, index: str | None, as_json: bool) -> None:
 @handle_errors
 def remove_cmd(ctx: click.Context, source: str, index: str | None) -> None:
     """Stop following SOURCE (an id or the folder); its documents stay in the index."""
-    from ingest.sources import remove_source
-    from app.runtime import open_index
-
     removed = remove_source(open_index(settings_from(ctx, index=index)), source)
     out.print(literal(f"removed source {removed.id} ({removed.display_path}); its documents stay in the index"))
 
@@ -114,11 +109,6 @@ def sync_cmd(ctx: click.Context, source: str | None, index: str | None, as_json:
     ingested, deleted ones removed, renamed ones moved without embedding again. Exit 2 if a folder could not
     be read (nothing is removed then), another process is syncing a source (nothing changes then; PostgreSQL)
     or a file failed."""
-    from ingest.parameters import IngestParameters
-    from ingest.sources import find_source
-    from rag.core.errors import SourceBusyError, SourceUnavailableError
-    from app.runtime import load_embedder, open_index
-
     settings = settings_from(ctx, index=index)
     sources = read_sources(settings)
     if source is not None:

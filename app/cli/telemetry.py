@@ -25,6 +25,7 @@ def trace_group() -> None:
 def show_cmd(settings, target: Path | None, trace_id: str | None, slowest: int | None, latest: int) -> None:
     """Print span trees with timings from TARGET (a traces.jsonl file or a telemetry folder; default: the
     telemetry_dir setting, home/telemetry)."""
+    # lazy: keeps rag --help fast (rag.telemetry loads the OpenTelemetry SDK)
     from rag.telemetry.show import build_traces, pick_traces, read_spans, render_trace, trace_files
 
     roots = build_traces(read_spans(trace_files(target or settings.telemetry_path)))

@@ -9,14 +9,14 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import ebooklib
+from ebooklib import epub
+
 from ingest.formats.base import HtmlText, LoadedDocument, NoExtractableText, finish
 from ingest.formats.options import LoadContext
 
 
 def load_epub(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
-    import ebooklib
-    from ebooklib import epub
-
     book = epub.read_epub(io.BytesIO(data), options={"ignore_ncx": True})
     chapters = [item for item in (book.get_item_with_id(idref) for idref, *_ in book.spine)
                 if item is not None and item.get_type() == ebooklib.ITEM_DOCUMENT]

@@ -12,6 +12,7 @@ import email
 import email.policy
 import mimetypes
 import re
+from dataclasses import replace
 from email.message import EmailMessage
 from pathlib import Path
 
@@ -35,8 +36,6 @@ def load_eml(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
     attachments = _attachments(message, ctx)
     doc = finish(path, "eml", parts, pages=None, title=subject or None)
     if attachments:
-        from dataclasses import replace
-
         doc = replace(doc, attachments=tuple(attachments))
     return doc
 

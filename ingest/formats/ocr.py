@@ -14,13 +14,13 @@ import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
+from typing import Iterable, Iterator, Mapping
+
+import pytesseract
+from PIL import Image, ImageOps, ImageSequence
 
 from ingest.formats.base import LoadedDocument, NoExtractableText, finish, normalize_pdf_text
 from ingest.formats.options import LoadContext, LoadTimeout, TooLarge, timeout_message
-
-if TYPE_CHECKING:
-    from PIL.Image import Image
 
 OCR_DPI = 300  # rendering resolution of scanned PDF pages (Tesseract reads best at about 300 dpi)
 INSTALL_HINT = "install tesseract-ocr to read scanned pages"
@@ -47,8 +47,6 @@ def find_tesseract(environ: Mapping[str, str] = os.environ, windows: bool = os.n
 
 def tesseract_problem(ctx: LoadContext) -> str | None:
     """None when Tesseract runs with every language in ``ocr_languages``; else what is wrong (cached)."""
-    import pytesseract
-
     cmd = ctx.options.tesseract_cmd or find_tesseract()
     key = (cmd, ctx.options.ocr_languages)
     if key not in _checked:
@@ -86,10 +84,8 @@ def missing_tesseract_message(pages: list[int], problem: str, what: str = "has n
     return f"{page_list(pages)} {verb}; {hint}"
 
 
-def ocr_images(images: Iterable[tuple[int, "Image"]], total: int, ctx: LoadContext) -> dict[int, str]:
+def ocr_images(images: Iterable[tuple[int, Image.Image]], total: int, ctx: LoadContext) -> dict[int, str]:
     """page number -> normalised OCR text, for (page, image) pairs produced lazily by ``images``."""
-    import pytesseract
-
     workers = max(1, min(os.cpu_count() or 1, total))
     if workers > 1:
         os.environ["OMP_THREAD_LIMIT"] = "1"  # read by each tesseract process we start
@@ -97,7 +93,7 @@ def ocr_images(images: Iterable[tuple[int, "Image"]], total: int, ctx: LoadConte
     results: dict[int, str] = {}
     done = 0
 
-    def one(page: int, image: "Image") -> tuple[int, str]:
+    def one(page: int, image: Image.Image) -> tuple[int, str]:
         remaining = ctx.remaining()
         if remaining <= 0:
             raise LoadTimeout(timeout_message(ctx.options.load_timeout_s))
@@ -144,8 +140,6 @@ def _collect(finished: set[Future], results: dict[int, str], ctx: LoadContext, d
 
 def load_image(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
     """A PNG, JPEG or TIFF (every frame of a multi-page TIFF is a page), read by OCR."""
-    from PIL import Image, ImageOps, ImageSequence
-
     try:
         image = Image.open(io.BytesIO(data))
     except Image.DecompressionBombError as exc:
@@ -158,7 +152,7 @@ def load_image(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
             raise NoExtractableText(f"no extractable text: an image needs OCR; "
                                     f"{install_hint() if problem == 'tesseract not found' else problem}")
 
-        def pages() -> Iterator[tuple[int, "Image"]]:
+        def pages() -> Iterator[tuple[int, Image.Image]]:
             for number, frame in enumerate(ImageSequence.Iterator(image), 1):
                 yield number, _for_ocr(ImageOps.exif_transpose(frame))
 
@@ -169,13 +163,11 @@ def load_image(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
     return finish(path, "image", parts, pages=frames, title=None)
 
 
-def _for_ocr(image: "Image") -> "Image":
+def _for_ocr(image: Image.Image) -> Image.Image:
     """Grayscale (or bilevel) copy: what Tesseract binarises anyway, a third of RGB's bytes."""
     if image.mode == "1":
         return image.copy()
     if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
-        from PIL import Image
-
         background = Image.new("RGBA", image.size, (255, 255, 255, 255))
         background.alpha_composite(image.convert("RGBA"))
         image = background

@@ -11,6 +11,11 @@ import re
 from pathlib import Path
 from typing import Iterable, Iterator
 
+import docx
+import pptx
+from docx.table import Table
+from pptx.shapes.group import GroupShape
+
 from ingest.formats.base import LoadedDocument, NoExtractableText, finish
 from ingest.formats.options import LoadContext
 
@@ -20,9 +25,6 @@ _HEADING_STYLE_RE = re.compile(r"^(heading \d|title)$", re.IGNORECASE)
 def load_docx(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
     """Paragraphs in order; each heading (style "Heading N" or "Title") starts a titled section; a table
     becomes one paragraph per row, its cells joined by " | "."""
-    import docx
-    from docx.table import Table
-
     document = docx.Document(io.BytesIO(data))
     parts: list[tuple[int | None, str | None, str]] = []
     title: str | None = None
@@ -63,8 +65,6 @@ def _table_rows(table) -> Iterator[str]:
 
 def load_pptx(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
     """One page per slide (page = slide number), titled by the slide's title; speaker notes included."""
-    import pptx
-
     presentation = pptx.Presentation(io.BytesIO(data))
     slides = list(presentation.slides)
     if not slides:
@@ -88,8 +88,6 @@ def load_pptx(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
 
 
 def _shape_texts(shapes: Iterable) -> Iterator[str]:
-    from pptx.shapes.group import GroupShape
-
     for shape in shapes:
         if isinstance(shape, GroupShape):
             yield from _shape_texts(shape.shapes)

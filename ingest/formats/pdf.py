@@ -8,6 +8,10 @@ import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+import pypdfium2
+from pypdf import PdfReader
+from pypdf.errors import FileNotDecryptedError
+
 from ingest.formats.base import (CONTROL_RE, JUNK_TITLE_RE, MAX_TITLE, BrokenDocument, EncryptedDocument,
                                  LoadedDocument, NoExtractableText, describe_error, finish, first_short_line,
                                  normalize_pdf_text)
@@ -57,9 +61,6 @@ def load_pdf(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
 
 def _pypdf_pages(data: bytes, ctx: LoadContext) -> tuple[list[str], list[str], str | None]:
     """Normalised text per page ("" where there is none), per-page failures, the metadata title."""
-    from pypdf import PdfReader
-    from pypdf.errors import FileNotDecryptedError
-
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
@@ -97,8 +98,6 @@ def _pypdf_pages(data: bytes, ctx: LoadContext) -> tuple[list[str], list[str], s
 
 
 def _pdfium_pages(data: bytes, ctx: LoadContext) -> list[str]:
-    import pypdfium2
-
     pdf = pypdfium2.PdfDocument(data)
     try:
         ctx.check_pages(len(pdf))
@@ -126,8 +125,6 @@ def _pdfium_text(pdf, index: int) -> str:
 def _ocr_missing(data: bytes, texts: list[str], missing: list[int], thin: list[int], ctx: LoadContext) -> list[str]:
     """Fill the pages without a text layer (PDFium's text where pypdf found none, else OCR), and add OCR
     text to pages with a thin text layer over a large picture."""
-    import pypdfium2
-
     texts = list(texts)
     try:
         pdf = pypdfium2.PdfDocument(data)
@@ -169,8 +166,6 @@ def _ocr_missing(data: bytes, texts: list[str], missing: list[int], thin: list[i
 
 def _image_share(pdf, index: int) -> float:
     """The share of the page covered by images (overlaps counted twice, capped at 1)."""
-    import pypdfium2
-
     page = pdf[index]
     try:
         width, height = page.get_size()
@@ -188,8 +183,6 @@ def _image_share(pdf, index: int) -> float:
 def _ocr_dpi(page) -> float:
     """The resolution of the page's largest scanned image (so it is not resampled), within 150-400 dpi;
     OCR_DPI when the page has no image (vector outlines)."""
-    import pypdfium2
-
     best = 0.0
     try:
         for image in page.get_objects(filter=(pypdfium2.raw.FPDF_PAGEOBJ_IMAGE,), max_depth=2):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import io
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ingest.formats.base import BrokenDocument, LoadedDocument, UnsupportedFileType
@@ -99,8 +99,6 @@ def load(path: Path, data: bytes | None, options: LoadOptions | None = None,
     except Exception as exc:  # any parser bug or oddity is the document's fault, never a 500
         raise BrokenDocument(f"broken {kind.upper()}: {describe(exc)}") from exc
     if ctx.ocr_pages or ctx.warnings:
-        from dataclasses import replace
-
         doc = replace(doc, ocr_pages=ctx.ocr_pages, ocr_seconds=ctx.ocr_seconds,
                       warnings=doc.warnings + tuple(ctx.warnings))
     return doc

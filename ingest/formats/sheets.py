@@ -15,6 +15,9 @@ import warnings
 from pathlib import Path
 from typing import Iterable, Iterator
 
+import openpyxl
+from openpyxl.utils import get_column_letter
+
 from ingest.formats.base import LoadedDocument, NoExtractableText, decode, finish
 from ingest.formats.options import LoadContext, TooLarge
 
@@ -54,8 +57,6 @@ def rows_as_paragraphs(rows: Iterable[Iterable[object]], budget: _RowBudget) -> 
 def _column_name(header: list[str], index: int) -> str:
     if index < len(header) and header[index]:
         return header[index]
-    from openpyxl.utils import get_column_letter
-
     return f"column {get_column_letter(index + 1)}"
 
 
@@ -74,8 +75,6 @@ def _cell_text(value: object) -> str:
 
 
 def load_xlsx(path: Path, data: bytes, ctx: LoadContext) -> LoadedDocument:
-    import openpyxl
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "extension not supported" chatter
         book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)

@@ -12,11 +12,13 @@ the loader leads a process group of its own (a Job Object that kills on close, o
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import os
 import signal
 import time
+from ctypes import wintypes
 from pathlib import Path
 from typing import Any
 
@@ -170,9 +172,6 @@ class FileLoader:
 def windows_job_for(pid: int) -> Any:
     """A Job Object holding process ``pid`` (and so every process it starts) that kills them all when it is
     closed or this process ends; None when Windows refuses (the loader is then killed alone, as before)."""
-    import ctypes
-    from ctypes import wintypes
-
     class BasicLimits(ctypes.Structure):
         _fields_ = [("PerProcessUserTimeLimit", ctypes.c_int64), ("PerJobUserTimeLimit", ctypes.c_int64),
                     ("LimitFlags", wintypes.DWORD), ("MinimumWorkingSetSize", ctypes.c_size_t),
@@ -209,8 +208,6 @@ def windows_job_for(pid: int) -> Any:
 
 def close_windows_job(job: Any, terminate: bool) -> None:
     """Close ``job`` (every process still in it ends), terminating them first when asked."""
-    import ctypes
-
     kernel32 = ctypes.windll.kernel32  # type: ignore[attr-defined]
     if terminate:
         kernel32.TerminateJobObject(job, 1)

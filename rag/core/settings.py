@@ -295,6 +295,19 @@ def toml_hint(exc: Exception) -> str:
     return ""
 
 
+def passed_command_line(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The flags of the `rag serve` that started this worker process (``COMMAND_LINE_ENV``); none elsewhere."""
+    if not environ.get(COMMAND_LINE_ENV):
+        return {}
+    try:
+        passed = json.loads(environ[COMMAND_LINE_ENV])
+    except ValueError as exc:
+        raise ConfigError(f"{COMMAND_LINE_ENV} is not JSON: {exc}") from exc
+    if not isinstance(passed, dict):
+        raise ConfigError(f"{COMMAND_LINE_ENV} must hold a JSON object of settings, not {type(passed).__name__}")
+    return {key: value for key, value in passed.items() if value is not None}
+
+
 def load_settings(
     overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
@@ -317,6 +330,9 @@ def load_settings(
             sources[key] = source(key)
 
     if base is None:  # a base already holds its config file and environment
+        # A server's worker process gets the flags of its `rag serve` (``--home`` included: it names the
+        # rag.toml to read) through the environment; its own overrides, if any, go on top of them.
+        overrides = {**passed_command_line(environ), **overrides}
         home = Path(overrides.get("home") or environ.get("RAG_HOME") or PROJECT_ROOT).expanduser()
         named = environ.get("RAG_CONFIG")
         config_file = Path(named).expanduser() if named else home / "rag.toml"
@@ -333,12 +349,6 @@ def load_settings(
         env = {k[4:].lower(): v for k, v in environ.items()
                if k.startswith("RAG_") and k not in ("RAG_CONFIG", COMMAND_LINE_ENV)}
         apply(env, lambda key: f"env RAG_{key.upper()}")
-        if environ.get(COMMAND_LINE_ENV):  # the flags of the `rag serve` that started this worker process
-            try:
-                passed = json.loads(environ[COMMAND_LINE_ENV])
-            except ValueError as exc:
-                raise ConfigError(f"{COMMAND_LINE_ENV} is not JSON: {exc}") from exc
-            apply({k: v for k, v in passed.items() if k not in overrides}, lambda key: "command line")
     apply(overrides, lambda key: "command line")
 
     settings = Settings(**values, sources=sources)

@@ -24,6 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+from onnxruntime.capi._pybind_state import quantize_matmul_4bits, quantize_matmul_8bits
+
 Report = Callable[[str], None]
 
 # Decoder families whose GGUF tensors map onto transformers' module names one to one (checked end to end:
@@ -74,15 +77,11 @@ def block_quantize(weight, bits: int, block_size: int, method: str = "rtn"):
     """``weight`` [N, K] float32 (a Linear's out x in) -> (qweight [N, blocks, block*bits/8] uint8,
     scales [N, blocks] float32, zero points [N, ceil(blocks*bits/8)] uint8): MatMulNBits' layout,
     asymmetric, blocks along K, each row's zero points packed on their own."""
-    import numpy as np
-
     n, k = weight.shape
     blocks = -(-k // block_size)
     if blocks * block_size != k:
         weight = np.pad(weight, ((0, 0), (0, blocks * block_size - k)))
     if method == "rtn":
-        from onnxruntime.capi._pybind_state import quantize_matmul_4bits, quantize_matmul_8bits
-
         packed = np.zeros((n, blocks, block_size * bits // 8), dtype=np.uint8)
         scales = np.zeros((n, blocks), dtype=np.float32)
         zeros = np.zeros((n, -(-blocks * bits // 8)), dtype=np.uint8)
@@ -92,7 +91,7 @@ def block_quantize(weight, bits: int, block_size: int, method: str = "rtn"):
         return packed, scales, zeros
     if method != "k_quant":
         raise ValueError(f"unknown method {method}")
-    from onnxruntime.quantization.neural_compressor.weight_only import quant_tensor_k_quant_cpu
+    from onnxruntime.quantization.neural_compressor.weight_only import quant_tensor_k_quant_cpu  # lazy: needs onnx (the build extra)
 
     packed = np.empty((n, blocks, block_size * bits // 8), dtype=np.uint8)
     scales = np.empty((n, blocks), dtype=np.float32)
@@ -124,7 +123,7 @@ class QuantizedEmbedding:
 
 
 def _set_quantized(module, quantized, bits: int, plan: WeightPlan, shape: tuple[int, int]) -> None:
-    import torch
+    import torch  # lazy: optional dependency (the build extra)
 
     qweight, scales, zeros = quantized
     module.qweight = torch.from_numpy(qweight)
@@ -140,8 +139,7 @@ _READERS: dict[str, Any] = {}
 
 
 def _reader_class():
-    import numpy as np
-    from gguf import GGUFReader
+    from gguf import GGUFReader  # lazy: optional dependency (the build extra)
 
     class PlainViewReader(GGUFReader):
         """GGUFReader over a plain ndarray view of its np.memmap: the memmap subclass's Python hooks on
@@ -161,7 +159,7 @@ def _reader_class():
 def share_gguf_reader() -> None:
     """Parse each GGUF file's header once in this process: config, tokenizer (transformers) and weights
     (here) all ask ``gguf.GGUFReader`` for it."""
-    import gguf
+    import gguf  # lazy: optional dependency (the build extra)
 
     if getattr(gguf.GGUFReader, "_rag_shared", False):
         return
@@ -192,6 +190,7 @@ def _release_pages(reader) -> None:
 # ------------------------------------------------------------------------------------------ config dir
 def write_config_dir(gguf_path: Path, hf_dir: Path) -> Any:
     """config.json, generation_config.json and the tokenizer, from the GGUF's metadata (no weights)."""
+    # lazy: optional dependency (the build extra)
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
@@ -213,7 +212,7 @@ def load_quantized_model(gguf_path: Path, config: Any, plan: WeightPlan,
     """transformers' causal LM for ``config`` on the meta device, its weights from ``gguf_path``: every
     Linear as MatMulNBits weights, norms and biases as float tensors, the embedding tied to the LM head
     or as :class:`QuantizedEmbedding`. Holds at most one dequantised tensor at a time."""
-    import numpy as np
+    # lazy: optional dependencies (the build extra)
     import torch
     from gguf import GGUFReader, dequantize
     from transformers import AutoModelForCausalLM
@@ -312,7 +311,7 @@ def load_quantized_model(gguf_path: Path, config: Any, plan: WeightPlan,
 
 def gguf_facts(gguf_path: Path) -> dict:
     """Architecture and parameter count from the (shared) reader: for the manifest."""
-    from gguf import GGUFReader
+    from gguf import GGUFReader  # lazy: optional dependency (the build extra)
 
     share_gguf_reader()
     reader = GGUFReader(str(gguf_path))

@@ -118,7 +118,7 @@ def check_architecture(hf_dir: Path) -> str:
 def count_parameters(hf_dir: Path) -> int | None:
     """Parameters from the safetensors headers (no tensor is loaded)."""
     try:
-        from safetensors import safe_open
+        from safetensors import safe_open  # lazy: optional dependency (the build extra)
     except ImportError:
         return None
     total = 0
@@ -136,6 +136,7 @@ def count_parameters(hf_dir: Path) -> int | None:
 def gguf_to_hf(gguf: Path, hf_dir: Path, report: Report) -> None:
     """Dequantise a GGUF file into an fp32 HF checkpoint (weights, config, tokenizer, chat template)."""
     _offline_env()
+    # lazy: optional dependency (the build extra)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging

@@ -24,6 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rag.modelstore.gguf_stream import (QuantizedEmbedding, STREAM_ARCHITECTURES, UNSUPPORTED_EXIT, WeightPlan,
+                                        gguf_facts, load_quantized_model, write_config_dir)
+
 
 def flatten_layer_rope(config: Any) -> None:
     """Gemma 3's per-layer-type RoPE parameters in the flat form the 0.18 builder reads."""
@@ -57,8 +60,6 @@ def _builder_input(argv: list[str]) -> Path:
 def _embedding_lookup(original):
     """``Model.make_embedding_lookup`` that also gathers from a QuantizedEmbedding (an untied input
     embedding): GatherBlockQuantized over its own weights, as the builder does for a tied one."""
-    from rag.modelstore.gguf_stream import QuantizedEmbedding
-
     def lookup(self, embedding, basename, lm_head):
         if not isinstance(embedding, QuantizedEmbedding):
             if getattr(embedding, "is_meta", False) and not self.tied_quantized_embeddings:
@@ -105,9 +106,7 @@ def _to_nbits(original):
 
 def install_gguf_loader(gguf: Path, plan_json: str, facts_path: Path | None, hf_dir: Path) -> None:
     """Write the config folder from the GGUF, then point the builder's weight loading at the stream."""
-    import builders.base
-    from rag.modelstore.gguf_stream import (STREAM_ARCHITECTURES, UNSUPPORTED_EXIT, WeightPlan, gguf_facts,
-                                            load_quantized_model, write_config_dir)
+    import builders.base  # lazy: on sys.path once onnxruntime_genai.models is imported
 
     plan = WeightPlan.from_json(plan_json)
     print("[rag] reading the GGUF metadata (config, tokenizer)", flush=True)
@@ -132,7 +131,8 @@ def install_gguf_loader(gguf: Path, plan_json: str, facts_path: Path | None, hf_
 
 
 def main() -> None:
-    import onnxruntime_genai.models  # noqa: F401  (puts the builder's own folder on sys.path)
+    # lazy: the model builder needs the build extra; importing it puts its own folder (builders) on sys.path
+    import onnxruntime_genai.models  # noqa: F401
     import builders.gemma  # the module the builder script imports its classes from
 
     gguf = _take_option(sys.argv, "--gguf")

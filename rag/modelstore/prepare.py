@@ -224,6 +224,7 @@ def build_generator(wheel: Path, work: Path, out: Path, report: Report,
 
 def export_embedder(wheel: Path, work: Path, out_fp32: Path, out_int8: Path, report: Report) -> None:
     """safetensors -> ONNX (last_hidden_state) + a dynamically quantised int8 twin."""
+    # lazy: optional dependencies (the build extra: torch, transformers, and onnx under onnxruntime's tools)
     import torch
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.transformers.optimizer import optimize_model

@@ -129,6 +129,7 @@ def start_telemetry(settings: Settings, component: str, capture_logs: bool = Tru
     os.environ.setdefault("OTEL_SEMCONV_STABILITY_OPT_IN", SEMCONV_OPT_IN)
     streams: list[RotatingLines] = []
     if settings.telemetry == "file":
+        # lazy: only the exporter the telemetry setting picks is loaded (~0.1 s each)
         from opentelemetry.exporter.otlp.json.file import FileMetricExporter, FileSpanExporter
         from opentelemetry.exporter.otlp.json.file._log_exporter import FileLogExporter
 
@@ -139,6 +140,7 @@ def start_telemetry(settings: Settings, component: str, capture_logs: bool = Tru
         metric_exporter: Any = FileMetricExporter(stream=streams[1])
         log_exporter: Any = FileLogExporter(stream=streams[2])
     else:
+        # lazy: only the exporter the telemetry setting picks is loaded (~0.1 s each)
         from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
