@@ -64,6 +64,7 @@ class Embedder:
     every core (all-MiniLM int8, 2 cores: 82-86 vs 67-81 chunks/s, interleaved runs; README "Growth")."""
 
     def __init__(self, path: Path, threads: int = 0, batch_size: int = 4) -> None:
+        # lazy: keeps rag --help fast (onnxruntime with numpy: ~0.35 s of a CLI start)
         import onnxruntime as ort
         from tokenizers import Tokenizer
 

@@ -17,7 +17,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import sys
 import tempfile
 import threading
 import time
@@ -172,7 +174,7 @@ def windows_short_path(path: str) -> str | None:
     """Windows' 8.3 spelling of ``path`` (ASCII where the volume keeps 8.3 names), or None."""
     if os.name != "nt":
         return None
-    import ctypes
+    import ctypes  # lazy: Windows only (windll)
 
     size = ctypes.windll.kernel32.GetShortPathNameW(path, None, 0)  # type: ignore[attr-defined]
     if not size:
@@ -231,9 +233,6 @@ def make_writable(tree: Path) -> None:
 
 def remove_tree(tree: Path) -> None:
     """Delete ``tree`` (if it is there): read-only files too, each deletion retried while a lock refuses it."""
-    import shutil
-    import sys
-
     if not os.path.lexists(tree):
         return
 
@@ -282,6 +281,7 @@ def others_who_may_write(sddl: str) -> list[str]:
 
 def _windows_security(path: Path, sddl: str | None = None) -> str:
     """The DACL of ``path`` in SDDL; with ``sddl``, that DACL set on it first."""
+    # lazy: Windows only (windll, advapi32)
     import ctypes
     from ctypes import wintypes
 

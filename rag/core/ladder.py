@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+import psutil
+
 
 @dataclass(frozen=True)
 class Rung:
@@ -121,10 +123,8 @@ def resolve_generator(setting: str, models_dir: Path, machine: Machine | None = 
 def this_machine() -> Machine:
     """Total memory (psutil), logical cores and, on Linux, the CPU flags of /proc/cpuinfo."""
     try:
-        import psutil
-
         memory_gb: float | None = round(psutil.virtual_memory().total / 2**30, 1)
-    except (ImportError, OSError):
+    except OSError:
         memory_gb = None
     flags = None
     if sys.platform.startswith("linux"):

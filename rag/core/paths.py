@@ -132,6 +132,7 @@ def windows_mapped_drive(drive: str) -> str | None:
 
 
 def _query_mapped_drive(drive: str) -> str | None:
+    # lazy: Windows only (windll)
     import ctypes
     from ctypes import wintypes
 
@@ -147,7 +148,7 @@ def _query_mapped_drive(drive: str) -> str | None:
 
 def windows_drive_exists(drive: str) -> bool:
     """Whether ``drive`` ("Z:") is a drive of this logon session (GetDriveTypeW is not DRIVE_NO_ROOT_DIR)."""
-    import ctypes
+    import ctypes  # lazy: Windows only (windll)
 
     try:
         return ctypes.WinDLL("kernel32").GetDriveTypeW(f"{drive}\\") != 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import tomllib
 from importlib.resources import files
+from urllib.parse import unquote, urlsplit
 
 # Frequent words: they slow the lexical OR-query down (BM25's idf weighs them ~0 anyway) and say
 # nothing about whether a reply is grounded in a passage.
@@ -65,8 +66,6 @@ def split_sentences(text: str) -> list[str]:
 def public_host(url: str) -> str:
     """The host[:port] of ``url``, what may be shown to anyone: never the user name or password of
     ``http://user:pass@host`` (``/healthz`` is open, upstream errors reach callers)."""
-    from urllib.parse import urlsplit
-
     parts = urlsplit(url)
     host = parts.hostname or ""
     if ":" in host:  # an IPv6 address
@@ -80,8 +79,6 @@ def public_host(url: str) -> str:
 
 def without_credentials(text: str, url: str) -> str:
     """``text`` with the user name and password of ``url`` (if any) blotted out."""
-    from urllib.parse import unquote, urlsplit
-
     parts = urlsplit(url)
     for secret in (parts.username, parts.password):
         if secret:
