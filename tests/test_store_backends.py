@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from ingest.pipeline import delete_document, ingest_paths
+from rag.core.access import EVERY_DOCUMENT, Principal, stored_groups, visible
 from rag.core.records import Chunk, DocumentRecord, document_id
 from rag.store.copy import copy_index
 from rag.store.embedded import EmbeddedStore
@@ -399,6 +400,45 @@ def test_document_groups_filter_inside_the_search(store, embedder, tmp_path: Pat
         ingest_paths([secret], index, embedder, groups=[])
         assert reader.find_document(str(secret)).access_groups == ""
         assert reader.visible_documents(frozenset()) is None
+    finally:
+        reader.close()
+
+
+# Every stored form of a document's groups against every kind of reader: public ("" ), one group, two, a name with
+# every character a group may have; readers unrestricted (None, "*"), public-only, in one, both, or another group.
+DOCUMENT_GROUPS = ("", "finance", "hr", "finance,hr", "a.b@c-d_e", "legal")
+READER_GROUPS: tuple[frozenset[str] | None, ...] = (
+    None, frozenset(), frozenset({"finance"}), frozenset({"hr"}), frozenset({"finance", "hr"}),
+    frozenset({"a.b@c-d_e"}), frozenset({"legal", "finance"}), frozenset({"nobody"}), frozenset({"*"}))
+
+
+def test_each_store_sees_what_the_one_visibility_rule_says(store, embedder, tmp_path: Path) -> None:
+    """The documents x readers matrix through ``rag.core.access.visible`` and through each store's
+    ``visible_documents`` (and retrieval's and the API's checks, which ask the rule too): identical answers."""
+    index = store.index(fresh_name())
+    records = [DocumentRecord(f"doc{i:013d}", str(tmp_path / f"d{i}.md"), f"D{i}", "md", "0" * 64, None, 10, 1,
+                              "2026-01-01T00:00:00+00:00", stored) for i, stored in enumerate(DOCUMENT_GROUPS)]
+    with index.writer(embedder.config.identity, embedder.dimension) as writer:
+        for record in records:
+            writer.put_document(record, [Chunk("text", None, None, 0, 4, 0)],
+                                np.ones((1, embedder.dimension), np.float32) / embedder.dimension ** 0.5)
+        writer.commit()
+    reader = index.reader()
+    try:
+        retriever = Retriever(reader, embedder)
+        for groups in READER_GROUPS:
+            expected = [r.id for r in records if visible(stored_groups(r.access_groups), groups)]
+            seen = reader.visible_documents(groups)
+            assert (sorted(seen) if seen is not None else [r.id for r in records]) == expected, groups
+            assert seen is None or len(seen) < len(records), "None when the reader sees every document"
+            principal = Principal("p", (), groups if groups is not None else EVERY_DOCUMENT)
+            assert [r.id for r in reader.documents() if principal.sees(r.groups)] == expected, groups
+            for record in records:
+                if record.id in expected:
+                    assert retriever.resolve_documents([record.id], groups) == [record.id]
+                else:
+                    with pytest.raises(DocumentNotFoundError):
+                        retriever.resolve_documents([record.id], groups)
     finally:
         reader.close()
 

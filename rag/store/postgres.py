@@ -38,6 +38,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from rag.core.access import stored_groups, visible_ids
 from rag.core.records import Chunk, ChunkRecord, DocumentRecord, IndexInfo, candidate_display, candidate_ids
 from rag.store.lexical import choose_words
 from rag.core.errors import (
@@ -396,15 +397,13 @@ class PostgresReader:
             f"SELECT {DOCUMENT_COLUMNS} FROM {self.schema}.documents ORDER BY path")]
 
     def visible_documents(self, groups: frozenset[str] | None) -> list[str] | None:
-        """Ids of the documents a reader with document ``groups`` may see; None when that is every document."""
+        """Ids of the documents a reader with document ``groups`` may see (``rag.core.access.visible``); None when
+        that is every document."""
         if groups is None or not self.store.query(
                 f"SELECT 1 FROM {self.schema}.documents WHERE access_groups <> '' LIMIT 1"):
             return None
-        rows = self.store.query(
-            f"SELECT id, access_groups = '' OR string_to_array(access_groups, ',') && %s::text[] "
-            f"FROM {self.schema}.documents", (sorted(groups),))
-        visible = [str(r[0]) for r in rows if r[1]]
-        return None if len(visible) == len(rows) else visible
+        rows = self.store.query(f"SELECT id, access_groups FROM {self.schema}.documents")
+        return visible_ids(((str(r[0]), stored_groups(r[1])) for r in rows), groups)
 
     def find_document(self, id_or_path: str) -> DocumentRecord | None:
         ids = list(candidate_ids(id_or_path))
