@@ -443,6 +443,17 @@ def test_each_store_sees_what_the_one_visibility_rule_says(store, embedder, tmp_
         reader.close()
 
 
+def test_the_sqlite_backends_import_nothing_of_postgresql() -> None:
+    """The key, conversation and audit stores' SQLite path (and the embedded index store) load no PostgreSQL
+    module: what they share with their PostgreSQL twins lives in rag.store.shared."""
+    code = ("import sys, rag.store.keys, rag.store.conversations, rag.store.audit_files, rag.store.embedded; "
+            "print(sorted(m for m in sys.modules if 'postgres' in m or m.split('.')[0] in ('psycopg', 'pgvector')))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
 def test_an_index_from_before_document_groups_reads_as_public_and_migrates(embedder, tmp_path: Path) -> None:
     import sqlite3
 
