@@ -11,7 +11,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, cast
 
 from rag.embedder import Embedder
 from rag.store import Store, StoredIndex
@@ -223,7 +223,7 @@ class Models:
 
     @property
     def local_generator(self) -> LocalGenerator | None:
-        return self.generator if isinstance(self.generator, LocalGenerator) else None
+        return None if self.generator.remote else cast(LocalGenerator, self.generator)
 
     def serving_generator(self, max_queue: int) -> tuple[Generator, GenerationScheduler | None]:
         """What a server answers with: the local model behind a scheduler (requests take turns or batch),
