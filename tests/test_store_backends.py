@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 from ingest.pipeline import delete_document, ingest_paths
-from rag.core.access import EVERY_DOCUMENT, Principal, stored_groups, visible
 from rag.core.records import Chunk, DocumentRecord, document_id
 from rag.store.copy import copy_index
 from rag.store.embedded import EmbeddedStore
 from rag.answering.retrieval import Retriever
+from rag.core.access import EVERY_DOCUMENT, Principal, stored_groups, visible
 from rag.core.errors import DocumentNotFoundError, EmbedderMismatchError
 from rag.core.settings import PROJECT_ROOT
 from tests.conftest import SQUAD_DOCS
