@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterator
 
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
@@ -32,6 +32,47 @@ SYNC_OUTCOMES = ("added", "updated", "unchanged", "renamed", "removed", "failed"
 TOKEN_USAGE = "gen_ai_client_token_usage"
 HTTP_DURATION = "http_server_request_duration_seconds"
 HTTP_METHODS = frozenset({"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"})
+# HTTP semantic conventions (stable): the server's request metrics.
+HTTP_METHOD = "http.request.method"
+HTTP_ROUTE = "http.route"
+HTTP_STATUS = "http.response.status_code"
+URL_SCHEME = "url.scheme"
+PROTOCOL_VERSION = "network.protocol.version"
+LATENCY_BUCKETS = [0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0]
+HTTP_DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0]  # semconv's
+
+
+@dataclass(frozen=True)
+class ServerInstruments:
+    """The server's own instruments, beside the stages' (``rag.core.observe.Instruments``): each HTTP request,
+    once (its count is the request count), each answer's time to its first token and to its end, the
+    generation queue and the requests it refused. Named so that the Prometheus translation gives the /metrics
+    names they have always had (``rag.ttft`` in seconds -> ``rag_ttft_seconds``). Requests in flight,
+    ``http.server.active_requests``, are an observable counter of ``ServiceMetrics``."""
+
+    http_duration: metrics.Histogram
+    answer_ttft: metrics.Histogram
+    answer_duration: metrics.Histogram
+    queue_depth: metrics._Gauge
+    rejected: metrics.Counter
+
+
+def server_instruments(meter: metrics.Meter) -> ServerInstruments:
+    return ServerInstruments(
+        http_duration=meter.create_histogram(
+            "http.server.request.duration", unit="s", description="Duration of HTTP server requests",
+            explicit_bucket_boundaries_advisory=HTTP_DURATION_BUCKETS),
+        answer_ttft=meter.create_histogram(
+            "rag.ttft", unit="s", description="Time to first answer token",
+            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS),
+        answer_duration=meter.create_histogram(
+            "rag.answer", unit="s", description="Total answer latency",
+            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS),
+        queue_depth=meter.create_gauge(
+            "rag.generation.queue_depth", unit="{request}", description="Generations queued or running"),
+        rejected=meter.create_counter(
+            "rag.requests.rejected", unit="{request}", description="Requests refused with 503 (queue full)"),
+    )
 
 
 class _Instruments:
@@ -98,7 +139,8 @@ class _Reading:
 
 class ServiceMetrics:
     """The server's figures. Each is recorded once, into the OpenTelemetry instruments of ``rag.core.observe``
-    (``instruments``), which the process's exporters send as telemetry says and a Prometheus reader renders for
+    (``instruments``, which the answer service records into too) or the server's own (``server``), which the
+    process's exporters send as telemetry says and a Prometheus reader renders for
     /metrics. The index and source gauges are observable gauges of the same meter: read from the indexes
     (``watch``) whenever /metrics is scraped or the metrics are exported. Build it with ``service_metrics``."""
 
@@ -106,7 +148,8 @@ class ServiceMetrics:
         self.registry = registry
         meter = provider.get_meter(observe.SCOPE)
         self.instruments = observe.instruments(meter)
-        self.instruments.queue_depth.set(0)  # /metrics has the queue from the start
+        self.server = server_instruments(meter)
+        self.server.queue_depth.set(0)  # /metrics has the queue from the start
         self._reading = _Reading()
         gauges: list[tuple[str, str, str, Callable[[IndexFigures], Iterator[Observation]]]] = [
             ("rag.index.documents", "{document}", "Documents in the index",
@@ -161,13 +204,12 @@ class ServiceMetrics:
                 seconds: float) -> None:
         """An HTTP request answered (HTTP semantic conventions); its count is ``rag_requests_total``."""
         attributes: dict[str, str | int] = {
-            observe.HTTP_METHOD: http_method(method), observe.URL_SCHEME: scheme, observe.HTTP_STATUS: status,
-            observe.PROTOCOL_VERSION: http_version}
+            HTTP_METHOD: http_method(method), URL_SCHEME: scheme, HTTP_STATUS: status, PROTOCOL_VERSION: http_version}
         if route:
-            attributes[observe.HTTP_ROUTE] = route
+            attributes[HTTP_ROUTE] = route
         if status >= 500:
             attributes[observe.ERROR_TYPE] = str(status)
-        self.instruments.http_duration.record(seconds, attributes)
+        self.server.http_duration.record(seconds, attributes)
 
     def active(self, method: str, scheme: str, change: int) -> None:
         """A request began (+1) or ended (-1)."""
@@ -179,21 +221,21 @@ class ServiceMetrics:
         with self._in_flight_lock:
             counts = list(self._in_flight.items())
         for (method, scheme), count in counts:
-            yield Observation(count, {observe.HTTP_METHOD: method, observe.URL_SCHEME: scheme})
+            yield Observation(count, {HTTP_METHOD: method, URL_SCHEME: scheme})
 
     def queue(self, depth: int) -> None:
         """Generations queued or running."""
-        self.instruments.queue_depth.set(depth)
+        self.server.queue_depth.set(depth)
 
     def rejected(self, error_type: str) -> None:
         """A request refused with 503 (queue full, models not loaded)."""
-        self.instruments.rejected.add(1, {observe.ERROR_TYPE: error_type})
+        self.server.rejected.add(1, {observe.ERROR_TYPE: error_type})
 
     def observe_answer(self, ttft_ms: float, total_ms: float, output_tokens: int) -> None:
         """An answer's times (its tokens are in ``gen_ai.client.token.usage``, recorded as it was generated)."""
         if output_tokens:
-            self.instruments.answer_ttft.record(ttft_ms / 1000)
-        self.instruments.answer_duration.record(total_ms / 1000)
+            self.server.answer_ttft.record(ttft_ms / 1000)
+        self.server.answer_duration.record(total_ms / 1000)
 
     def render(self) -> bytes:
         """/metrics (blocking: the gauges read the indexes)."""

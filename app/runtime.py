@@ -11,10 +11,10 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, cast
 
 from rag.embedder import Embedder
-from rag.store import Store, StoredIndex
+from rag.store import EMBEDDED, POSTGRESQL, Store, StoredIndex, store_kind
 from rag.store.embedded import EmbeddedStore
 from rag.store.conversations import ConversationStore, PostgresConversationStore, SqliteConversationStore
 from rag.store.keys import KeyStore, PostgresKeyStore, SqliteKeyStore
@@ -39,7 +39,7 @@ log = logging.getLogger("rag.access")
 
 def open_store(settings: Settings) -> Store:
     """The embedded FAISS + SQLite store under indexes/, or PostgreSQL + pgvector with ``store_url``."""
-    if settings.store_url:
+    if store_kind(settings) == POSTGRESQL:
         return _postgres_store(settings)
     make_private_folder(settings.home)
     return EmbeddedStore(settings.indexes_dir)
@@ -78,12 +78,12 @@ def open_audit_trail(settings: Settings, writing: bool = False, chain: str | Non
     if writing:
         make_private_folder(settings.home)
     key = load_key(settings.audit_key_path)
-    if settings.store_url:
+    if store_kind(settings) == POSTGRESQL:
         try:
             from rag.store.audit_postgres import PostgresAuditTrail
         except ImportError as exc:
             raise postgres_packages_missing(exc.name) from exc
-        trail = PostgresAuditTrail(settings.store_url, key)
+        trail = PostgresAuditTrail(settings.store_url or "", key)
         if writing and key is None:
             try:
                 trail.open_key(settings.audit_key_path)
@@ -110,9 +110,9 @@ def open_keys(settings: Settings) -> KeyStore:
     Keys stored without groups (made when that meant every document) get the explicit grant ``*``, said once:
     by the first process that opens the table after the change."""
     store: KeyStore
-    if settings.store_url:
+    if store_kind(settings) == POSTGRESQL:
         try:
-            store = PostgresKeyStore(settings.store_url)
+            store = PostgresKeyStore(settings.store_url or "")
         except ImportError as exc:
             raise postgres_packages_missing(exc.name) from exc
     else:
@@ -128,9 +128,9 @@ def open_keys(settings: Settings) -> KeyStore:
 
 def open_conversations(settings: Settings) -> ConversationStore:
     """The web app's conversations, per principal: in the PostgreSQL store with ``store_url``, else in the home."""
-    if settings.store_url:
+    if store_kind(settings) == POSTGRESQL:
         try:
-            return PostgresConversationStore(settings.store_url)
+            return PostgresConversationStore(settings.store_url or "")
         except ImportError as exc:
             raise postgres_packages_missing(exc.name) from exc
     return SqliteConversationStore(settings.home)
@@ -140,7 +140,7 @@ def open_conversations(settings: Settings) -> ConversationStore:
 def scratch_store(settings: Settings, folder: Path) -> Iterator[tuple[Store, str]]:
     """A store and an index name for a throwaway index (``rag eval``): the embedded store in ``folder``, or,
     with ``store_url``, a uniquely named index in that database, dropped afterwards."""
-    if not settings.store_url:
+    if store_kind(settings) == EMBEDDED:
         yield EmbeddedStore(folder), settings.index
         return
     store = _postgres_store(settings)
@@ -223,7 +223,7 @@ class Models:
 
     @property
     def local_generator(self) -> LocalGenerator | None:
-        return self.generator if isinstance(self.generator, LocalGenerator) else None
+        return None if self.generator.remote else cast(LocalGenerator, self.generator)
 
     def serving_generator(self, max_queue: int) -> tuple[Generator, GenerationScheduler | None]:
         """What a server answers with: the local model behind a scheduler (requests take turns or batch),

@@ -20,6 +20,7 @@ from ingest.pipeline import ingest_paths
 from rag.store.embedded import EmbeddedIndex
 from rag.store.keys import SqliteKeyStore
 from rag.store.audit_files import AuditTrail, verify
+from rag.core.access import EVERY_DOCUMENT, Principal, visible, visible_ids
 from rag.core.keys import new_key, parse_grants
 from rag.core.settings import PROJECT_ROOT, Settings
 
@@ -597,3 +598,21 @@ def test_two_replicas_creating_the_key_store_on_a_fresh_database_at_once_both_su
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             for name in names:
                 conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.mark.parametrize(("document", "reader", "sees"), [
+    (frozenset(), frozenset(), True),  # a public document: every reader
+    (frozenset(), frozenset({"hr"}), True),
+    (frozenset({"finance"}), frozenset(), False),  # a public-only reader sees no grouped document
+    (frozenset({"finance"}), frozenset({"hr"}), False),
+    (frozenset({"finance"}), frozenset({"finance"}), True),
+    (frozenset({"finance", "hr"}), frozenset({"hr", "legal"}), True),  # one group in common is enough
+    (frozenset({"finance"}), None, True),  # no filter: every document
+    (frozenset({"finance"}), frozenset({"*"}), True),  # the grant of every document
+])
+def test_the_visibility_rule(document: frozenset[str], reader: frozenset[str] | None, sees: bool):
+    """The one rule every reader of documents asks (``rag.core.access.visible``; both stores' agreement with it:
+    tests/test_store_backends.py)."""
+    assert visible(document, reader) is sees
+    assert Principal("p", (), reader if reader is not None else EVERY_DOCUMENT).sees(document) is sees
+    assert visible_ids([("d", document)], reader) == (None if sees else [])

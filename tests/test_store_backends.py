@@ -22,6 +22,7 @@ from rag.core.records import Chunk, DocumentRecord, document_id
 from rag.store.copy import copy_index
 from rag.store.embedded import EmbeddedStore
 from rag.answering.retrieval import Retriever
+from rag.core.access import EVERY_DOCUMENT, Principal, stored_groups, visible
 from rag.core.errors import DocumentNotFoundError, EmbedderMismatchError
 from rag.core.settings import PROJECT_ROOT
 from tests.conftest import SQUAD_DOCS
@@ -401,6 +402,56 @@ def test_document_groups_filter_inside_the_search(store, embedder, tmp_path: Pat
         assert reader.visible_documents(frozenset()) is None
     finally:
         reader.close()
+
+
+# Every stored form of a document's groups against every kind of reader: public ("" ), one group, two, a name with
+# every character a group may have; readers unrestricted (None, "*"), public-only, in one, both, or another group.
+DOCUMENT_GROUPS = ("", "finance", "hr", "finance,hr", "a.b@c-d_e", "legal")
+READER_GROUPS: tuple[frozenset[str] | None, ...] = (
+    None, frozenset(), frozenset({"finance"}), frozenset({"hr"}), frozenset({"finance", "hr"}),
+    frozenset({"a.b@c-d_e"}), frozenset({"legal", "finance"}), frozenset({"nobody"}), frozenset({"*"}))
+
+
+def test_each_store_sees_what_the_one_visibility_rule_says(store, embedder, tmp_path: Path) -> None:
+    """The documents x readers matrix through ``rag.core.access.visible`` and through each store's
+    ``visible_documents`` (and retrieval's and the API's checks, which ask the rule too): identical answers."""
+    index = store.index(fresh_name())
+    records = [DocumentRecord(f"doc{i:013d}", str(tmp_path / f"d{i}.md"), f"D{i}", "md", "0" * 64, None, 10, 1,
+                              "2026-01-01T00:00:00+00:00", stored) for i, stored in enumerate(DOCUMENT_GROUPS)]
+    with index.writer(embedder.config.identity, embedder.dimension) as writer:
+        for record in records:
+            writer.put_document(record, [Chunk("text", None, None, 0, 4, 0)],
+                                np.ones((1, embedder.dimension), np.float32) / embedder.dimension ** 0.5)
+        writer.commit()
+    reader = index.reader()
+    try:
+        retriever = Retriever(reader, embedder)
+        for groups in READER_GROUPS:
+            expected = [r.id for r in records if visible(stored_groups(r.access_groups), groups)]
+            seen = reader.visible_documents(groups)
+            assert (sorted(seen) if seen is not None else [r.id for r in records]) == expected, groups
+            assert seen is None or len(seen) < len(records), "None when the reader sees every document"
+            principal = Principal("p", (), groups if groups is not None else EVERY_DOCUMENT)
+            assert [r.id for r in reader.documents() if principal.sees(r.groups)] == expected, groups
+            for record in records:
+                if record.id in expected:
+                    assert retriever.resolve_documents([record.id], groups) == [record.id]
+                else:
+                    with pytest.raises(DocumentNotFoundError):
+                        retriever.resolve_documents([record.id], groups)
+    finally:
+        reader.close()
+
+
+def test_the_sqlite_backends_import_nothing_of_postgresql() -> None:
+    """The key, conversation and audit stores' SQLite path (and the embedded index store) load no PostgreSQL
+    module: what they share with their PostgreSQL twins lives in rag.store.shared."""
+    code = ("import sys, rag.store.keys, rag.store.conversations, rag.store.audit_files, rag.store.embedded; "
+            "print(sorted(m for m in sys.modules if 'postgres' in m or m.split('.')[0] in ('psycopg', 'pgvector')))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 def test_an_index_from_before_document_groups_reads_as_public_and_migrates(embedder, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from api.state import AppState
 from rag.core.access import RequestContext
 from rag.core.errors import ForbiddenError
 from rag.generation.ort import provider_facts
+from rag.store import store_kind
 
 
 def index_summary(app: AppState, context: RequestContext) -> IndexSummary | None:
@@ -38,7 +39,7 @@ class HealthController(Controller):
             device=app.models.generator.device if app.models else app.settings.device,
             generator=app.models.generator.model_id if upstream and app.models else app.settings.generator_path.name,
             embedder=app.settings.embedder_path.name, index=index_summary(app, context), upstream=upstream,
-            store="postgresql" if app.settings.store_url else "embedded",
+            store=store_kind(app.settings),
             providers=None if upstream else list(provider_facts()["usable"]))  # a remote generator runs elsewhere
         if app.status != "ready":
             body.reason = app.error or "models are loading"

@@ -12,6 +12,7 @@ from rag.embedder import Embedder
 from rag.core.records import ChunkRecord
 from rag.store import IndexReader
 from rag.core import observe
+from rag.core.access import visible
 from rag.core.errors import DocumentNotFoundError
 
 RRF_K = 60  # the usual constant from Cormack et al.; rank differences matter, scores don't
@@ -133,7 +134,7 @@ class Retriever:
         resolved: list[str] = []
         for item in ids_or_paths:
             record = self.reader.find_document(item)
-            if record is None or (groups is not None and record.groups and not groups & record.groups):
+            if record is None or not visible(record.groups, groups):
                 raise DocumentNotFoundError(f"no document {item!r} in index {self.reader.name!r}")
             resolved.append(record.id)
         return resolved

@@ -16,7 +16,7 @@ class ChatTrace:
 
     def __init__(self, generator: Generator, sampling: SamplingOptions, messages: Sequence[Message],
                  instruments: observe.Instruments, capture_content: bool) -> None:
-        remote = generator.device == "remote"
+        remote = generator.remote
         self.model = generator.model_id
         self.capture_content = capture_content
         self.instruments = instruments
@@ -28,7 +28,7 @@ class ChatTrace:
             observe.REQUEST_STREAM: True, "rag.copy_bias": sampling.copy_bias,
             "rag.constrained_spans": len(sampling.spans)}
         if remote:
-            attributes.update(observe.server_attributes(getattr(generator, "url", "")))
+            attributes.update(observe.server_attributes(generator.url))
         if capture_content:
             attributes[observe.INPUT_MESSAGES] = observe.messages_attribute(messages)
         self.span = observe.tracer().start_span(f"chat {self.model}", attributes=attributes,

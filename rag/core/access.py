@@ -23,6 +23,29 @@ EVERY_DOCUMENT = frozenset({ALL_GROUPS})
 PUBLIC_ONLY: frozenset[str] = frozenset()
 
 
+def visible(document_groups: Iterable[str], groups: frozenset[str] | None) -> bool:
+    """The visibility rule, the one place it is written: a document with no groups is public, and every reader
+    sees it; otherwise a reader with document ``groups`` sees it when they share a group. ``groups`` None (no
+    filter) or holding ``*``: every document. Retrieval, both stores and the API's listings all ask this."""
+    if groups is None or ALL_GROUPS in groups:
+        return True
+    names = frozenset(document_groups)
+    return not names or not groups.isdisjoint(names)
+
+
+def stored_groups(stored: str) -> frozenset[str]:
+    """A document's groups from their stored form (``rag.core.names.access_groups``: "" is a public document)."""
+    return frozenset(g for g in stored.split(",") if g)
+
+
+def visible_ids(documents: Iterable[tuple[str, frozenset[str]]], groups: frozenset[str] | None) -> list[str] | None:
+    """The ids of the (id, groups) ``documents`` a reader with ``groups`` sees (``visible``); None when that is
+    every one of them (the search needs no filter)."""
+    every = list(documents)
+    seen = [doc_id for doc_id, document_groups in every if visible(document_groups, groups)]
+    return None if len(seen) == len(every) else seen
+
+
 def held_groups(groups: Iterable[str]) -> frozenset[str]:
     """A grant's groups as held: ``*`` among them is every document (the rest adds nothing)."""
     names = frozenset(groups)
@@ -71,10 +94,8 @@ class Principal:
         return held is not None and ROLES.index(held) >= ROLES.index(role)
 
     def sees(self, document_groups: frozenset[str] | tuple[str, ...] | None) -> bool:
-        """A document with no groups is public; otherwise it needs a group in common (or ``*``)."""
-        if self.unrestricted or not document_groups:
-            return True
-        return bool(self.groups.intersection(document_groups))
+        """Whether it may see a document of ``document_groups`` (``visible``)."""
+        return visible(document_groups or (), self.groups)
 
     def may_assign(self, groups: Iterable[str]) -> bool:
         """Whether it may give a document (or a key) ``groups``: only groups it holds itself."""

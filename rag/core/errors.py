@@ -26,11 +26,6 @@ class BadRequestError(RagError):
     exit_code = 2
 
 
-class UnauthorizedError(RagError):
-    status_code = 401
-    error_type = "unauthorized"
-
-
 class ForbiddenError(RagError):
     """A known principal without the role a request needs (never says whether the index exists)."""
 
@@ -122,12 +117,6 @@ class IndexBusyError(ConflictError):
     """An index another process still has open (Windows will not remove its files until it lets go)."""
 
     error_type = "index_busy"
-
-
-class PayloadTooLargeError(RagError):
-    status_code = 413
-    error_type = "payload_too_large"
-    exit_code = 2
 
 
 class UnprocessableDocumentError(RagError):

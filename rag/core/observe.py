@@ -1,5 +1,6 @@
-"""What the stages record for OpenTelemetry: span names and attributes (the GenAI and HTTP semantic
-conventions) and the metric instruments, through the OpenTelemetry *API* only.
+"""What the stages record for OpenTelemetry: span names and attributes (the GenAI semantic conventions) and the
+metric instruments every floor records into, through the OpenTelemetry *API* only (the server's own HTTP and
+answer instruments are api.telemetry's).
 
 The stages (retrieval, generation, ingest) call ``tracer()`` and ``instruments()``; without a configured SDK
 (library use, tests) these are OpenTelemetry's no-ops. ``rag.telemetry`` installs the SDK and its exporters once
@@ -48,12 +49,6 @@ DIMENSIONS = "gen_ai.embeddings.dimension.count"
 TOKEN_TYPE = "gen_ai.token.type"
 ERROR_TYPE = "error.type"
 SERVER_ADDRESS = "server.address"
-# HTTP semantic conventions (stable): the server's request metrics.
-HTTP_METHOD = "http.request.method"
-HTTP_ROUTE = "http.route"
-HTTP_STATUS = "http.response.status_code"
-URL_SCHEME = "url.scheme"
-PROTOCOL_VERSION = "network.protocol.version"
 SERVER_PORT = "server.port"
 LOCAL_PROVIDER = "onnxruntime_genai"  # no registered value for a local ORT GenAI model
 REMOTE_PROVIDER = "openai"  # a generator_url speaks the OpenAI chat completions protocol
@@ -160,13 +155,11 @@ def messages_attribute(messages: Iterable[Mapping[str, str]]) -> str:
                        for m in messages])
 
 
-# Each figure is recorded once, in one of these instruments; the OTLP exporters and the server's /metrics read
-# them alike. A server's own figures are named so that the OpenTelemetry-to-Prometheus translation (dots to
-# underscores, the unit as a suffix, ``_total`` on counters) gives the /metrics names it has always had
-# (``rag.ttft`` in seconds -> ``rag_ttft_seconds``), which is also what a Prometheus fed over OTLP stores.
-LATENCY_BUCKETS = [0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0]
+# Each figure is recorded once, in one of these instruments (or the server's, api.telemetry); the OTLP exporters
+# and the server's /metrics read them alike. The product's own figures are named so that the
+# OpenTelemetry-to-Prometheus translation (dots to underscores, the unit as a suffix, ``_total`` on counters)
+# gives the /metrics names they have always had, which is also what a Prometheus fed over OTLP stores.
 GENAI_DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
-HTTP_DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0]  # semconv's
 RETRIEVAL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]
 
 
@@ -178,16 +171,9 @@ class Instruments:
     operation_duration: metrics.Histogram
     time_to_first_chunk: metrics.Histogram
     retrieval_duration: metrics.Histogram
-    queue_depth: metrics._Gauge
-    rejected: metrics.Counter
     ingest_files: metrics.Counter
     ingest_chunks: metrics.Counter
     ocr_pages: metrics.Counter
-    # The server's (api): each HTTP request, once (its count is the request count), and each answer's time to its
-    # first token and to its end. (Requests in flight, http.server.active_requests, are api.telemetry's.)
-    http_duration: metrics.Histogram
-    answer_ttft: metrics.Histogram
-    answer_duration: metrics.Histogram
 
 
 def instruments(meter: metrics.Meter | None = None) -> Instruments:
@@ -207,20 +193,7 @@ def instruments(meter: metrics.Meter | None = None) -> Instruments:
         retrieval_duration=meter.create_histogram(
             "rag.retrieval.duration", unit="s", description="Query embedding and hybrid search",
             explicit_bucket_boundaries_advisory=RETRIEVAL_BUCKETS),
-        queue_depth=meter.create_gauge(
-            "rag.generation.queue_depth", unit="{request}", description="Generations queued or running"),
-        rejected=meter.create_counter(
-            "rag.requests.rejected", unit="{request}", description="Requests refused with 503 (queue full)"),
         ingest_files=meter.create_counter("rag.ingest.files", unit="{file}", description="Files ingested, by outcome"),
         ingest_chunks=meter.create_counter("rag.ingest.chunks", unit="{chunk}", description="Chunks written"),
         ocr_pages=meter.create_counter("rag.ingest.ocr_pages", unit="{page}", description="Pages read by OCR"),
-        http_duration=meter.create_histogram(
-            "http.server.request.duration", unit="s", description="Duration of HTTP server requests",
-            explicit_bucket_boundaries_advisory=HTTP_DURATION_BUCKETS),
-        answer_ttft=meter.create_histogram(
-            "rag.ttft", unit="s", description="Time to first answer token",
-            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS),
-        answer_duration=meter.create_histogram(
-            "rag.answer", unit="s", description="Total answer latency",
-            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS),
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Iterable
 
 from rag.core import paths
+from rag.core.access import stored_groups
 from rag.core.errors import ConfigError
 
 
@@ -45,7 +46,7 @@ class DocumentRecord:
 
     @property
     def groups(self) -> frozenset[str]:
-        return frozenset(g for g in self.access_groups.split(",") if g)
+        return stored_groups(self.access_groups)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Generation behind one small interface: ``Generator`` turns a chat prompt into streamed text.
 
-Implemented by the in-process ORT GenAI generator (``ort.LocalGenerator``, one request at a time)
-and by the batching scheduler that shares it between concurrent requests (``scheduler``).
+Implemented by the in-process ORT GenAI generator (``ort.LocalGenerator``, one request at a time), by the
+batching scheduler that shares it between concurrent requests (``scheduler``), and by an OpenAI-compatible
+server (``remote.RemoteGenerator``).
 """
 
 from __future__ import annotations
@@ -103,7 +104,9 @@ class Prompt:
 
 class Generator(Protocol):
     model_id: str
-    device: str
+    device: str  # where it runs, as reports show it: an ONNX Runtime execution provider ("cpu", ...) or "remote"
+    remote: bool  # another server generates, over the network (at ``url``); False: this process does
+    url: str  # that server's base URL ("" when this process generates)
     context_length: int
 
     def count_tokens(self, text: str) -> int: ...

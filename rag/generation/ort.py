@@ -157,6 +157,9 @@ def next_token(generator: object, bias: LogitBias | None = None, constraint: Spa
 
 
 class LocalGenerator:
+    remote = False  # the ``Generator`` generates in this process
+    url = ""
+
     def __init__(self, path: Path, device: str = "cpu", threads: int = 0,
                  prefix_cache_slots: int = 0, prefix_cache_tokens: int = 1024) -> None:
         import onnxruntime_genai as og

@@ -90,6 +90,7 @@ class RemoteGenerator:
     """An OpenAI-compatible ``/chat/completions`` server as the ``Generator``."""
 
     device = "remote"
+    remote = True
 
     def __init__(self, url: str, counter: TokenCounter, model: str | None = None, api_key: str | None = None,
                  timeout_s: float = 60.0, context_length: int = 2048, extra_body: str | dict = "{}") -> None:

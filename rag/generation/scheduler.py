@@ -171,6 +171,9 @@ class EngineStrategy:
 class GenerationScheduler:
     """The ``Generator`` the server uses: the local generator, shared by concurrent requests."""
 
+    remote = False  # it generates in this process
+    url = ""
+
     def __init__(self, generator: LocalGenerator, max_queue: int = 32, mode: str = "auto") -> None:
         if mode not in ("auto", "engine", "interleaved"):
             raise ValueError(f"unknown scheduler mode {mode!r}")

@@ -3,16 +3,28 @@
 ``Store`` names indexes; a ``StoredIndex`` opens a ``IndexReader`` (search and metadata,
 follows new commits) or an ``IndexWriter`` (one ingest run, visible at ``commit()`` or not at
 all). The embedded FAISS + SQLite store (``embedded.py``) and the PostgreSQL + pgvector store
-(``postgres.py``, chosen by the ``store_url`` setting in ``app.runtime.open_store``) implement them.
+(``postgres.py``, with the ``store_url`` setting: ``store_kind``) implement them.
 """
 
 from __future__ import annotations
 
-from typing import ContextManager, Iterable, Protocol, Sequence
+from typing import ContextManager, Iterable, Literal, Protocol, Sequence
 
 import numpy as np
 
 from rag.core.records import Chunk, ChunkRecord, DocumentRecord, IndexInfo
+from rag.core.settings import Settings
+
+StoreKind = Literal["embedded", "postgresql"]
+EMBEDDED: StoreKind = "embedded"
+POSTGRESQL: StoreKind = "postgresql"
+
+
+def store_kind(settings: Settings) -> StoreKind:
+    """Which store keeps the indexes, and beside them the API keys, the conversations and the audit trail:
+    PostgreSQL with the ``store_url`` setting (replicas share it), else the embedded one (files under the home).
+    The one place the choice is made: ``app.runtime`` opens every backend by it, /healthz reports it."""
+    return POSTGRESQL if settings.store_url else EMBEDDED
 
 
 class IndexReader(Protocol):

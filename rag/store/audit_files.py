@@ -43,7 +43,6 @@ log = logging.getLogger("rag.audit")
 GENESIS = "0" * 64
 FSYNC_EVERY_RECORDS = 32
 FSYNC_EVERY_S = 1.0
-QUESTION_MODES = ("full", "sha256", "none")
 MAC = "hmac-sha256"
 HEADS_FILE = "heads.sqlite"
 KEYS_CHAIN = "keys"  # the one chain every `rag keys` command appends to

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rag.store.postgres import MIGRATION_LOCK, redact
+from rag.store.shared import MIGRATION_LOCK, redact
 from rag.store.audit_files import (GENESIS, MAC, AuditKey, Verified, canonical, chain_name, check_record, load_key,
                             missing_key_error, sign, timestamp, write_key)
 from rag.core.errors import StoreUnavailableError

@@ -26,13 +26,12 @@ from rag.store.copy import ReEmbedder, copy_index
 from rag.store.embedded import DB_NAME, RESTORE_PREFIX, EmbeddedIndex, EmbeddedStore, read_faiss, vectors_file
 from rag.core.errors import BadRequestError, EmbedderMismatchError, InvalidBackupError
 from rag.core.files import replace_file, scratch_folder
-from rag.core.names import INDEX_NAME_PATTERN, index_not_found
+from rag.core.names import index_not_found, validate_index_name
 
 FORMAT = 1
 MANIFEST = "manifest.json"
 DATABASE = "store.sqlite"
 VECTORS = "vectors.faiss"
-_INDEX_NAME = re.compile(INDEX_NAME_PATTERN)
 ATTEMPTS = 10  # commits that overtake a copy before the backup gives up
 
 
@@ -157,8 +156,11 @@ def read_backup(path: Path, into: Path) -> BackupManifest:
 def _check_manifest(path: Path, manifest: BackupManifest) -> None:
     """A manifest that vouches for every file it comes with: a sha256 for each (a backup whose manifest left one
     out would be restored unchecked), and the generation as a positive integer (it names the vectors file)."""
-    if not isinstance(manifest.index, str) or not _INDEX_NAME.match(manifest.index):
-        raise InvalidBackupError(f"{path}: its manifest names no valid index ({manifest.index!r}); nothing restored")
+    try:
+        validate_index_name(manifest.index if isinstance(manifest.index, str) else "")
+    except BadRequestError:
+        raise InvalidBackupError(f"{path}: its manifest names no valid index ({manifest.index!r}); "
+                                 "nothing restored") from None
     generation = manifest.generation
     if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
         raise InvalidBackupError(f"{path}: its manifest gives no generation (a positive integer: {generation!r}); "

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
-from rag.store.postgres import MIGRATION_LOCK
+from rag.store.shared import MIGRATION_LOCK
 from rag.core.errors import NotFoundError, StoreUnavailableError
 
 DB_NAME = "conversations.sqlite"

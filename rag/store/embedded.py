@@ -28,6 +28,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from rag.core.access import stored_groups, visible_ids
 from rag.core.records import Chunk, ChunkRecord, DocumentRecord, IndexInfo, candidate_display, candidate_ids
 from rag.store.lexical import LEXICAL_ROW_BUDGET, choose_words
 from rag.core.errors import (
@@ -567,16 +568,15 @@ class EmbeddedReader:
         return [_document(r) for r in self._query("SELECT * FROM documents ORDER BY path")]
 
     def visible_documents(self, groups: frozenset[str] | None) -> list[str] | None:
-        """Ids of the documents a reader with document ``groups`` may see (public ones and those sharing a
-        group); None when that is every document (no filter needed)."""
+        """Ids of the documents a reader with document ``groups`` may see (``rag.core.access.visible``); None when
+        that is every document (no filter needed)."""
         with self._lock:
             if groups is None or not _has_access_groups(self._conn):
                 return None
             if not self._conn.execute("SELECT 1 FROM documents WHERE access_groups != '' LIMIT 1").fetchone():
                 return None
             rows = self._conn.execute("SELECT id, access_groups FROM documents").fetchall()
-        visible = [r["id"] for r in rows if not r["access_groups"] or groups & set(r["access_groups"].split(","))]
-        return None if len(visible) == len(rows) else visible
+        return visible_ids(((r["id"], stored_groups(r["access_groups"])) for r in rows), groups)
 
     def find_document(self, id_or_path: str) -> DocumentRecord | None:
         ids = candidate_ids(id_or_path)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
-from rag.store.postgres import MIGRATION_LOCK
+from rag.store.shared import MIGRATION_LOCK
 from rag.core.errors import ConflictError, NotFoundError, StoreUnavailableError
 from rag.core.access import EVERY_DOCUMENT
 from rag.core.keys import ApiKey

@@ -30,7 +30,6 @@ Schema creation and migration happen on first use, under an advisory lock, recor
 from __future__ import annotations
 
 import hashlib
-import re
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,8 +37,10 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from rag.core.access import stored_groups, visible_ids
 from rag.core.records import Chunk, ChunkRecord, DocumentRecord, IndexInfo, candidate_display, candidate_ids
 from rag.store.lexical import choose_words
+from rag.store.shared import MIGRATION_LOCK, redact
 from rag.core.errors import (
     ConfigError,
     ConflictError,
@@ -54,7 +55,6 @@ from rag.core.names import index_not_found, validate_index_name
 from rag.core.text import content_terms
 
 SCHEMA_VERSION = 4
-MIGRATION_LOCK = 0x7261_6731  # advisory lock key held while the schema is created or migrated ("rag1")
 TEXT_SEARCH_CONFIG = "english"  # stemming + stop words, like FTS5's porter tokenizer in the embedded store
 # HNSW candidate list per search (pgvector's default is 40). Retrieval asks for 20 per side; 100 keeps the
 # approximate search's results equal to the exact ones on the dev corpus at a small cost (README, Scaling out).
@@ -122,11 +122,6 @@ def source_lock_key(index: str, source_id: str) -> int:
     per-document locks' (int, int) keys (PostgreSQL tells them apart), and from MIGRATION_LOCK but by a 2^-64 chance."""
     digest = hashlib.sha256(f"rag-source\0{index}\0{source_id}".encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
-
-
-def redact(url: str) -> str:
-    """``url`` without its password, for messages and ``IndexInfo.path``."""
-    return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
 def _document(row: Sequence[Any]) -> DocumentRecord:
@@ -396,15 +391,13 @@ class PostgresReader:
             f"SELECT {DOCUMENT_COLUMNS} FROM {self.schema}.documents ORDER BY path")]
 
     def visible_documents(self, groups: frozenset[str] | None) -> list[str] | None:
-        """Ids of the documents a reader with document ``groups`` may see; None when that is every document."""
+        """Ids of the documents a reader with document ``groups`` may see (``rag.core.access.visible``); None when
+        that is every document."""
         if groups is None or not self.store.query(
                 f"SELECT 1 FROM {self.schema}.documents WHERE access_groups <> '' LIMIT 1"):
             return None
-        rows = self.store.query(
-            f"SELECT id, access_groups = '' OR string_to_array(access_groups, ',') && %s::text[] "
-            f"FROM {self.schema}.documents", (sorted(groups),))
-        visible = [str(r[0]) for r in rows if r[1]]
-        return None if len(visible) == len(rows) else visible
+        rows = self.store.query(f"SELECT id, access_groups FROM {self.schema}.documents")
+        return visible_ids(((str(r[0]), stored_groups(r[1])) for r in rows), groups)
 
     def find_document(self, id_or_path: str) -> DocumentRecord | None:
         ids = list(candidate_ids(id_or_path))
