@@ -191,18 +191,6 @@ REMAINING = {
     ("app/runtime.py", "rag.store.postgres"),
     ("ingest/chunking.py", "tokenizers"),
     ("ingest/pipeline.py", "ingest.formats.mail"),
-    ("rag/generation/ort.py", "onnxruntime"),
-    ("rag/generation/ort.py", "onnxruntime_genai"),
-    ("rag/generation/remote.py", "httpx"),
-    ("rag/generation/remote.py", "tokenizers"),
-    ("rag/store/audit_postgres.py", "psycopg"),
-    ("rag/store/backup.py", "faiss"),
-    ("rag/store/conversations.py", "psycopg"),
-    ("rag/store/embedded.py", "faiss"),
-    ("rag/store/keys.py", "psycopg"),
-    ("rag/store/postgres.py", "pgvector.psycopg"),
-    ("rag/store/postgres.py", "psycopg"),
-    ("rag/store/postgres.py", "psycopg_pool"),
 }
 
 

@@ -76,8 +76,8 @@ ORT_PROVIDER_NAMES = {"cuda": "CUDAExecutionProvider", "dml": "DmlExecutionProvi
 
 def provider_facts() -> dict[str, object]:
     """What this install can run on: ONNX Runtime's providers and ORT GenAI's (usable = both have it)."""
-    import onnxruntime
-    import onnxruntime_genai as og
+    import onnxruntime  # lazy: keeps rag --help fast (onnxruntime with numpy: ~0.35 s)
+    import onnxruntime_genai as og  # lazy: keeps rag --help fast
 
     ort_providers = list(onnxruntime.get_available_providers())
     genai = {"cpu": True, "cuda": bool(og.is_cuda_available()), "dml": bool(og.is_dml_available())}
@@ -162,7 +162,7 @@ class LocalGenerator:
 
     def __init__(self, path: Path, device: str = "cpu", threads: int = 0,
                  prefix_cache_slots: int = 0, prefix_cache_tokens: int = 1024) -> None:
-        import onnxruntime_genai as og
+        import onnxruntime_genai as og  # lazy: keeps rag --help fast
 
         self.info = validate_generator_dir(path)
         self.device = resolve_provider(device)

@@ -57,7 +57,7 @@ class PostgresAuditTrail:
     committed before ``append`` returns). Thread-safe."""
 
     def __init__(self, url: str, key: AuditKey | None = None) -> None:
-        import psycopg
+        import psycopg  # lazy: optional dependency (the postgres extra)
 
         self._psycopg = psycopg
         self.url = url

@@ -159,7 +159,7 @@ class PostgresConversationStore:
     """Conversations in ``rag.conversations`` of the PostgreSQL store."""
 
     def __init__(self, url: str) -> None:
-        import psycopg
+        import psycopg  # lazy: optional dependency (the postgres extra)
 
         self._psycopg = psycopg
         self.url = url

@@ -190,7 +190,7 @@ class PostgresKeyStore:
     """Keys in ``rag.api_keys`` of the PostgreSQL store (replicas share them)."""
 
     def __init__(self, url: str) -> None:
-        import psycopg
+        import psycopg  # lazy: optional dependency (the postgres extra)
 
         self._psycopg = psycopg
         self.url = url

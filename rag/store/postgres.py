@@ -151,13 +151,13 @@ class PostgresStore:
         """A new connection of its own (writers), the schema made current first."""
         self._ensure_schema()
         conn = self._raw_connect(autocommit)
-        from pgvector.psycopg import register_vector
+        from pgvector.psycopg import register_vector  # lazy: optional dependency (the postgres extra)
 
         register_vector(conn)
         return conn
 
     def _raw_connect(self, autocommit: bool = True):
-        import psycopg
+        import psycopg  # lazy: optional dependency (the postgres extra)
 
         try:
             return psycopg.connect(self.url, autocommit=autocommit, connect_timeout=10)
@@ -170,8 +170,8 @@ class PostgresStore:
         with self._lock:
             if self._pool is None:
                 self._ensure_schema()
-                from pgvector.psycopg import register_vector
-                from psycopg_pool import ConnectionPool
+                from pgvector.psycopg import register_vector  # lazy: optional dependency (the postgres extra)
+                from psycopg_pool import ConnectionPool  # lazy: optional dependency (the postgres extra)
 
                 self._pool = ConnectionPool(self.url, min_size=1, max_size=self.pool_size, open=True,
                                             kwargs={"autocommit": True}, configure=register_vector,
@@ -180,7 +180,7 @@ class PostgresStore:
 
     def query(self, sql: str, args: Sequence[Any] | dict | None = None, settings: Sequence[str] = ()) -> list[tuple]:
         """Rows of one read; ``settings`` are ``SET LOCAL`` statements for it (one transaction)."""
-        import psycopg
+        import psycopg  # lazy: optional dependency (the postgres extra)
 
         try:
             with self.pool.connection() as conn:
@@ -203,7 +203,7 @@ class PostgresStore:
     def _ensure_schema(self) -> None:
         if self._ready:
             return
-        import psycopg
+        import psycopg  # lazy: optional dependency (the postgres extra)
 
         with self._raw_connect() as conn:
             with conn.transaction():
@@ -335,7 +335,7 @@ class PostgresIndex:
         """Held for a whole sync of ``source_id``: a session-level advisory lock on a connection of its own, taken
         without waiting (SourceBusyError when another session holds it), released at the end, and by PostgreSQL
         itself when the process dies (its session ends)."""
-        import psycopg
+        import psycopg  # lazy: optional dependency (the postgres extra)
 
         conn = self.store._raw_connect()
         key = source_lock_key(self.name, source_id)
@@ -586,7 +586,7 @@ class PostgresWriter:
 
     def _locked(self, doc_id: str) -> None:
         """Within a transaction: wait for (and hold until its end) the lock on this document."""
-        import psycopg
+        import psycopg  # lazy: optional dependency (the postgres extra)
 
         try:
             self._conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (self.index_id, doc_id))
