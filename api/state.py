@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from litestar.di import NamedDependency
+from litestar.params import SkipValidation
 
 from api.auth import Authenticator
 from api.telemetry import IndexFigures, ServiceMetrics, every_source
@@ -51,5 +52,6 @@ class ServerState:
         self.services.close()
 
 
-ServicesDep = NamedDependency[Services]  # a route's parameter ``services: ServicesDep``
-ServerDep = NamedDependency[ServerState]  # a route's parameter ``server: ServerDep`` (health, metrics, who am I)
+# Handed over as they are: Litestar would otherwise try to convert them field by field, as if from a request.
+ServicesDep = NamedDependency[SkipValidation[Services]]  # a route's parameter ``services: ServicesDep``
+ServerDep = NamedDependency[SkipValidation[ServerState]]  # ``server: ServerDep`` (health, metrics, who am I)
