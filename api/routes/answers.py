@@ -34,7 +34,7 @@ class AnswersController(Controller):
         options = options_from(services.settings, top_k=data.top_k, max_tokens=data.max_tokens,
                                temperature=data.temperature, top_p=data.top_p,
                                top_k_sampling=data.top_k_sampling, documents=data.documents)
-        answer_request = AnswerRequest(question=data.question, index=index.value, options=options)
+        answer_request = AnswerRequest(question=data.question, index=index, options=options)
         if not data.stream:
             return await answer(services, answer_request, request.receive, context, "/v1/ask")
         return sse_response(ask_sse(await primed(services.answers.events(answer_request, context, "/v1/ask"))))  # type: ignore[return-value]

@@ -68,7 +68,7 @@ class ChatController(Controller):
     def _request(data: ChatRequest, index: IndexName, services: Services) -> AnswerRequest:
         options = options_from(services.settings, max_tokens=data.max_tokens, temperature=data.temperature,
                                top_p=data.top_p, top_k_sampling=data.top_k, documents=data.documents)
-        return AnswerRequest.conversation(as_dicts(data.messages), index=index.value, use_context=data.use_context,
+        return AnswerRequest.conversation(as_dicts(data.messages), index=index, use_context=data.use_context,
                                           options=options)
 
 

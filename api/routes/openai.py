@@ -52,7 +52,7 @@ class OpenAIController(Controller):
         options = options_from(services.settings, max_tokens=data.max_completion_tokens or data.max_tokens,
                                temperature=data.temperature, top_p=data.top_p, documents=data.documents,
                                stop=[data.stop] if isinstance(data.stop, str) else data.stop)
-        answer_request = AnswerRequest.conversation(as_dicts(data.messages), index=index.value,
+        answer_request = AnswerRequest.conversation(as_dicts(data.messages), index=index,
                                                     use_context=data.use_context, options=options)
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())

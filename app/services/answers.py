@@ -116,7 +116,7 @@ class Answers:
     def retrieve(self, context: RequestContext, query: str, index: IndexName, top_k: int | None,
                  documents: Sequence[str] | None, route: str) -> Retrieval:
         """Retrieval alone, as ``context``'s principal may see the index, with one audit record."""
-        retrieval = self.ready().service.retrieve(query, index.value, top_k, documents, context)
+        retrieval = self.ready().service.retrieve(query, index, top_k, documents, context)
         self.audit.record(context, "retrieve", route=route, index=index.value, **self.audit.question(query),
                           retrieved=[{"chunk_id": h.chunk.id, "document_id": h.chunk.doc_id,
                                       "score": round(h.score, 5)} for h in retrieval.hits], outcome="retrieved")
