@@ -1,4 +1,5 @@
-"""The composition root: build the components named by the settings, once, and wire the answer service.
+"""The composition root: build the components named by the settings, once, and wire the answer service and
+the application's services (``app.services``: ``open_services`` builds them whole for a server).
 
 Every front end (CLI, HTTP API, eval, bench) gets its store, embedder, generator and answer
 service from here, so each component is chosen by settings in exactly one place.
@@ -15,6 +16,7 @@ from typing import Iterator
 
 from app.services import (Answers, Auditor, Documents, Jobs, Keys, Services, SourceScheduler, Sources)
 from app.services.answers import AnswerMetrics, Answering
+from app.services.jobs import interrupted_jobs
 from ingest.jobs import JobRunner
 from rag.embedder import Embedder
 from rag.store import Store, StoredIndex
@@ -270,19 +272,21 @@ def open_services(settings: Settings, metrics: AnswerMetrics) -> Services:
     uploads.remove_stale_staged()
     job_store = open_jobs(settings)
     job_store.prune()
-    audit = Auditor(open_audit(settings), settings.audit_questions)
-    answers = Answers(metrics, audit)
-    docs = Documents(settings, store, uploads, audit, release=answers.forget)
-    sources = Sources(settings)
-    jobs = Jobs(settings, job_store, JobRunner(job_store), docs, sources, audit, answers.embedder)
-    if interrupted := jobs.interrupted():
+    if interrupted := interrupted_jobs(job_store):
         logging.getLogger("rag.api").warning(
             "%d job(s) were interrupted by a stop of the server: %s; see them with GET /v1/jobs and run them "
             "again with POST /v1/jobs/{id}/retry (or the documents page)", len(interrupted),
             ", ".join(f"{j.kind} {j.id} on {j.index}" for j in interrupted))
+    runner = JobRunner(job_store)
+    keys = open_keys(settings)
+    audit = Auditor(open_audit(settings), settings.audit_questions)
+    answers = Answers(metrics, audit)
+    docs = Documents(settings, store, uploads, audit, release=answers.forget)
+    sources = Sources(settings)
+    jobs = Jobs(settings, job_store, runner, docs, sources, audit, answers.embedder)
     return Services(settings=settings, audit=audit, documents=docs, sources=sources, jobs=jobs,
-                    keys=Keys(open_keys(settings), audit), answers=answers,
-                    conversations=open_conversations(settings), schedule=SourceScheduler(jobs, docs, answers))
+                    keys=Keys(keys, audit), answers=answers, conversations=open_conversations(settings),
+                    schedule=SourceScheduler(jobs, docs, answers))
 
 
 def load_answering(settings: Settings, services: Services) -> None:

@@ -126,8 +126,10 @@ def documents() -> None:
 @handle_errors
 def documents_list(ctx: click.Context, index: str | None, as_json: bool) -> None:
     """Documents in the index with their chunk counts."""
-    reader = open_reader(settings_from(ctx, index=index))
-    docs = reader.documents()
+    from app.runtime import open_index
+    from app.services import Documents
+
+    docs = Documents.listed(open_index(settings_from(ctx, index=index)))
     if as_json:
         # As the API lists them: the path as spelled for people (its identity is what lookups compare).
         print_json([{**{k: v for k, v in d.__dict__.items() if k != "display_path"}, "path": d.display_path}
@@ -155,10 +157,12 @@ def documents_list(ctx: click.Context, index: str | None, as_json: bool) -> None
 @handle_errors
 def documents_delete(ctx: click.Context, document: str, index: str | None) -> None:
     """Remove a document (by id or path) and its vectors."""
-    from app.runtime import open_index, open_uploads
+    from app.runtime import documents as documents_service, open_store
+    from rag.core.names import index_name
 
     settings = settings_from(ctx, index=index)
-    record = open_uploads(settings).delete(open_index(settings), on_this_disk(document))
+    service = documents_service(settings, open_store(settings))
+    record = service.delete(service.index(index_name(None, settings.index)), on_this_disk(document))
     console.print(Text.assemble(("deleted", "green"),
                                 f" {record.id} ({record.display_path}, {plural(record.chunks, 'chunk')})"),
                   soft_wrap=True)
@@ -214,7 +218,7 @@ def index_migrate(ctx: click.Context, target: str, source: str | None) -> None:
 
     from rag.store.copy import copy_index
     from rag.core.errors import BadRequestError
-    from rag.core.names import validate_index_name
+    from rag.core.names import index_name
     from app.runtime import open_store
 
     settings = settings_from(ctx)
@@ -223,7 +227,7 @@ def index_migrate(ctx: click.Context, target: str, source: str | None) -> None:
         raise BadRequestError("give one side as a postgresql:// URL and the other as a local index name "
                               "(--to URL [--from NAME], or --from URL --to NAME)")
     to_url = is_url(target)
-    name = validate_index_name((source if to_url else target) or settings.index)
+    name = index_name(source if to_url else target, settings.index).value
     local = open_store(dataclasses.replace(settings, store_url=None))
     remote = open_store(dataclasses.replace(settings, store_url=target if to_url else source))
     src, dst = (local, remote) if to_url else (remote, local)
@@ -290,6 +294,7 @@ def index_backup(ctx: click.Context, name: str | None, target: Path) -> None:
     import time
     from importlib.metadata import PackageNotFoundError, version
 
+    from rag.core.names import index_name
     from rag.store.backup import backup_index
 
     settings, store = embedded_store(ctx, "backup")
@@ -298,7 +303,7 @@ def index_backup(ctx: click.Context, name: str | None, target: Path) -> None:
     except PackageNotFoundError:
         app_version = "unknown"
     started = time.perf_counter()
-    manifest = backup_index(store.index(name or settings.index), target, app_version)
+    manifest = backup_index(store.index(index_name(name, settings.index).value), target, app_version)
     console.print(Text.assemble(("backed up", "green"), literal(
         f" index {manifest.index!r} (generation {manifest.generation}: {plural(manifest.documents, 'document')}, "
         f"{plural(manifest.chunks, 'chunk')}) to {target} ({human_size(target.stat().st_size)}, "
@@ -351,10 +356,11 @@ def index_restore(ctx: click.Context, backup: Path, name: str | None, re_embed: 
 @handle_errors
 def index_verify(ctx: click.Context, name: str | None, as_json: bool) -> None:
     """Check an index's files against its own records. Exit 1 when something is wrong."""
+    from rag.core.names import index_name
     from rag.store.backup import verify_index
 
     settings, store = embedded_store(ctx, "verify")
-    check = verify_index(store.index(name or settings.index))
+    check = verify_index(store.index(index_name(name, settings.index).value))
     if as_json:
         print_json({**check.__dict__, "ok": check.ok})
     elif check.ok:

@@ -15,10 +15,10 @@ from app.cli.documents import ingest_progress, render_ingest_summary
 
 def read_sources(settings) -> list:
     """The sources of the settings' index (an index not created yet follows none)."""
-    from ingest.sources import index_sources
     from app.runtime import open_index
+    from app.services import Sources
 
-    return index_sources(open_index(settings))
+    return Sources.of(open_index(settings))
 
 
 @click.group("sources")
@@ -41,13 +41,14 @@ def sources_group() -> None:
 def add_cmd(ctx: click.Context, folder: Path, index: str | None, pattern: str | None, groups: str | None,
             every: str | None, as_json: bool) -> None:
     """Follow FOLDER (recursively) in an index; nothing is read until `rag sync` (or the server's schedule)."""
-    from ingest.sources import add_source, parse_interval
+    from ingest.sources import parse_interval
     from app.runtime import load_embedder, open_index
+    from app.services import Sources
 
     settings = settings_from(ctx, index=index)
     every_s = parse_interval(every) if every is not None else None
-    source = add_source(open_index(settings), load_embedder(settings), folder, pattern,
-                        None if groups is None else [g for g in groups.split(",") if g.strip()], every_s=every_s)
+    source = Sources.add(open_index(settings), load_embedder(settings), folder, pattern,
+                         None if groups is None else [g for g in groups.split(",") if g.strip()], every_s)
     if as_json:
         print_json(source.summary())
         return
@@ -94,10 +95,10 @@ def list_cmd(ctx: click.Context, index: str | None, as_json: bool) -> None:
 @handle_errors
 def remove_cmd(ctx: click.Context, source: str, index: str | None) -> None:
     """Stop following SOURCE (an id or the folder); its documents stay in the index."""
-    from ingest.sources import remove_source
     from app.runtime import open_index
+    from app.services import Sources
 
-    removed = remove_source(open_index(settings_from(ctx, index=index)), source)
+    removed = Sources.remove(open_index(settings_from(ctx, index=index)), source)
     out.print(literal(f"removed source {removed.id} ({removed.display_path}); its documents stay in the index"))
 
 
@@ -118,6 +119,7 @@ def sync_cmd(ctx: click.Context, source: str | None, index: str | None, as_json:
     from ingest.sources import find_source
     from rag.core.errors import SourceBusyError, SourceUnavailableError
     from app.runtime import load_embedder, open_index
+    from app.services import Sources
 
     settings = settings_from(ctx, index=index)
     sources = read_sources(settings)
@@ -132,7 +134,7 @@ def sync_cmd(ctx: click.Context, source: str | None, index: str | None, as_json:
     for item in sources:
         try:
             with ingest_progress(as_json) as progress, traced(settings, "sync"):
-                summary = parameters.sync(stored, item, progress, allow_empty=allow_empty)
+                summary = Sources.sync(stored, item, parameters, progress, allow_empty=allow_empty)
         except (SourceUnavailableError, SourceBusyError) as exc:
             errors.append({"source": item.id, "folder": item.display_path, "error": exc.message,
                            "type": exc.error_type})

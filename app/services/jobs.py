@@ -23,6 +23,12 @@ from rag.embedder import Embedder
 from rag.store import StoredIndex
 
 
+def interrupted_jobs(store: JobStore, within_s: float = 24 * 3600) -> list[Job]:
+    """Jobs a stop of the server interrupted within ``within_s``."""
+    return [j for j in store.list(limit=1000) if j.state == INTERRUPTED and j.finished_at
+            and time.time() - j.finished_at < within_s]
+
+
 @dataclass
 class Jobs:
     settings: Settings
@@ -32,11 +38,6 @@ class Jobs:
     sources: Sources
     audit: Auditor
     embedder: Callable[[], Embedder]  # the loaded embedder (ModelError while the models load)
-
-    def interrupted(self, within_s: float = 24 * 3600) -> list[Job]:
-        """Jobs a stop of the server interrupted within ``within_s``."""
-        return [j for j in self.store.list(limit=1000) if j.state == INTERRUPTED and j.finished_at
-                and time.time() - j.finished_at < within_s]
 
     def parameters(self) -> IngestParameters:
         return IngestParameters.from_settings(self.settings, self.embedder())
