@@ -10,7 +10,7 @@ from typing import AsyncIterator
 
 import anyio.to_thread
 from litestar import Litestar, Request, Router
-from litestar.datastructures import MutableScopeHeaders, State
+from litestar.datastructures import MutableScopeHeaders
 from litestar.di import Provide
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -34,7 +34,8 @@ from api.routes.indexes import IndexesController
 from api.routes.jobs import JobsController
 from api.routes.openai import OpenAIController
 from api.routes.sources import SourcesController
-from api.state import AppState
+from api.state import ServerState
+from app.runtime import load_answering
 from api.web import is_open, web_handlers
 from rag.core.access import RequestContext
 from rag.core.errors import RagError
@@ -65,7 +66,7 @@ def header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
     return value.decode("latin-1") if value is not None else None
 
 
-def guard_auth_and_logging(settings: Settings, state: AppState):
+def guard_auth_and_logging(settings: Settings, state: ServerState):
     """ASGI middleware: the browser guard (api.guard), authentication (api.auth) into the request's one
     ``RequestContext``, request id, one JSON log line per request."""
     logger = configure_logging(settings.log_file)
@@ -104,10 +105,10 @@ def guard_auth_and_logging(settings: Settings, state: AppState):
                 response = error_response(status, error_type, message, extra)
                 await response.to_asgi_response(app=None, request=Request(scope))(scope, receive, send_wrapper)
                 _log(logger, state, request_id, scope, status, start)
-                if audited is not None:  # in the audit trail too, rate-limited (AppState.record_refusal)
+                if audited is not None:  # in the audit trail too, rate-limited (Auditor.record_refusal)
                     client = (scope.get("client") or ("unknown",))[0]
                     try:
-                        await anyio.to_thread.run_sync(lambda: state.record_refusal(
+                        await anyio.to_thread.run_sync(lambda: state.services.audit.record_refusal(
                             error_type, status, scope["method"], path, str(client), request_id=request_id,
                             **audited))
                     except (RagError, OSError) as exc:  # not written: the refusal stands
@@ -148,7 +149,7 @@ def guard_auth_and_logging(settings: Settings, state: AppState):
     return middleware
 
 
-def _log(logger, state: AppState, request_id: str, scope: Scope, status: int, start: float) -> None:
+def _log(logger, state: ServerState, request_id: str, scope: Scope, status: int, start: float) -> None:
     """The request's one JSON log line, and its one record in the metrics (``http.server.request.duration``)."""
     seconds = time.perf_counter() - start
     template = scope.get("path_template")  # templates keep the label set small
@@ -197,19 +198,20 @@ def create_app(settings: Settings | None = None, telemetry: bool = False) -> Lit
     configure_logging(settings.log_file)
     metrics, exporting = service_metrics(settings, telemetry)
     tracing = exporting is not None and exporting.tracing
-    app_state = AppState(settings=settings, metrics=metrics)
+    server = ServerState.open(settings, metrics)
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         # Models load in the background: the port opens at once and /healthz answers 503 "loading"
         # (every model route answers 503 too) until they are ready.
-        loader = threading.Thread(target=app_state.load, name="model-loader", daemon=True)
+        loader = threading.Thread(target=load_answering, args=(settings, server.services), name="model-loader",
+                                  daemon=True)
         loader.start()
         try:
             yield
         finally:
             await anyio.to_thread.run_sync(loader.join)
-            app_state.close()
+            server.close()
             if exporting is not None:
                 await anyio.to_thread.run_sync(exporting.shutdown)
 
@@ -221,10 +223,11 @@ def create_app(settings: Settings | None = None, telemetry: bool = False) -> Lit
                         IndexesController, SourcesController, JobsController, ConversationsController,
                         documents, *web_handlers(), *docs_handlers()],
         lifespan=[lifespan],
-        state=State({"app": app_state}),
         exception_handlers=EXCEPTION_HANDLERS,
-        middleware=[*(server_spans() if tracing else []), guard_auth_and_logging(settings, app_state)],
-        dependencies={"context": Provide(request_context, sync_to_thread=False)},
+        middleware=[*(server_spans() if tracing else []), guard_auth_and_logging(settings, server)],
+        dependencies={"context": Provide(request_context, sync_to_thread=False),
+                      "services": Provide(lambda: server.services, use_cache=True, sync_to_thread=False),
+                      "server": Provide(lambda: server, use_cache=True, sync_to_thread=False)},
         request_max_body_size=JSON_BODY_LIMIT,
         request_class=ApiRequest,  # an unreadable body is a 400 that says why (api/requests.py)
         openapi_config=docs_config(),

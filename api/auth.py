@@ -1,5 +1,6 @@
 """Who is asking: a request's bearer token (``RAG_API_KEY``, a key from ``rag keys create``, or a signed JWT)
-becomes a ``Principal``; routes check its role on the index they touch (``authorize``). The middleware in
+becomes a ``Principal``; the services check its role on the index a route touches
+(``app.services.documents.Documents.authorized``). The middleware in
 ``api.app`` builds the one ``RequestContext`` per request; routes receive it as the dependency ``context``.
 
 Refusals say as little as possible: a token that is unknown, expired, revoked or badly signed is the same 401;
@@ -14,7 +15,6 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from threading import Lock
-from typing import Callable
 
 from litestar import Request
 from litestar.di import NamedDependency
@@ -22,9 +22,8 @@ from litestar.di import NamedDependency
 from api.tokens import TokenVerifier
 from rag.store.keys import KeyStore
 from rag.core.access import ALL_INDEXES, EVERY_DOCUMENT, LOCAL_ADMIN, PUBLIC_ONLY, Principal, RequestContext
-from rag.core.errors import ForbiddenError, RagError
+from rag.core.errors import RagError
 from rag.core.keys import ApiKey, secret_matches, split_token
-from rag.core.names import validate_index_name
 from rag.core.settings import Settings
 
 log = logging.getLogger("rag.access")
@@ -103,25 +102,3 @@ class Authenticator:
 def request_context(request: Request) -> RequestContext:
     """The Litestar dependency ``context``: the request's one context, made by the middleware."""
     return request.scope.get(CONTEXT_SCOPE_KEY) or RequestContext(ANONYMOUS)  # type: ignore[return-value]
-
-
-def authorize(context: RequestContext, index: str | None, role: str, default_index: str,
-              resolve: Callable[[str], str] | None = None) -> str:
-    """The index name a request acts on, once its principal holds ``role`` there (else a 403 that does not say
-    whether the index exists). ``resolve`` gives the name the store resolves a request's name to (the embedded
-    store's "HR" is an existing "hr"): that name is the one authorized and returned, so a grant for "HR" never
-    opens "hr"; the refusal names the index as requested."""
-    name = validate_index_name(index or default_index)
-    resolved = resolve(name) if resolve is not None else name
-    if not context.principal.may(resolved, role):
-        raise ForbiddenError(f"this key may not {ROLE_VERBS[role]} index {name!r}")
-    return resolved
-
-
-def authorize_all(context: RequestContext, role: str) -> None:
-    """For what spans every index (keys, the audit trail): ``role`` on ``*``."""
-    if not context.principal.may(ALL_INDEXES, role):
-        raise ForbiddenError(f"this needs the {role} role on every index (*)")
-
-
-ROLE_VERBS = {"reader": "read", "editor": "change", "admin": "administer"}

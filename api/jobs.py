@@ -9,7 +9,7 @@ import anyio.to_thread
 from litestar import Response
 
 from api.protocol import ErrorBody, JobFileResult, JobStatus
-from api.state import AppState
+from app.services import Jobs
 from ingest.jobs import Job, Running
 
 
@@ -17,8 +17,7 @@ def _iso(when: float | None) -> str | None:
     return None if when is None else datetime.fromtimestamp(when, timezone.utc).isoformat(timespec="seconds")
 
 
-def job_status(job: Job, app: AppState) -> JobStatus:
-    assert app.jobs is not None
+def job_status(job: Job, jobs: Jobs) -> JobStatus:
     now = time.time()
     return JobStatus(
         id=job.id, kind=job.kind, index=job.index, state=job.state, progress=job.progress,
@@ -30,7 +29,7 @@ def job_status(job: Job, app: AppState) -> JobStatus:
         files=[JobFileResult(f.path, f.status, f.document_id, f.chunks, f.reason, f.reason_type, f.warning,
                              f.renamed_from) for f in job.files],
         summary=job.summary, error=ErrorBody(type=job.error_type, message=job.error or "") if job.error_type else None,
-        names=job.names, source=job.source, retry_of=job.retry_of, can_retry=app.jobs.can_retry(job))
+        names=job.names, source=job.source, retry_of=job.retry_of, can_retry=jobs.can_retry(job))
 
 
 async def finished(running: Running, wait_s: float) -> bool:
@@ -40,6 +39,6 @@ async def finished(running: Running, wait_s: float) -> bool:
     return await anyio.to_thread.run_sync(running.done.wait, wait_s)
 
 
-def accepted(job: Job, app: AppState) -> Response[JobStatus]:
+def accepted(job: Job, jobs: Jobs) -> Response[JobStatus]:
     """202: the work goes on as ``job``; follow it at Location."""
-    return Response(job_status(job, app), status_code=202, headers={"Location": f"/v1/jobs/{job.id}"})
+    return Response(job_status(job, jobs), status_code=202, headers={"Location": f"/v1/jobs/{job.id}"})

@@ -1,4 +1,5 @@
-"""The composition root: build the components named by the settings, once, and wire the answer service.
+"""The composition root: build the components named by the settings, once, and wire the answer service and
+the application's services (``app.services``: ``open_services`` builds them whole for a server).
 
 Every front end (CLI, HTTP API, eval, bench) gets its store, embedder, generator and answer
 service from here, so each component is chosen by settings in exactly one place.
@@ -13,6 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, cast
 
+from app.services import (Answers, Auditor, Documents, Jobs, Keys, Services, SourceScheduler, Sources)
+from app.services.answers import AnswerMetrics, Answering
+from app.services.jobs import interrupted_jobs
+from ingest.jobs import JobRunner
 from rag.embedder import Embedder
 from rag.store import EMBEDDED, POSTGRESQL, Store, StoredIndex, store_kind
 from rag.store.embedded import EmbeddedStore
@@ -24,9 +29,9 @@ from rag.answering.evidence import short_answer_messages
 from rag.answering.service import AnswerService
 from rag.core import observe
 from rag.store.audit_files import AuditLog, AuditTrail, load_key, open_file_key
-from rag.core.errors import ConfigError, IndexBusyError
-from rag.core.files import make_private_folder, remove_tree
-from rag.core.names import validate_index_name
+from rag.core.errors import ConfigError, ModelError
+from rag.core.files import make_private_folder
+from rag.core.names import IndexName, index_name
 from rag.core.settings import Settings
 from rag.core.text import public_host
 from rag.generation.base import Generator, SamplingOptions
@@ -152,8 +157,9 @@ def scratch_store(settings: Settings, folder: Path) -> Iterator[tuple[Store, str
         store.drop(name)
 
 
-def open_index(settings: Settings, name: str | None = None) -> StoredIndex:
-    return open_store(settings).index(validate_index_name(name or settings.index))
+def open_index(settings: Settings, name: str | IndexName | None = None) -> StoredIndex:
+    """An index of the configured store: ``name``, else the ``index`` setting (a command's ``--index``)."""
+    return open_store(settings).index(index_name(name, settings.index).value)
 
 
 def open_uploads(settings: Settings) -> Uploads:
@@ -162,18 +168,12 @@ def open_uploads(settings: Settings) -> Uploads:
 
 def delete_index(settings: Settings, store: Store, name: str) -> None:
     """Delete an index and the uploaded originals kept for it (``uploads/<index>/``)."""
-    index = store.index(name)
-    busy: IndexBusyError | None = None
-    try:
-        store.delete(index.name)
-    except IndexBusyError as exc:  # deleted, its folder held elsewhere: its uploads go all the same
-        busy = exc
-    try:
-        remove_tree(open_uploads(settings).folder(index.name))
-    except OSError as exc:  # one held file: nothing reads that folder now, a new upload replaces what it needs
-        logging.getLogger("rag").warning("the uploads of deleted index %s were not all removed: %s", index.name, exc)
-    if busy is not None:
-        raise busy
+    documents(settings, store).delete_index(name)
+
+
+def documents(settings: Settings, store: Store, audit: Auditor | None = None) -> Documents:
+    """The documents service over ``store`` (a command's: nothing else of this process holds an index)."""
+    return Documents(settings, store, open_uploads(settings), audit or Auditor(None))
 
 
 def open_jobs(settings: Settings) -> JobStore:
@@ -259,3 +259,49 @@ def answer_service(settings: Settings, models: Models, generator: Generator | No
     the process's metric instruments unless others (an app's own) are given."""
     return AnswerService(settings, store or open_store(settings), models.embedder, generator or models.generator,
                          instruments)
+
+
+def open_services(settings: Settings, metrics: AnswerMetrics) -> Services:
+    """Everything a server does, over components opened once: the store (what deletes and restores left
+    swept), uploads (stale staged files removed), jobs (old ones pruned; those a stop interrupted named in
+    the log), keys, the audit trail, conversations. The models load later (``load_answering``)."""
+    store = open_store(settings)
+    if swept := store.sweep():
+        log.info("removed what deletes and restores left in the store: %s", ", ".join(swept))
+    uploads = open_uploads(settings)
+    uploads.remove_stale_staged()
+    job_store = open_jobs(settings)
+    job_store.prune()
+    if interrupted := interrupted_jobs(job_store):
+        logging.getLogger("rag.api").warning(
+            "%d job(s) were interrupted by a stop of the server: %s; see them with GET /v1/jobs and run them "
+            "again with POST /v1/jobs/{id}/retry (or the documents page)", len(interrupted),
+            ", ".join(f"{j.kind} {j.id} on {j.index}" for j in interrupted))
+    runner = JobRunner(job_store)
+    keys = open_keys(settings)
+    audit = Auditor(open_audit(settings), settings.audit_questions)
+    answers = Answers(metrics, audit)
+    docs = Documents(settings, store, uploads, audit, release=answers.forget)
+    sources = Sources(settings)
+    jobs = Jobs(settings, job_store, runner, docs, sources, audit, answers.embedder)
+    return Services(settings=settings, audit=audit, documents=docs, sources=sources, jobs=jobs,
+                    keys=Keys(keys, audit), answers=answers, conversations=open_conversations(settings),
+                    schedule=SourceScheduler(jobs, docs, answers))
+
+
+def load_answering(settings: Settings, services: Services) -> None:
+    """Load the models (once, off the event loop), then answer and run the scheduled syncs; a failure is the
+    answers' status (``/healthz`` says it)."""
+    try:
+        models = Models.load(settings)
+        generator, scheduler = models.serving_generator(settings.max_queue)
+        models.warm_up(settings.answer_examples)
+        service = answer_service(settings, models, generator=generator, store=services.documents.store,
+                                 instruments=services.answers.metrics.instruments)
+        services.answers.ready_with(Answering(service, models.embedder, models.generator, scheduler))
+        services.start_schedule()
+    except ModelError as exc:
+        services.answers.failed(exc.message)
+    except Exception as exc:  # noqa: BLE001 - it runs in a background thread: report it on /healthz
+        logging.getLogger("rag.api").exception("loading the models failed")
+        services.answers.failed(f"loading the models failed: {exc}")

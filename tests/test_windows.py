@@ -633,7 +633,7 @@ def test_a_job_that_cannot_be_removed_stops_no_scheduled_sync(tmp_path: Path, se
     ended the thread, silently, and no scheduled sync ran again until a restart."""
     import time
 
-    import api.state
+    import app.services.schedule
     from ingest.jobs import DONE, JobStore
     from windows import wait_until
 
@@ -644,7 +644,7 @@ def test_a_job_that_cannot_be_removed_stops_no_scheduled_sync(tmp_path: Path, se
     for job in old:
         job.state, job.finished_at = DONE, time.time() - 8 * 24 * 3600
         jobs.save(job)
-    monkeypatch.setattr(api.state, "PRUNE_EVERY_S", 0.0)  # every round
+    monkeypatch.setattr(app.services.schedule, "PRUNE_EVERY_S", 0.0)  # every round
     with windows_rules.held_elsewhere(jobs.folder / old[0].id / "job.json"):
         assert jobs.prune() == [old[1].id]  # the held one is left for the next time
         with _app(settings.replace(home=home)):

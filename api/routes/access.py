@@ -7,17 +7,15 @@ import time
 
 import anyio.to_thread
 from litestar import Controller, Request, delete, get, post
-from litestar.datastructures import State
 from litestar.params import FromPath
 
-from api.auth import Context, authorize_all
+from api.auth import Context
 from api.openapi import errors, operation
 from api.protocol import KeyCreated, KeyCreateRequest, KeyInfo, KeyList, Me, RoleGrant
 from api.requests import json_body
-from api.state import AppState
+from api.state import ServerDep, ServicesDep
+from app.services.access import require_everywhere
 from rag.core.access import describe_groups
-from rag.store.keys import unknown_key
-from rag.core.errors import ForbiddenError
 from rag.core.keys import ApiKey, new_key, parse_duration, parse_grants, validate_key_groups
 
 
@@ -32,53 +30,35 @@ class AccessController(Controller):
     tags = ["access"]
 
     @get("/me", summary="The caller: name, roles per index, document groups", responses=errors())
-    async def me(self, state: State, context: Context) -> Me:
-        app: AppState = state.app
+    async def me(self, server: ServerDep, context: Context) -> Me:
         principal = context.principal
-        required = await anyio.to_thread.run_sync(app.auth.required)
+        required = await anyio.to_thread.run_sync(server.auth.required)
         return Me(name=principal.name, roles=[RoleGrant(i, r) for i, r in principal.roles],
                   groups=sorted(principal.groups), sees=describe_groups(principal.groups), authenticated=required)
 
     @get("/keys", summary="API keys (admin on every index); an admin with groups sees those holding no more than it",
          responses=errors())
-    async def list_keys(self, state: State, context: Context) -> KeyList:
-        authorize_all(context, "admin")
-        records = await anyio.to_thread.run_sync(state.app.keys.list)
+    async def list_keys(self, services: ServicesDep, context: Context) -> KeyList:
+        require_everywhere(context, "admin")
         # An admin with groups sees the keys it could have made, no wider ones (nor the groups they name).
-        held = context.principal
-        return KeyList(keys=[key_info(r) for r in records if held.may_grant(r.roles, r.groups) is None])
+        records = await anyio.to_thread.run_sync(services.keys.visible, context)
+        return KeyList(keys=[key_info(r) for r in records])
 
     @post("/keys", status_code=201, summary="Create an API key; the response holds it (shown once)",
           responses=errors(400, 409), operation_class=operation(json_body=KeyCreateRequest))
-    async def create_key(self, state: State, request: Request, context: Context) -> KeyCreated:
-        authorize_all(context, "admin")
+    async def create_key(self, services: ServicesDep, request: Request, context: Context) -> KeyCreated:
+        require_everywhere(context, "admin")
         data = await json_body(request, KeyCreateRequest)
-        app: AppState = state.app
         expires = time.time() + parse_duration(data.expires) if data.expires else None
         record, token = new_key(data.name, parse_grants(data.role, data.indexes), validate_key_groups(data.groups),
                                 expires)
-        why_not = context.principal.may_grant(record.roles, record.groups)
-        if why_not is not None:  # a principal grants at most what it holds
-            app.record(context, "key.create", route="/v1/keys", key=record.name, outcome="refused",
-                       roles=[list(g) for g in record.roles], groups=sorted(record.groups))
-            raise ForbiddenError(f"this key may not create that key: {why_not}")
-        await anyio.to_thread.run_sync(app.keys.add, record)
-        app.record(context, "key.create", route="/v1/keys", key=record.name, outcome="created",
-                   roles=[list(g) for g in record.roles], groups=sorted(record.groups), expires=expires)
+        await anyio.to_thread.run_sync(services.keys.create, context, record, "/v1/keys")
         info = key_info(record)
         return KeyCreated(**{f: getattr(info, f) for f in info.__struct_fields__}, key=token)
 
     @delete("/keys/{name:str}", status_code=200, summary="Revoke an API key (refused from the next request on)",
             responses=errors(400, 404))
-    async def revoke_key(self, state: State, context: Context, name: FromPath[str]) -> KeyInfo:
-        authorize_all(context, "admin")
-        app: AppState = state.app
-        held = next((r for r in await anyio.to_thread.run_sync(app.keys.list) if r.name == name), None)
-        why_not = None if held is None else context.principal.may_grant(held.roles, held.groups)
-        if why_not is not None:  # changing a key is granting: only one that holds no more than the caller,
-            # and a wider key is not listed to it, so it is the same "not found" as a key that never was
-            app.record(context, "key.revoke", route="/v1/keys/{name}", key=name, outcome="refused")
-            raise unknown_key(name)
-        record = await anyio.to_thread.run_sync(app.keys.revoke, name)
-        app.record(context, "key.revoke", route="/v1/keys/{name}", key=name, outcome="revoked")
+    async def revoke_key(self, services: ServicesDep, context: Context, name: FromPath[str]) -> KeyInfo:
+        require_everywhere(context, "admin")
+        record = await anyio.to_thread.run_sync(services.keys.revoke, context, name, "/v1/keys/{name}")
         return key_info(record)

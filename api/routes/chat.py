@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import msgspec
 from litestar import Controller, Request, post
-from litestar.datastructures import State
 from litestar.response import Stream
 
 from api.auth import Context
 from api.openapi import ANSWER_ERRORS, SEED_EVENTS, event_stream_only, operation
 from api.protocol import ChatMessage, ChatRequest, ChatResponse, SeedDoneEvent, SeedMetrics, TokenEvent
 from api.requests import json_body
+from api.routes.answers import answer
+from api.state import ServicesDep
+from app.services import Services
 from api.sse import event, primed, sse, sse_error, sse_response
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, options_from
 from rag.core.errors import BadRequestError, RagError
+from rag.core.names import IndexName
 
 
 def message_text(message: ChatMessage) -> str:
@@ -45,27 +48,27 @@ class ChatController(Controller):
 
     @post("", status_code=200, summary="Chat turn; the last user message is the question", responses=ANSWER_ERRORS,
           operation_class=operation(json_body=ChatRequest))
-    async def chat(self, state: State, request: Request, context: Context) -> ChatResponse:
+    async def chat(self, services: ServicesDep, request: Request, context: Context) -> ChatResponse:
         data = await json_body(request, ChatRequest)
-        state.app.authorize(context, data.index, "reader", "/v1/chat")
-        result = await state.app.answer(self._request(data, state), request.receive, context, "/v1/chat")
+        index = services.documents.authorized(context, data.index, "reader", "/v1/chat")
+        result = await answer(services, self._request(data, index, services), request.receive, context, "/v1/chat")
         return ChatResponse(content=result.answer, metrics=seed_metrics(result), sources=result.sources,
                             citations=result.citations, abstained=result.abstained, evidence=result.evidence)
 
     @post("/stream", status_code=200, summary="Streaming chat turn (SSE)",
           responses={**ANSWER_ERRORS, **event_stream_only(SEED_EVENTS)},
           operation_class=operation(json_body=ChatRequest))
-    async def chat_stream(self, state: State, request: Request, context: Context) -> Stream:
+    async def chat_stream(self, services: ServicesDep, request: Request, context: Context) -> Stream:
         data = await json_body(request, ChatRequest)
-        state.app.authorize(context, data.index, "reader", "/v1/chat/stream")
-        return sse_response(seed_sse(await primed(state.app.events(self._request(data, state), context,
-                                                                   "/v1/chat/stream"))))
+        index = services.documents.authorized(context, data.index, "reader", "/v1/chat/stream")
+        return sse_response(seed_sse(await primed(services.answers.events(self._request(data, index, services),
+                                                                          context, "/v1/chat/stream"))))
 
     @staticmethod
-    def _request(data: ChatRequest, state: State) -> AnswerRequest:
-        options = options_from(state.app.settings, max_tokens=data.max_tokens, temperature=data.temperature,
+    def _request(data: ChatRequest, index: IndexName, services: Services) -> AnswerRequest:
+        options = options_from(services.settings, max_tokens=data.max_tokens, temperature=data.temperature,
                                top_p=data.top_p, top_k_sampling=data.top_k, documents=data.documents)
-        return AnswerRequest.conversation(as_dicts(data.messages), index=data.index, use_context=data.use_context,
+        return AnswerRequest.conversation(as_dicts(data.messages), index=index, use_context=data.use_context,
                                           options=options)
 
 

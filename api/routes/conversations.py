@@ -11,7 +11,6 @@ from __future__ import annotations
 import anyio.to_thread
 import msgspec
 from litestar import Controller, Request, delete, get, patch, post, put
-from litestar.datastructures import State
 from litestar.params import FromPath
 
 from api.auth import Context
@@ -19,7 +18,8 @@ from api.openapi import errors, operation
 from api.protocol import (Conversation, ConversationList, ConversationRename, ConversationsDeleted,
                           ConversationSummary, ConversationWrite, SavedTurn)
 from api.requests import json_body
-from api.state import AppState
+from api.state import ServicesDep
+from app.services import Services
 from rag.store.conversations import StoredConversation
 from rag.core.access import RequestContext
 from rag.core.errors import BadRequestError, RagError
@@ -39,26 +39,29 @@ def title_of(write: ConversationWrite) -> str:
     return next((" ".join(t.question.split())[:80] for t in write.turns if t.question.strip()), "")
 
 
-def still_there(app: AppState, context: RequestContext, turns: list[SavedTurn]) -> set[tuple[str, str]]:
-    """(index, document id) of the sources' documents the caller may still see (blocking reads)."""
-    seen: set[tuple[str, str]] = set()
-    for name in {t.index or app.settings.index for t in turns if t.sources}:
-        if not context.principal.may(name, "reader"):
-            continue
-        try:
-            target = app.index(name)
-            seen.update((name, d.id) for d in app.visible_documents(target, context))
+def still_there(services: Services, context: RequestContext,
+                turns: list[SavedTurn]) -> set[tuple[str | None, str]]:
+    """(index as the turn names it, document id) of the sources' documents the caller may still see (blocking
+    reads); a turn that names no index was asked of the server's default."""
+    seen: set[tuple[str | None, str]] = set()
+    documents = services.documents
+    for named in {t.index for t in turns if t.sources}:
+        try:  # a saved name that is no valid one (the client wrote it) is an index that is gone
+            name = services.index_name(named)
+            if not context.principal.may(name.value, "reader"):
+                continue
+            target = documents.index(name)
+            seen.update((named, d.id) for d in documents.visible_documents(target, context))
         except RagError:  # the index itself is gone: none of its documents is there
             continue
     return seen
 
 
-def mark_deleted(app: AppState, context: RequestContext, turns: list[SavedTurn]) -> list[SavedTurn]:
-    present = still_there(app, context, turns)
+def mark_deleted(services: Services, context: RequestContext, turns: list[SavedTurn]) -> list[SavedTurn]:
+    present = still_there(services, context, turns)
     marked = []
     for turn in turns:
-        index = turn.index or app.settings.index
-        sources = [source if (index, source.document_id) in present else
+        sources = [source if (turn.index, source.document_id) in present else
                    msgspec.structs.replace(source, deleted=True, text="", snippet="", highlights=[])
                    for source in turn.sources]
         marked.append(msgspec.structs.replace(turn, sources=sources))
@@ -71,65 +74,58 @@ class ConversationsController(Controller):
 
     @get("", summary="The caller's conversations (the web app's history), the last changed first",
          responses=errors())
-    async def list_conversations(self, state: State, context: Context) -> ConversationList:
-        app: AppState = state.app
-        records = await anyio.to_thread.run_sync(app.conversations.list, context.principal.name)
+    async def list_conversations(self, services: ServicesDep, context: Context) -> ConversationList:
+        records = await anyio.to_thread.run_sync(services.conversations.list, context.principal.name)
         return ConversationList(conversations=[summary(r) for r in records])
 
     @post("", status_code=201, summary="Save a new conversation of the caller's", responses=errors(400, 413),
           operation_class=operation(json_body=ConversationWrite))
-    async def create_conversation(self, state: State, request: Request, context: Context) -> ConversationSummary:
-        app: AppState = state.app
+    async def create_conversation(self, services: ServicesDep, request: Request, context: Context) -> ConversationSummary:
         data = await json_body(request, ConversationWrite)
         record = await anyio.to_thread.run_sync(
-            app.conversations.create, context.principal.name, title_of(data),
+            services.conversations.create, context.principal.name, title_of(data),
             msgspec.json.encode(data.turns).decode(), len(data.turns))
         return summary(record)
 
     @get("/{conversation_id:str}", summary="One of the caller's conversations, with its turns; sources whose "
          "document is gone are marked `deleted` (without their passage)", responses=errors(400, 404))
-    async def get_conversation(self, state: State, context: Context, conversation_id: ConversationId) -> Conversation:
-        app: AppState = state.app
-        record = await anyio.to_thread.run_sync(app.conversations.get, context.principal.name, conversation_id)
+    async def get_conversation(self, services: ServicesDep, context: Context, conversation_id: ConversationId) -> Conversation:
+        record = await anyio.to_thread.run_sync(services.conversations.get, context.principal.name, conversation_id)
         turns = msgspec.json.decode(record.turns or "[]", type=list[SavedTurn])
-        turns = await anyio.to_thread.run_sync(mark_deleted, app, context, turns)
+        turns = await anyio.to_thread.run_sync(mark_deleted, services, context, turns)
         return Conversation(id=record.id, title=record.title, created=record.created, updated=record.updated,
                             turns=turns)
 
     @put("/{conversation_id:str}", summary="Replace one of the caller's conversations (its title and turns)",
          responses=errors(400, 404, 413), operation_class=operation(json_body=ConversationWrite))
-    async def replace_conversation(self, state: State, request: Request, context: Context,
+    async def replace_conversation(self, services: ServicesDep, request: Request, context: Context,
                                    conversation_id: ConversationId) -> ConversationSummary:
-        app: AppState = state.app
         data = await json_body(request, ConversationWrite)
         # A source read back as deleted stays deleted (its passage is not sent again, nor saved again).
         record = await anyio.to_thread.run_sync(
-            lambda: app.conversations.update(context.principal.name, conversation_id, title_of(data),
+            lambda: services.conversations.update(context.principal.name, conversation_id, title_of(data),
                                              msgspec.json.encode(data.turns).decode(), len(data.turns)))
         return summary(record)
 
     @patch("/{conversation_id:str}", summary="Rename one of the caller's conversations", responses=errors(400, 404),
            operation_class=operation(json_body=ConversationRename))
-    async def rename_conversation(self, state: State, request: Request, context: Context,
+    async def rename_conversation(self, services: ServicesDep, request: Request, context: Context,
                                   conversation_id: ConversationId) -> ConversationSummary:
-        app: AppState = state.app
         data = await json_body(request, ConversationRename)
         if not data.title.strip():
             raise BadRequestError("a conversation's title may not be blank: type a few words")
         record = await anyio.to_thread.run_sync(
-            lambda: app.conversations.update(context.principal.name, conversation_id, title=data.title.strip()))
+            lambda: services.conversations.update(context.principal.name, conversation_id, title=data.title.strip()))
         return summary(record)
 
     @delete("/{conversation_id:str}", status_code=200, summary="Delete one of the caller's conversations",
             responses=errors(400, 404))
-    async def delete_conversation(self, state: State, context: Context,
+    async def delete_conversation(self, services: ServicesDep, context: Context,
                                   conversation_id: ConversationId) -> ConversationsDeleted:
-        app: AppState = state.app
-        await anyio.to_thread.run_sync(app.conversations.delete, context.principal.name, conversation_id)
+        await anyio.to_thread.run_sync(services.conversations.delete, context.principal.name, conversation_id)
         return ConversationsDeleted(deleted=1)
 
     @delete("", status_code=200, summary="Delete all of the caller's conversations", responses=errors())
-    async def delete_conversations(self, state: State, context: Context) -> ConversationsDeleted:
-        app: AppState = state.app
-        count = await anyio.to_thread.run_sync(app.conversations.delete_all, context.principal.name)
+    async def delete_conversations(self, services: ServicesDep, context: Context) -> ConversationsDeleted:
+        count = await anyio.to_thread.run_sync(services.conversations.delete_all, context.principal.name)
         return ConversationsDeleted(deleted=count)

@@ -10,7 +10,6 @@ from typing import Annotated
 import anyio.to_thread
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.response import File
-from litestar.datastructures import State
 from litestar.openapi import ResponseSpec
 from litestar.params import FromPath, QueryParameter
 
@@ -20,14 +19,14 @@ from api.protocol import (DeleteResponse, DocumentInfo, DocumentList, ErrorBody,
                           UploadResponse)
 from api.requests import uploaded_files
 from api.jobs import accepted, finished
-from api.state import AppState
+from api.state import ServicesDep
 from ingest.formats.registry import FORMATS
 from ingest.pipeline import ATTACHMENT_SEP
 from rag.core.records import DocumentRecord, normalise_path
-from ingest.sources import Source, index_sources
+from ingest.sources import Source
 from ingest.uploads import IncomingFile
 from rag.core.access import RequestContext
-from rag.core.errors import DocumentNotFoundError, RagError
+from rag.core.errors import DocumentNotFoundError
 from rag.core.names import INDEX_NAME_PATTERN
 
 # The index name's pattern, in the schema and checked by Litestar (the long fuzzing run found that the schema
@@ -92,16 +91,15 @@ class DocumentsController(Controller):
     @post("", status_code=200, summary="Upload and ingest one or more files (multipart field `data`): the "
           "results when done within job_wait_s, else 202 and a job to follow", responses=UPLOAD_RESPONSES,
           operation_class=operation(upload=True))
-    async def upload(self, state: State, request: Request, context: Context, index: IndexQuery = None,
+    async def upload(self, services: ServicesDep, request: Request, context: Context, index: IndexQuery = None,
                      groups: GroupsQuery = None, run_async: AsyncQuery = False) -> Response[UploadResponse]:
-        app: AppState = state.app
-        target = app.index(app.authorize(context, index, "editor", "/v1/documents"))
-        app.require_ready()
+        target = services.documents.index(services.documents.authorized(context, index, "editor", "/v1/documents"))
+        services.answers.ready()  # the embedder: a 503 at once while the models load
         files = [IncomingFile(upload.filename, await upload.read()) for upload in await uploaded_files(request)]
-        running = await anyio.to_thread.run_sync(
-            lambda: app.start_upload(target, context, files, groups.split(",") if groups is not None else None))
-        if run_async or not await finished(running, app.settings.job_wait_s):
-            return accepted(running.job, app)
+        running = await anyio.to_thread.run_sync(lambda: services.jobs.start_upload(
+            target, context, files, groups.split(",") if groups is not None else None))
+        if run_async or not await finished(running, services.settings.job_wait_s):
+            return accepted(running.job, services.jobs)
         if running.error is not None:
             raise running.error
         report = running.result
@@ -122,28 +120,29 @@ class DocumentsController(Controller):
                           accept=",".join(suffix for f in FORMATS for suffix in f.suffixes))
 
     @get("", summary="Documents in an index", responses=errors(400, 404))
-    async def list_documents(self, state: State, context: Context, index: IndexQuery = None) -> DocumentList:
-        app: AppState = state.app
-        target = app.index(app.authorize(context, index, "reader", "/v1/documents"))
+    async def list_documents(self, services: ServicesDep, context: Context, index: IndexQuery = None) -> DocumentList:
+        documents = services.documents
+        target = documents.index(documents.authorized(context, index, "reader", "/v1/documents"))
         if not target.exists():
             target.reader().close()  # the store's own "no index" error (the API names the indexes the caller holds)
-        sources = await anyio.to_thread.run_sync(index_sources, target)
-        uploads = Path(normalise_path(app.settings.uploads_path))
+        sources = await anyio.to_thread.run_sync(services.sources.of, target)
+        uploads = Path(normalise_path(services.settings.uploads_path))
         return DocumentList(index=target.name, documents=[document_info(d, sources, context, target.name, uploads)
-                                                          for d in app.visible_documents(target, context)])
+                                                          for d in documents.visible_documents(target, context)])
 
     @get("/{document_id:str}/original", summary="The document's original file, for readers who may see the "
          "document: a PDF to view (open it at #page=N), any other type as a download", media_type="application/pdf",
          responses={**errors(400, 404), 200: ResponseSpec(bytes, media_type="application/octet-stream",
                                                           description="the file as it was ingested (or as it is "
                                                                       "now in its folder)", generate_examples=False)})
-    async def original(self, state: State, context: Context, document_id: FromPath[str],
+    async def original(self, services: ServicesDep, context: Context, document_id: FromPath[str],
                        index: IndexQuery = None) -> File:
-        app: AppState = state.app
-        target = app.index(app.authorize(context, index, "reader", "/v1/documents/{document_id}/original"))
-        record = await anyio.to_thread.run_sync(app.visible_document, target, context, document_id)
+        documents = services.documents
+        target = documents.index(documents.authorized(context, index, "reader",
+                                                      "/v1/documents/{document_id}/original"))
+        record = await anyio.to_thread.run_sync(documents.visible_document, target, context, document_id)
         path = await anyio.to_thread.run_sync(original_file, record)
-        app.record(context, "original", route="/v1/documents/{document_id}/original", index=target.name,
+        services.audit.record(context, "original", route="/v1/documents/{document_id}/original", index=target.name,
                    outcome="sent", document_id=record.id, path=record.display_path)
         media_type = INLINE_TYPES.get(path.suffix.lower())
         return File(path, filename=path.name, media_type=media_type or mimetypes.guess_type(path.name)[0]
@@ -154,17 +153,10 @@ class DocumentsController(Controller):
 
     @delete("/{document_id:str}", status_code=200, summary="Remove a document and its vectors",
             responses=errors(400, 404, 409))
-    async def delete_document(self, state: State, context: Context, document_id: FromPath[str],
+    async def delete_document(self, services: ServicesDep, context: Context, document_id: FromPath[str],
                               index: IndexQuery = None) -> DeleteResponse:
-        app: AppState = state.app
-        target = app.index(app.authorize(context, index, "editor", "/v1/documents/{document_id}"))
-        try:
-            visible = await anyio.to_thread.run_sync(app.visible_document, target, context, document_id)
-            record = await anyio.to_thread.run_sync(app.uploads.delete, target, visible.id)
-        except RagError as exc:
-            app.record(context, "delete", route="/v1/documents/{document_id}", index=target.name,
-                       outcome="error", error=exc.error_type)
-            raise
-        app.record(context, "delete", route="/v1/documents/{document_id}", index=target.name, outcome="deleted",
-                   document_id=record.id, path=record.display_path, chunks=record.chunks)
+        documents = services.documents
+        target = documents.index(documents.authorized(context, index, "editor", "/v1/documents/{document_id}"))
+        record = await anyio.to_thread.run_sync(documents.delete_visible, target, context, document_id,
+                                                "/v1/documents/{document_id}")
         return DeleteResponse(deleted=record.id, path=record.display_path, chunks=record.chunks)

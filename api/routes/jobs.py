@@ -9,7 +9,6 @@ import anyio
 import anyio.to_thread
 import msgspec
 from litestar import Controller, Response, delete, get, post
-from litestar.datastructures import State
 from litestar.openapi import ResponseSpec
 from litestar.params import FromPath
 
@@ -19,7 +18,7 @@ from api.openapi import JOB_EVENTS, errors, event_stream_only
 from api.protocol import JobList, JobStatus
 from api.routes.documents import IndexQuery
 from api.sse import sse, sse_response
-from api.state import AppState
+from api.state import ServicesDep
 from ingest.jobs import ACTIVE, CANCELLED, CANCELLED_MESSAGE, Job, JobStore
 from rag.core.errors import JobNotFoundError
 
@@ -33,28 +32,22 @@ class JobsController(Controller):
     tags = ["documents"]
 
     @get("", summary="Recent upload and sync jobs of an index, newest first (editors)", responses=errors(400, 404))
-    async def list_jobs(self, state: State, context: Context, index: IndexQuery = None) -> JobList:
-        app: AppState = state.app
-        target = app.index(app.authorize(context, index, "editor", "/v1/jobs"))
-        assert app.jobs is not None
-        jobs = await anyio.to_thread.run_sync(
-            lambda: app.visible_jobs(context, target.name, app.jobs.list(target.name)))
-        return JobList(index=target.name, jobs=[job_status(j, app) for j in jobs])
+    async def list_jobs(self, services: ServicesDep, context: Context, index: IndexQuery = None) -> JobList:
+        name = services.documents.authorized(context, index, "editor", "/v1/jobs")
+        jobs = await anyio.to_thread.run_sync(services.jobs.of_index, context, name)
+        return JobList(index=name.value, jobs=[job_status(j, services.jobs) for j in jobs])
 
     @get("/{job_id:str}", summary="A job's state and progress: files done of total, OCR pages, chunks, elapsed "
                                   "and ETA, each file's outcome", responses=errors(400, 404))
-    async def get_job(self, state: State, context: Context, job_id: FromPath[str]) -> JobStatus:
-        app: AppState = state.app
-        job = await anyio.to_thread.run_sync(app.visible_job, context, job_id, "/v1/jobs/{job_id}")
-        return job_status(job, app)
+    async def get_job(self, services: ServicesDep, context: Context, job_id: FromPath[str]) -> JobStatus:
+        job = await anyio.to_thread.run_sync(services.jobs.visible_job, context, job_id, "/v1/jobs/{job_id}")
+        return job_status(job, services.jobs)
 
     @get("/{job_id:str}/events", summary="A job's progress as Server-Sent Events, until it ends",
          responses={**errors(400, 404), **event_stream_only(JOB_EVENTS)})
-    async def job_events(self, state: State, context: Context, job_id: FromPath[str]) -> Response:
-        app: AppState = state.app
-        job = await anyio.to_thread.run_sync(app.visible_job, context, job_id, "/v1/jobs/{job_id}/events")
-        assert app.jobs is not None
-        jobs = app.jobs
+    async def job_events(self, services: ServicesDep, context: Context, job_id: FromPath[str]) -> Response:
+        job = await anyio.to_thread.run_sync(services.jobs.visible_job, context, job_id, "/v1/jobs/{job_id}/events")
+        service, jobs = services.jobs, services.jobs.store
 
         async def frames() -> AsyncIterator[bytes]:
             current, last, quiet = job, None, 0.0
@@ -62,7 +55,7 @@ class JobsController(Controller):
                 shown = msgspec.structs.replace(current, updated_at=0.0)
                 if shown != last:
                     last, quiet = shown, 0.0
-                    yield sse(job_status(current, app))
+                    yield sse(job_status(current, service))
                     if current.state not in ACTIVE:
                         return
                 elif quiet >= KEEPALIVE_S:
@@ -74,7 +67,7 @@ class JobsController(Controller):
                     current = await anyio.to_thread.run_sync(jobs.get, job_id)
                 except JobNotFoundError:  # deleted meanwhile: it was cancelled
                     yield sse(job_status(msgspec.structs.replace(
-                        current, state=CANCELLED, error_type="cancelled", error=CANCELLED_MESSAGE), app))
+                        current, state=CANCELLED, error_type="cancelled", error=CANCELLED_MESSAGE), service))
                     return
 
         return sse_response(frames())
@@ -82,11 +75,9 @@ class JobsController(Controller):
     @delete("/{job_id:str}", status_code=200, summary="Cancel a queued or running job and forget it: what it "
             "committed stays, nothing half-written; an ended job (an interrupted one with its kept files) is "
             "forgotten", responses=errors(400, 404))
-    async def delete_job(self, state: State, context: Context, job_id: FromPath[str]) -> JobStatus:
-        app: AppState = state.app
-        job = await anyio.to_thread.run_sync(app.visible_job, context, job_id, "/v1/jobs/{job_id}")
-        assert app.runner is not None and app.jobs is not None
-        jobs, runner = app.jobs, app.runner
+    async def delete_job(self, services: ServicesDep, context: Context, job_id: FromPath[str]) -> JobStatus:
+        job = await anyio.to_thread.run_sync(services.jobs.visible_job, context, job_id, "/v1/jobs/{job_id}")
+        jobs, runner = services.jobs.store, services.jobs.runner
         if job.state in ACTIVE:
             running = runner.running(job.id)
             runner.cancel(job)
@@ -97,9 +88,9 @@ class JobsController(Controller):
                 job = await anyio.to_thread.run_sync(self._stopped_elsewhere, jobs, job)
         else:
             await anyio.to_thread.run_sync(jobs.discard, job)
-        app.record(context, "cancel" if job.state == CANCELLED else "forget", route="/v1/jobs/{job_id}",
-                   index=job.index, job=job.id, outcome=job.state)
-        return job_status(job, app)
+        services.audit.record(context, "cancel" if job.state == CANCELLED else "forget", route="/v1/jobs/{job_id}",
+                              index=job.index, job=job.id, outcome=job.state)
+        return job_status(job, services.jobs)
 
     @staticmethod
     def _stopped_elsewhere(jobs: JobStore, job: Job) -> Job:
@@ -121,8 +112,7 @@ class JobsController(Controller):
           "job; an upload re-uses the files it kept)",
           responses={**errors(400, 404, 409, 503), 202: ResponseSpec(JobStatus, description="the new job",
                                                                  generate_examples=False)})
-    async def retry_job(self, state: State, context: Context, job_id: FromPath[str]) -> Response[JobStatus]:
-        app: AppState = state.app
-        job = await anyio.to_thread.run_sync(app.visible_job, context, job_id, "/v1/jobs/{job_id}/retry")
-        running = await anyio.to_thread.run_sync(app.retry, job, context)
-        return accepted(running.job, app)
+    async def retry_job(self, services: ServicesDep, context: Context, job_id: FromPath[str]) -> Response[JobStatus]:
+        job = await anyio.to_thread.run_sync(services.jobs.visible_job, context, job_id, "/v1/jobs/{job_id}/retry")
+        running = await anyio.to_thread.run_sync(services.jobs.retry, job, context)
+        return accepted(running.job, services.jobs)

@@ -6,14 +6,15 @@ import time
 import uuid
 
 from litestar import Controller, Request, get, post
-from litestar.datastructures import State
 
 from api.auth import Context
 from api.openapi import ANSWER_ERRORS, errors, operation
 from api.protocol import (AssistantMessage, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ModelCard,
                           ModelList, PromptTokensDetails, Usage)
+from api.routes.answers import answer
 from api.routes.chat import as_dicts
 from api.requests import json_body
+from api.state import ServicesDep
 from api.sse import event, primed, sse, sse_error, sse_response
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, options_from
@@ -38,26 +39,25 @@ class OpenAIController(Controller):
     tags = ["openai-compatible"]
 
     @get("/models", summary="Models served (OpenAI list format)", responses=errors(503))
-    async def models(self, state: State) -> ModelList:
-        model_id = state.app.service().generator.model_id
+    async def models(self, services: ServicesDep) -> ModelList:
+        model_id = services.answers.ready().service.generator.model_id
         return ModelList(object="list", data=[ModelCard(id=model_id, object="model", created=0, owned_by="local")])
 
     # Annotated with the JSON completion (the schema's 200); streams are documented by ``operation``.
     @post("/chat/completions", status_code=200, summary="Chat completion grounded in the documents",
           responses=ANSWER_ERRORS, operation_class=operation(json_body=ChatCompletionRequest))
-    async def chat_completions(self, state: State, request: Request, context: Context) -> ChatCompletion:
+    async def chat_completions(self, services: ServicesDep, request: Request, context: Context) -> ChatCompletion:
         data = await json_body(request, ChatCompletionRequest)
-        app = state.app
-        app.authorize(context, data.index, "reader", ROUTE)
-        options = options_from(app.settings, max_tokens=data.max_completion_tokens or data.max_tokens,
+        index = services.documents.authorized(context, data.index, "reader", ROUTE)
+        options = options_from(services.settings, max_tokens=data.max_completion_tokens or data.max_tokens,
                                temperature=data.temperature, top_p=data.top_p, documents=data.documents,
                                stop=[data.stop] if isinstance(data.stop, str) else data.stop)
-        answer_request = AnswerRequest.conversation(as_dicts(data.messages), index=data.index,
+        answer_request = AnswerRequest.conversation(as_dicts(data.messages), index=index,
                                                     use_context=data.use_context, options=options)
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         if not data.stream:
-            result = await app.answer(answer_request, request.receive, context, ROUTE)
+            result = await answer(services, answer_request, request.receive, context, ROUTE)
             return ChatCompletion(
                 id=completion_id, object="chat.completion", created=created, model=result.model,
                 choices=[Choice(index=0, message=AssistantMessage(
@@ -65,10 +65,10 @@ class OpenAIController(Controller):
                     finish_reason=finish_reason(result))],
                 usage=usage(result), sources=result.sources, citations=result.citations, abstained=result.abstained,
                 answer=result.answer, evidence=result.evidence)
-        events = await primed(app.events(answer_request, context, ROUTE))
+        events = await primed(services.answers.events(answer_request, context, ROUTE))
         include_usage = bool(data.stream_options and data.stream_options.include_usage)
         return sse_response(openai_sse(events, completion_id, created,  # type: ignore[return-value]
-                                       app.service().generator.model_id, include_usage))
+                                       services.answers.ready().service.generator.model_id, include_usage))
 
 
 async def openai_sse(events, completion_id: str, created: int, model: str, include_usage: bool):

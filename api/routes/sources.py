@@ -5,7 +5,6 @@ from __future__ import annotations
 import anyio.to_thread
 import msgspec
 from litestar import Controller, Response, get, post
-from litestar.datastructures import State
 from litestar.openapi import ResponseSpec
 from litestar.params import FromPath
 
@@ -14,7 +13,7 @@ from api.jobs import accepted, finished
 from api.openapi import errors
 from api.protocol import JobStatus, SourceList, SourceStatus
 from api.routes.documents import AsyncQuery, IndexQuery
-from api.state import AppState
+from api.state import ServicesDep
 from ingest.sources import Source, find_source
 
 
@@ -28,10 +27,9 @@ class SourcesController(Controller):
 
     @get("", summary="Folders the index follows, with how their last sync went (editors)",
          responses=errors(400, 404))
-    async def list_sources(self, state: State, context: Context, index: IndexQuery = None) -> SourceList:
-        app: AppState = state.app
-        target = app.index(app.authorize(context, index, "editor", "/v1/sources"))
-        sources = await anyio.to_thread.run_sync(app.visible_sources, target, context)
+    async def list_sources(self, services: ServicesDep, context: Context, index: IndexQuery = None) -> SourceList:
+        target = services.documents.index(services.documents.authorized(context, index, "editor", "/v1/sources"))
+        sources = await anyio.to_thread.run_sync(services.sources.visible, target, context)
         return SourceList(index=target.name, sources=[status(s) for s in sources])
 
     @post("/{source_id:str}/sync", status_code=200,
@@ -40,15 +38,15 @@ class SourcesController(Controller):
                                                               "job_wait_s, or `async=true`): follow it at Location")},
           summary="Sync a source now: new and changed files in, deleted ones out (400 when its folder cannot be "
                   "read: nothing is removed then)")
-    async def sync_now(self, state: State, context: Context, source_id: FromPath[str], index: IndexQuery = None,
-                       run_async: AsyncQuery = False) -> Response[SourceStatus]:
-        app: AppState = state.app
-        target = app.index(app.authorize(context, index, "editor", "/v1/sources/{source_id}/sync"))
-        app.require_ready()
-        source = find_source(await anyio.to_thread.run_sync(app.visible_sources, target, context), source_id)
-        running = await anyio.to_thread.run_sync(app.start_sync, target, source.id, context)
-        if run_async or not await finished(running, app.settings.job_wait_s):
-            return accepted(running.job, app)
+    async def sync_now(self, services: ServicesDep, context: Context, source_id: FromPath[str],
+                       index: IndexQuery = None, run_async: AsyncQuery = False) -> Response[SourceStatus]:
+        target = services.documents.index(services.documents.authorized(context, index, "editor",
+                                                                        "/v1/sources/{source_id}/sync"))
+        services.answers.ready()  # the embedder: a 503 at once while the models load
+        source = find_source(await anyio.to_thread.run_sync(services.sources.visible, target, context), source_id)
+        running = await anyio.to_thread.run_sync(services.jobs.start_sync, target, source.id, context)
+        if run_async or not await finished(running, services.settings.job_wait_s):
+            return accepted(running.job, services.jobs)
         if running.error is not None:
             raise running.error
         return Response(status(running.result.source), status_code=200)

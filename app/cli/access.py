@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Iterator
 
 import click
 from rich.table import Table
@@ -16,29 +16,30 @@ from rag.store.audit_files import KEYS_CHAIN, timestamp
 from rag.core.keys import new_key, parse_duration, parse_grants, parse_groups
 from rag.core.settings import Settings
 from app.runtime import open_audit, open_audit_trail, open_keys
+from app.services import Auditor, Keys
 
 
 def _when(seconds: float | None) -> str:
     return timestamp(seconds)[:19].replace("T", " ") if seconds else "never"
 
 
+CLI = "cli"  # the audit records' route of what a command did
+
+
 @contextmanager
-def _audited(settings: Settings) -> Iterator[Callable[..., None]]:
-    """``record(event, **fields)``: one record in the trail's long-lived ``keys`` chain (files), or the store's
+def _keys(settings: Settings) -> Iterator[Keys]:
+    """The keys service, its changes recorded in the trail's long-lived ``keys`` chain (files), or the store's
     one chain (PostgreSQL). The trail is opened first: a command whose change could not be audited (its key
     missing, its heads damaged) changes nothing."""
-    trail = open_audit(settings, chain=KEYS_CHAIN)
-
-    def record(event: str, **fields: Any) -> None:
-        if trail is not None:
-            principal = RequestContext.local().principal
-            trail.append(event, principal=principal.name, principal_kind=principal.kind, route="cli", **fields)
-
+    audit = Auditor(open_audit(settings, chain=KEYS_CHAIN))
     try:
-        yield record
+        keys = Keys(open_keys(settings), audit)
+        try:
+            yield keys
+        finally:
+            keys.close()
     finally:
-        if trail is not None:
-            trail.close()
+        audit.close()
 
 
 @click.group("keys")
@@ -62,14 +63,8 @@ def keys_create(settings: Settings, name: str, role: str, indexes: tuple[str, ..
     """Create key NAME and print it (shown once: only its hash is kept)."""
     expiry = time.time() + parse_duration(expires) if expires else None
     record, token = new_key(name, parse_grants(role, indexes), parse_groups(groups), expiry)
-    with _audited(settings) as audit_record:
-        store = open_keys(settings)
-        try:
-            store.add(record)
-        finally:
-            store.close()
-        audit_record("key.create", key=name, roles=[list(g) for g in record.roles], groups=sorted(record.groups),
-                     expires=expiry, outcome="created")
+    with _keys(settings) as service:
+        service.create(RequestContext.local(), record, CLI)
     if as_json:
         print_json({"name": name, "key": token, "roles": [list(g) for g in record.roles],
                     "groups": sorted(record.groups), "sees": describe_groups(record.groups), "expires": expiry})
@@ -85,11 +80,11 @@ def keys_create(settings: Settings, name: str, role: str, indexes: tuple[str, ..
 @handle_errors
 def keys_list(settings: Settings, as_json: bool) -> None:
     """Keys by name, with roles, groups, expiry and state (never the key)."""
-    store = open_keys(settings)
+    keys = Keys(open_keys(settings), Auditor(None))  # reading: nothing to audit
     try:
-        records = store.list()
+        records = keys.visible(RequestContext.local())
     finally:
-        store.close()
+        keys.close()
     rows = [{"name": r.name, "roles": [f"{i}={role}" for i, role in r.roles], "groups": sorted(r.groups),
              "sees": describe_groups(r.groups), "created": _when(r.created), "expires": _when(r.expires),
              "state": r.state()} for r in records]
@@ -109,13 +104,8 @@ def keys_list(settings: Settings, as_json: bool) -> None:
 @handle_errors
 def keys_revoke(settings: Settings, name: str) -> None:
     """Revoke key NAME: refused from the next request on, on every server sharing the store."""
-    with _audited(settings) as audit_record:
-        store = open_keys(settings)
-        try:
-            store.revoke(name)
-        finally:
-            store.close()
-        audit_record("key.revoke", key=name, outcome="revoked")
+    with _keys(settings) as service:
+        service.revoke(RequestContext.local(), name, CLI)
     console.print(literal(f"key {name!r} revoked"))
 
 

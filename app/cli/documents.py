@@ -6,19 +6,22 @@ import dataclasses
 import sys
 import time
 from contextlib import contextmanager
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Callable, Iterator
 
 import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from app.cli.common import (console, handle_errors, index_option, json_option, literal, on_this_disk, out, plural,
                             print_json, settings_from, traced)
-from app.runtime import delete_index, load_embedder, open_index, open_store, open_uploads
+from app.runtime import (delete_index, documents as documents_service, load_embedder, open_index, open_store)
+from app.services import Documents
 from ingest.parameters import IngestParameters
 from rag.core.errors import BadRequestError
-from rag.core.names import validate_index_name
+from rag.core.names import index_name
 from rag.core.settings import Settings
 from rag.embedder import validate_embedder_dir
 
@@ -56,9 +59,6 @@ def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, p
 def ingest_progress(quiet: bool) -> Iterator[Callable[[str, int, int], None]]:
     """The progress bar of an ingest or a sync (files, chunks, rate, the current file and its OCR page);
     nothing when ``quiet`` (JSON output) or when stderr is not a terminal."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress,  # lazy: keeps rag --help fast
-                               TextColumn, TimeElapsedColumn)
-
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[chunks]} chunks · {task.fields[rate]:.0f}/s"), TimeElapsedColumn(),
                   TextColumn("{task.fields[current]}", style="dim", markup=False), console=console,
@@ -129,8 +129,7 @@ def documents() -> None:
 @handle_errors
 def documents_list(ctx: click.Context, index: str | None, as_json: bool) -> None:
     """Documents in the index with their chunk counts."""
-    reader = open_reader(settings_from(ctx, index=index))
-    docs = reader.documents()
+    docs = Documents.listed(open_index(settings_from(ctx, index=index)))
     if as_json:
         # As the API lists them: the path as spelled for people (its identity is what lookups compare).
         print_json([{**{k: v for k, v in d.__dict__.items() if k != "display_path"}, "path": d.display_path}
@@ -159,7 +158,8 @@ def documents_list(ctx: click.Context, index: str | None, as_json: bool) -> None
 def documents_delete(ctx: click.Context, document: str, index: str | None) -> None:
     """Remove a document (by id or path) and its vectors."""
     settings = settings_from(ctx, index=index)
-    record = open_uploads(settings).delete(open_index(settings), on_this_disk(document))
+    service = documents_service(settings, open_store(settings))
+    record = service.delete(service.index(index_name(None, settings.index)), on_this_disk(document))
     console.print(Text.assemble(("deleted", "green"),
                                 f" {record.id} ({record.display_path}, {plural(record.chunks, 'chunk')})"),
                   soft_wrap=True)
@@ -219,7 +219,7 @@ def index_migrate(ctx: click.Context, target: str, source: str | None) -> None:
         raise BadRequestError("give one side as a postgresql:// URL and the other as a local index name "
                               "(--to URL [--from NAME], or --from URL --to NAME)")
     to_url = is_url(target)
-    name = validate_index_name((source if to_url else target) or settings.index)
+    name = index_name(source if to_url else target, settings.index).value
     local = open_store(dataclasses.replace(settings, store_url=None))
     remote = open_store(dataclasses.replace(settings, store_url=target if to_url else source))
     src, dst = (local, remote) if to_url else (remote, local)
@@ -278,8 +278,6 @@ def index_list(ctx: click.Context, as_json: bool) -> None:
 @handle_errors
 def index_backup(ctx: click.Context, name: str | None, target: Path) -> None:
     """Write one committed generation of an index to a file, also while a server answers and an ingest runs."""
-    from importlib.metadata import PackageNotFoundError, version  # lazy: keeps rag --help fast
-
     from rag.store.backup import backup_index  # lazy: keeps rag --help fast
 
     settings, store = embedded_store(ctx, "backup")
@@ -288,7 +286,7 @@ def index_backup(ctx: click.Context, name: str | None, target: Path) -> None:
     except PackageNotFoundError:
         app_version = "unknown"
     started = time.perf_counter()
-    manifest = backup_index(store.index(name or settings.index), target, app_version)
+    manifest = backup_index(store.index(index_name(name, settings.index).value), target, app_version)
     console.print(Text.assemble(("backed up", "green"), literal(
         f" index {manifest.index!r} (generation {manifest.generation}: {plural(manifest.documents, 'document')}, "
         f"{plural(manifest.chunks, 'chunk')}) to {target} ({human_size(target.stat().st_size)}, "
@@ -340,7 +338,7 @@ def index_verify(ctx: click.Context, name: str | None, as_json: bool) -> None:
     from rag.store.backup import verify_index  # lazy: keeps rag --help fast
 
     settings, store = embedded_store(ctx, "verify")
-    check = verify_index(store.index(name or settings.index))
+    check = verify_index(store.index(index_name(name, settings.index).value))
     if as_json:
         print_json({**check.__dict__, "ok": check.ok})
     elif check.ok:

@@ -12,14 +12,15 @@ from app.cli.common import (console, handle_errors, index_option, json_option, l
                             settings_from, traced)
 from app.cli.documents import ingest_progress, render_ingest_summary
 from app.runtime import load_embedder, open_index
+from app.services import Sources
 from ingest.parameters import IngestParameters
-from ingest.sources import add_source, find_source, index_sources, parse_interval, remove_source
+from ingest.sources import find_source, parse_interval
 from rag.core.errors import SourceBusyError, SourceUnavailableError
 
 
 def read_sources(settings) -> list:
     """The sources of the settings' index (an index not created yet follows none)."""
-    return index_sources(open_index(settings))
+    return Sources.of(open_index(settings))
 
 
 @click.group("sources")
@@ -44,8 +45,8 @@ def add_cmd(ctx: click.Context, folder: Path, index: str | None, pattern: str | 
     """Follow FOLDER (recursively) in an index; nothing is read until `rag sync` (or the server's schedule)."""
     settings = settings_from(ctx, index=index)
     every_s = parse_interval(every) if every is not None else None
-    source = add_source(open_index(settings), load_embedder(settings), folder, pattern,
-                        None if groups is None else [g for g in groups.split(",") if g.strip()], every_s=every_s)
+    source = Sources.add(open_index(settings), load_embedder(settings), folder, pattern,
+                         None if groups is None else [g for g in groups.split(",") if g.strip()], every_s)
     if as_json:
         print_json(source.summary())
         return
@@ -92,7 +93,7 @@ def list_cmd(ctx: click.Context, index: str | None, as_json: bool) -> None:
 @handle_errors
 def remove_cmd(ctx: click.Context, source: str, index: str | None) -> None:
     """Stop following SOURCE (an id or the folder); its documents stay in the index."""
-    removed = remove_source(open_index(settings_from(ctx, index=index)), source)
+    removed = Sources.remove(open_index(settings_from(ctx, index=index)), source)
     out.print(literal(f"removed source {removed.id} ({removed.display_path}); its documents stay in the index"))
 
 
@@ -122,7 +123,7 @@ def sync_cmd(ctx: click.Context, source: str | None, index: str | None, as_json:
     for item in sources:
         try:
             with ingest_progress(as_json) as progress, traced(settings, "sync"):
-                summary = parameters.sync(stored, item, progress, allow_empty=allow_empty)
+                summary = Sources.sync(stored, item, parameters, progress, allow_empty=allow_empty)
         except (SourceUnavailableError, SourceBusyError) as exc:
             errors.append({"source": item.id, "folder": item.display_path, "error": exc.message,
                            "type": exc.error_type})

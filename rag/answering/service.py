@@ -38,7 +38,7 @@ from rag.answering.telemetry import ChatTrace
 from rag.core import observe
 from rag.core.access import RequestContext
 from rag.core.errors import BadRequestError
-from rag.core.names import validate_index_name
+from rag.core.names import IndexName, index_name
 from rag.core.settings import Settings
 from rag.generation.base import GenerationStats, Generator, Message, Prompt, SamplingOptions
 
@@ -117,7 +117,7 @@ class AnswerRequest:
 
     question: str = ""
     messages: tuple[Message, ...] = ()
-    index: str | None = None
+    index: str | IndexName | None = None  # None: the ``index`` setting
     use_context: bool = True  # False: plain chat with the model, no retrieval
     options: AnswerOptions = field(default_factory=AnswerOptions)
     context: RequestContext = RequestContext()  # who asks: retrieval sees only the documents they may see
@@ -181,9 +181,9 @@ class AnswerService:
         self.instruments = instruments or observe.instruments()
 
     # ------------------------------------------------------------------ retrieval
-    def retriever(self, index: str | None = None) -> Retriever:
+    def retriever(self, index: str | IndexName | None = None) -> Retriever:
         """The retriever of an index, opened once (readers follow new commits by themselves)."""
-        name = self.store.index(validate_index_name(index or self.settings.index)).name  # as spelled on disk
+        name = self.store.index(index_name(index, self.settings.index).value).name  # as spelled on disk
         with self._lock:
             if name in self._retrievers and self._retrievers[name].reader.gone():  # deleted, maybe made anew
                 self._retrievers.pop(name).reader.close()
@@ -201,15 +201,15 @@ class AnswerService:
                     self._retrievers.pop(name)
                     reader.close()
 
-    def retrieve(self, query: str, index: str | None = None, top_k: int | None = None,
+    def retrieve(self, query: str, index: str | IndexName | None = None, top_k: int | None = None,
                  documents: Sequence[str] | None = None, context: RequestContext = RequestContext()) -> Retrieval:
         query = self.validate_question(query)
         return self.traced_retrieve(index, query, top_k or self.settings.top_k, documents, (), context.groups)
 
-    def traced_retrieve(self, index: str | None, question: str, top_k: int, documents: Sequence[str] | None,
+    def traced_retrieve(self, index: str | IndexName | None, question: str, top_k: int, documents: Sequence[str] | None,
                         history: Sequence[str], groups: frozenset[str] | None) -> Retrieval:
         """``Retriever.retrieve`` in a ``retrieval {index}`` span (GenAI conventions), timed into the metrics."""
-        name = validate_index_name(index or self.settings.index)
+        name = index_name(index, self.settings.index).value
         with observe.start_span(f"retrieval {name}", {
                 observe.OPERATION: "retrieval", observe.DATA_SOURCE: name, observe.REQUEST_TOP_K: top_k,
                 "rag.retrieval.follow_up": bool(history)}) as span:
@@ -244,7 +244,7 @@ class AnswerService:
         started = time.perf_counter()
         options = request.options.validate()
         # The generator's prefix cache is the asker's own on this index (its shared fixed prefix aside).
-        scope = f"{request.context.principal.key}\0{validate_index_name(request.index or self.settings.index)}"
+        scope = f"{request.context.principal.key}\0{index_name(request.index, self.settings.index).value}"
         options = dataclasses.replace(options, sampling=dataclasses.replace(options.sampling, cache_scope=scope))
         if not request.use_context:
             question = (request.question or "").strip()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from rag.core.errors import BadRequestError, IndexNotFoundError
@@ -21,6 +22,26 @@ def validate_index_name(name: str) -> str:
         raise BadRequestError(f"invalid index name {name!r}: use letters, digits, '.', '_' or '-' (max 64), "
                               "not ending in '.', not a Windows device name (CON, NUL, COM1...)")
     return name
+
+
+@dataclass(frozen=True)
+class IndexName:
+    """An index name resolved once, at the edge (a route, a CLI command): the request's name or the settings'
+    default, validated, and on the API as the store spells it and authorized for the caller. What takes one
+    neither validates nor defaults it again; ``value`` is what goes to a store, a record or the wire."""
+
+    value: str
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def index_name(requested: str | IndexName | None, default: str) -> IndexName:
+    """The one place an index name is made: ``requested`` (a name already made passes as it is), else
+    ``default`` (the ``index`` setting), validated."""
+    if isinstance(requested, IndexName):
+        return requested
+    return IndexName(validate_index_name(requested or default))
 
 
 GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")

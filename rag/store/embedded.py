@@ -272,8 +272,6 @@ def describe_vector_index(index) -> str:
 
 
 def _load_faiss(root: Path, generation: int, dimension: int):
-    faiss = _faiss()
-
     if generation == 0:
         return _new_faiss(dimension)
     return read_faiss(vectors_file(root, generation))
