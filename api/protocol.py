@@ -8,6 +8,7 @@ import msgspec
 
 from rag.core.records import DocumentRecord
 from rag.answering.result import AnswerResult, Evidence, Metrics, Source
+from rag.core.durations import PATTERN as DURATION_PATTERN
 from rag.core.names import INDEX_NAME_PATTERN
 
 Text = Annotated[str, msgspec.Meta(max_length=20_000)]
@@ -465,7 +466,7 @@ class KeyCreateRequest(msgspec.Struct, forbid_unknown_fields=True):
     name: KeyName
     role: Annotated[str, msgspec.Meta(pattern=r"^(reader|editor|admin)$")]
     indexes: Annotated[list[Grant], msgspec.Meta(max_length=64)] = []  # empty: "*"
-    expires: Annotated[str, msgspec.Meta(pattern=r"^\s*0*[1-9][0-9]{0,8}\s*[smhdw]\s*$")] | None = None  # "90d"
+    expires: Annotated[str, msgspec.Meta(pattern=DURATION_PATTERN)] | None = None  # "90d" (rag.core.durations)
     # Document groups the key sees besides public ones: ["*"] every document; left out or []: public only.
     groups: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=64)]],
                       msgspec.Meta(max_length=64)] = []

@@ -83,25 +83,6 @@ class Source(msgspec.Struct):
                 "last": msgspec.to_builtins(self.last) if self.last else None}
 
 
-INTERVAL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_interval(text: str) -> int:
-    """Seconds in "90s", "15m", "2h", "1d" (a bare number is seconds); 0 for "off" (no schedule)."""
-    value = text.strip().lower()
-    if value in ("off", "never", "none"):
-        return 0
-    unit = INTERVAL_UNITS.get(value[-1:], None)
-    number = value[:-1] if unit else value
-    try:
-        seconds = int(float(number) * (unit or 1))
-    except ValueError:
-        raise BadRequestError(f"cannot read {text!r} as an interval: use e.g. 90s, 15m, 2h or 1d (off: none)") from None
-    if seconds < 1:
-        raise BadRequestError(f"the interval {text!r} must be at least one second")
-    return seconds
-
-
 def next_sync(source: Source) -> float | None:
     """When the server syncs ``source`` next (Unix time; None: not on a schedule). Each source's interval is
     stretched by up to 10% (fixed per source), so sources added together do not all run at once."""

@@ -18,7 +18,8 @@ from api.state import AppState
 from rag.core.access import describe_groups
 from rag.store.keys import unknown_key
 from rag.core.errors import ForbiddenError
-from rag.core.keys import ApiKey, new_key, parse_duration, parse_grants, validate_key_groups
+from rag.core.durations import parse_duration
+from rag.core.keys import ApiKey, new_key, parse_grants, validate_key_groups
 
 
 def key_info(record: ApiKey) -> KeyInfo:

@@ -41,11 +41,12 @@ def sources_group() -> None:
 def add_cmd(ctx: click.Context, folder: Path, index: str | None, pattern: str | None, groups: str | None,
             every: str | None, as_json: bool) -> None:
     """Follow FOLDER (recursively) in an index; nothing is read until `rag sync` (or the server's schedule)."""
-    from ingest.sources import add_source, parse_interval
+    from ingest.sources import add_source
+    from rag.core.durations import parse_duration
     from app.runtime import load_embedder, open_index
 
     settings = settings_from(ctx, index=index)
-    every_s = parse_interval(every) if every is not None else None
+    every_s = int(parse_duration(every, "an interval", allow_off=True)) if every is not None else None
     source = add_source(open_index(settings), load_embedder(settings), folder, pattern,
                         None if groups is None else [g for g in groups.split(",") if g.strip()], every_s=every_s)
     if as_json:
