@@ -8,6 +8,7 @@ import msgspec
 
 from rag.core.records import DocumentRecord
 from rag.answering.result import AnswerResult, Evidence, Metrics, Source
+from rag.core import bounds
 from rag.core.durations import PATTERN as DURATION_PATTERN
 from rag.core.names import INDEX_NAME_PATTERN
 
@@ -23,18 +24,18 @@ USER_TURN = {  # a user message with text: the question of a chat
         {"type": "string", "pattern": NOT_BLANK},
         {"type": "array", "contains": {"type": "object", "required": ["type", "text"], "properties": {
             "type": {"const": "text"}, "text": {"type": "string", "pattern": NOT_BLANK}}}}]}}}
-MaxTokens = Annotated[int, msgspec.Meta(ge=1, le=4096)]
-Temperature = Annotated[float, msgspec.Meta(ge=0.0, le=2.0)]
-TopP = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
-SamplingTopK = Annotated[int, msgspec.Meta(ge=0, le=1000)]
+MaxTokens = Annotated[int, msgspec.Meta(**bounds.MAX_TOKENS.schema())]
+Temperature = Annotated[float, msgspec.Meta(**bounds.TEMPERATURE.schema())]
+TopP = Annotated[float, msgspec.Meta(**bounds.TOP_P.schema())]
+SamplingTopK = Annotated[int, msgspec.Meta(**bounds.TOP_K_SAMPLING.schema())]
 StopString = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 IndexName = Annotated[str, msgspec.Meta(pattern=INDEX_NAME_PATTERN)]
 # ``top_k`` has two meanings, side by side (README, "top_k: two meanings"): retrieval depth on /v1/ask and
 # /v1/retrieve, sampling top-k on the seed-compatible /v1/chat, whose meaning is kept.
-RetrievalTopK = Annotated[int, msgspec.Meta(ge=1, le=50, description=(
+RetrievalTopK = Annotated[int, msgspec.Meta(**bounds.TOP_K.schema(), description=(
     "retrieval depth: how many chunks are retrieved (default: the server's top_k setting, `rag ask --top-k`). "
     "On /v1/chat, top_k means sampling top-k instead; there the depth is the server's setting."))]
-ChatSamplingTopK = Annotated[int, msgspec.Meta(ge=0, le=1000, description=(
+ChatSamplingTopK = Annotated[int, msgspec.Meta(**bounds.TOP_K_SAMPLING.schema(), description=(
     "sampling top-k, as in the seed backend (0 = off). Not the retrieval depth: the chunks retrieved come from "
     "the server's top_k setting (on /v1/ask and /v1/retrieve, top_k is that depth; top_k_sampling is this)."))]
 
