@@ -135,6 +135,7 @@ def bench_scale(settings: Any, sizes: list[int], questions_file: Path, docs: Pat
                 progress: Callable[[str], None] = lambda message: None,
                 warn: Callable[[str], None] = lambda message: None) -> dict:
     from ingest.parameters import IngestParameters
+    from ingest.pipeline import ingest_paths
     from rag.store.embedded import EmbeddedStore
     from rag.core.errors import BadRequestError
     from app.bench.evaluate import answerable, load_questions
@@ -156,7 +157,7 @@ def bench_scale(settings: Any, sizes: list[int], questions_file: Path, docs: Pat
         if index.exists():
             raise BadRequestError(f"{root / INDEX} exists already: give an empty --workdir")
         progress(f"ingesting {docs} (real embedding)")
-        summary = IngestParameters.from_settings(settings, embedder).ingest([docs], index)
+        summary = ingest_paths([docs], index, IngestParameters.from_settings(settings, embedder))
         real_chunks = summary.chunks_written
         if sizes[0] < real_chunks:
             raise BadRequestError(f"the smallest size must hold the {real_chunks} chunks of {docs}")

@@ -33,14 +33,15 @@ def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, p
                chunk_tokens: int | None, overlap: int | None, groups: str | None, as_json: bool) -> None:
     """Add or update files and folders (recursively) in an index. Exit 2 if any readable file failed."""
     from ingest.parameters import IngestParameters
+    from ingest.pipeline import ingest_paths
     from app.runtime import load_embedder, open_index
 
     settings = settings_from(ctx, index=index, chunk_tokens=chunk_tokens, chunk_overlap=overlap)
     index_handle = open_index(settings)
     parameters = IngestParameters.from_settings(settings, load_embedder(settings))
     with ingest_progress(as_json) as progress, traced(settings, "ingest"):
-        summary = parameters.ingest(list(paths), index_handle, pattern, progress,
-                                    groups=None if groups is None else groups.split(","))
+        summary = ingest_paths(list(paths), index_handle, parameters, pattern, progress,
+                               groups=None if groups is None else groups.split(","))
     if as_json:
         print_json(summary.as_dict())
     else:

@@ -116,7 +116,7 @@ def sync_cmd(ctx: click.Context, source: str | None, index: str | None, as_json:
     be read (nothing is removed then), another process is syncing a source (nothing changes then; PostgreSQL)
     or a file failed."""
     from ingest.parameters import IngestParameters
-    from ingest.sources import find_source
+    from ingest.sources import find_source, sync_source
     from rag.core.errors import SourceBusyError, SourceUnavailableError
     from app.runtime import load_embedder, open_index
 
@@ -133,7 +133,7 @@ def sync_cmd(ctx: click.Context, source: str | None, index: str | None, as_json:
     for item in sources:
         try:
             with ingest_progress(as_json) as progress, traced(settings, "sync"):
-                summary = parameters.sync(stored, item, progress, allow_empty=allow_empty)
+                summary = sync_source(stored, item, parameters, progress, allow_empty=allow_empty)
         except (SourceUnavailableError, SourceBusyError) as exc:
             errors.append({"source": item.id, "folder": item.display_path, "error": exc.message,
                            "type": exc.error_type})
