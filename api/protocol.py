@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import msgspec
 
+from ingest.pipeline import FileOutcome
 from rag.core.records import DocumentRecord
 from rag.answering.result import AnswerResult, Evidence, Metrics, Source
 from rag.core import bounds
@@ -246,14 +248,27 @@ class FormatList(msgspec.Struct):
 
 
 class FileResult(msgspec.Struct):
+    """One file's outcome on the wire: ``ingest.pipeline.FileOutcome`` field by field (``of``), its path as
+    ``file``. An upload's reply lists every field, null where there is none."""
+
     file: str
-    status: str  # added | updated | unchanged | skipped | failed
-    document_id: str | None
-    chunks: int
-    reason: str | None
-    reason_type: str | None
-    renamed_from: str | None  # the file name as sent, when it was changed to be stored safely
+    status: str  # added | updated | unchanged | renamed | removed | skipped | failed
+    document_id: str | None = None
+    chunks: int = 0
+    reason: str | None = None
+    reason_type: str | None = None
     warning: str | None = None  # e.g. a page that needs OCR while Tesseract is not installed
+    renamed_from: str | None = None  # the file name as sent, when it was changed to be stored safely
+
+    @classmethod
+    def of(cls, outcome: FileOutcome) -> "FileResult":
+        fields = dataclasses.asdict(outcome)
+        fields["file"] = fields.pop("path")
+        return cls(**fields)
+
+
+class JobFileResult(FileResult, omit_defaults=True):
+    """The same, as a job lists its files: fields without a value are left out."""
 
 
 class UploadResponse(msgspec.Struct, omit_defaults=True):
@@ -336,17 +351,6 @@ class SourceList(msgspec.Struct):
 
 
 # --------------------------------------------------------------------------- jobs
-class JobFileResult(msgspec.Struct, omit_defaults=True):
-    file: str
-    status: str  # added | updated | unchanged | renamed | removed | skipped | failed
-    document_id: str | None = None
-    chunks: int = 0
-    reason: str | None = None
-    reason_type: str | None = None
-    warning: str | None = None
-    renamed_from: str | None = None
-
-
 class JobStatus(msgspec.Struct):
     """An upload or a sync that runs in the background (GET /v1/jobs/{id}; its events: /v1/jobs/{id}/events)."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import hashlib
 import os
@@ -15,6 +16,7 @@ from ingest.chunking import chunk_document
 from ingest.formats.worker import FileLoader
 from ingest.loaders import SUPPORTED_SUFFIXES, LoadedDocument, UnsupportedFileType
 from ingest.parameters import IngestParameters
+from ingest.progress import FileDone, OcrPage, Progress, Started, ignore
 from rag.core.records import Chunk, DocumentRecord, display_path, document_id, normalise_path
 from rag.store import IndexWriter, StoredIndex
 from rag.core import observe
@@ -35,13 +37,24 @@ UNREADABLE_FOLDER = "unreadable_folder"
 
 @dataclass(frozen=True)
 class FileOutcome:
-    path: str
-    status: str  # added | updated | unchanged | skipped | failed
+    """One file's outcome, end to end: an ingest's and a sync's summary, an upload's report, a job's record (which
+    stores it as it is) and, field by field, the API's ``FileResult``."""
+
+    path: str  # as shown (an upload: the stored file's name)
+    status: str  # added | updated | unchanged | renamed | removed | skipped | failed
     document_id: str | None = None
     chunks: int = 0
     reason: str | None = None
     reason_type: str | None = None
     warning: str | None = None  # added, but not whole (e.g. scanned pages without Tesseract)
+    renamed_from: str | None = None  # an upload stored under another name: the name as sent
+
+    def as_dict(self) -> dict[str, Any]:
+        """As ``rag ingest --json`` and ``rag sync --json`` list it (``renamed_from`` where there is one)."""
+        data = dataclasses.asdict(self)
+        if self.renamed_from is None:
+            del data["renamed_from"]
+        return data
 
 
 @dataclass
@@ -76,7 +89,7 @@ class IngestSummary:
             "chunks_written": self.chunks_written, "pages": self.pages, "seconds": round(self.seconds, 3),
             "chunks_per_s": round(self.chunks_per_s, 1), "generation": self.generation,
             "ocr_pages": self.ocr_pages, "ocr_seconds": round(self.ocr_seconds, 3),
-            "files": [o.__dict__ for o in self.outcomes],
+            "files": [o.as_dict() for o in self.outcomes],
         }
 
 
@@ -86,11 +99,6 @@ class _Pending:
     chunks: list[Chunk]
     outcome: FileOutcome
     loaded: LoadedDocument | None = None
-
-
-# (event, files_done, chunks_done); event: "start:N", a finished file's path, or "ocr:DONE/TOTAL:PATH"
-# while a file's pages are OCR'd.
-Progress = Callable[[str, int, int], None]
 
 
 def discover(paths: Sequence[Path], glob: str | None = None,
@@ -185,8 +193,8 @@ def ingest_paths(
     if not files:  # before the writer: an empty run creates no index
         raise BadRequestError(_nothing_to_ingest(paths, glob, rejected))
     summary.outcomes.extend(rejected)
-    notify = progress or (lambda event, files_done, chunks_done: None)
-    notify(f"start:{len(files)}", 0, 0)
+    notify = progress or ignore
+    notify(Started(len(files)))
     with observe.start_span(f"ingest {index.name}", {"rag.ingest.files": len(files),
                                                      observe.DATA_SOURCE: index.name}) as run_span:
         _ingest_files(files, summary, index, parameters, notify, lock_timeout_s, stored_groups)
@@ -241,7 +249,7 @@ def ingest_into(writer: IndexWriter, loader: FileLoader, files: Sequence[Path], 
         chunks_so_far = summary.chunks_written + sum(len(p.chunks) for p in pending)
         shown = display(path)
         loader.progress = lambda ocr_done, ocr_total, shown=shown, files_done=done - 1, chunks=chunks_so_far: \
-            notify(f"ocr:{ocr_done}/{ocr_total}:{shown}", files_done, chunks)
+            notify(OcrPage(shown, ocr_done, ocr_total, files_done, chunks))
         with observe.start_span("ingest file", {"file.path": str(path)}) as file_span:
             groups = stored_groups
             if groups is None:
@@ -265,7 +273,7 @@ def ingest_into(writer: IndexWriter, loader: FileLoader, files: Sequence[Path], 
             pending.append(item)
             if sum(len(p.chunks) for p in pending) >= EMBED_BUFFER_CHUNKS:
                 flush()
-        notify(shown, done, summary.chunks_written + sum(len(p.chunks) for p in pending))
+        notify(FileDone(shown, done, summary.chunks_written + sum(len(p.chunks) for p in pending)))
     if pending:
         flush()
 

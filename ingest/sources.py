@@ -26,8 +26,8 @@ import msgspec
 from rag.embedder import Embedder
 from ingest.formats.worker import FileLoader
 from ingest.parameters import IngestParameters
-from ingest.pipeline import (ATTACHMENT_SEP, UNREADABLE_FOLDER, FileOutcome, IngestSummary, Progress, discover,
-                             ingest_into)
+from ingest.pipeline import ATTACHMENT_SEP, UNREADABLE_FOLDER, FileOutcome, IngestSummary, discover, ingest_into
+from ingest.progress import Progress, Started, UnchangedCounted, ignore
 from rag.core.records import Chunk, DocumentRecord, FolderGroups, display_path, document_id, normalise_path
 from rag.store import IndexWriter, StoredIndex
 from rag.core import observe, paths
@@ -247,7 +247,7 @@ def sync_source(index: StoredIndex, source: Source, parameters: IngestParameters
     embedder = parameters.embedder
     folder = Path(source.path)  # listed by its identity: a drive letter mapped for the user may not be here
     shown = respelled(folder, source.display_path)
-    notify = progress or (lambda event, files_done, chunks_done: None)
+    notify = progress or ignore
     with observe.start_span(f"sync {index.name}", {observe.DATA_SOURCE: index.name, "rag.source.id": source.id,
                                                   "file.path": source.path}) as span, \
             index.source_lock(source.id):
@@ -269,7 +269,7 @@ def sync_source(index: StoredIndex, source: Source, parameters: IngestParameters
         summary = IngestSummary(index=index.name)
         summary.outcomes.extend(dataclasses.replace(o, path=shown(Path(o.path))) for o in rejected)
         result = SyncSummary(source, summary)
-        notify(f"start:{len(files)}", 0, 0)
+        notify(Started(len(files)))
         reader = index.reader() if index.exists() else None
         try:
             with index.writer(embedder.config.identity, embedder.dimension, lock_timeout_s) as writer, \
@@ -380,7 +380,7 @@ def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Sou
         result.removed.append(record.display_path)
         summary.outcomes.append(FileOutcome(record.display_path, "removed", record.id, record.chunks))
     done_before = len(files) - len(to_ingest)
-    notify("sync:unchanged", done_before, 0)
+    notify(UnchangedCounted(done_before))
     read_stats: dict[Path, os.stat_result] = {}
     ingest_into(writer, loader, to_ingest, summary, parameters, notify, source.groups, first=done_before,
                 display=shown, read_stats=read_stats)

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ingest.parameters import IngestParameters
-from ingest.pipeline import FileOutcome, Progress, delete_document, ingest_paths
+from ingest.pipeline import FileOutcome, delete_document, ingest_paths
+from ingest.progress import Progress
 from rag.core.records import DocumentRecord, FolderGroups, document_id, normalise_path
 from rag.store import StoredIndex
 from rag.core.errors import BadRequestError
@@ -98,8 +99,7 @@ class _Staged:
 @dataclass
 class UploadReport:
     index: str
-    outcomes: list[FileOutcome] = field(default_factory=list)
-    renamed: dict[str, str] = field(default_factory=dict)  # stored name -> the name as sent, where they differ
+    outcomes: list[FileOutcome] = field(default_factory=list)  # renamed_from: where the stored name differs
 
     @property
     def accepted(self) -> list[FileOutcome]:
@@ -167,8 +167,8 @@ class Uploads:
         finals = self.check(index, files, scope)
         self.remove_stale_staged()
         names = [p.name for p in finals]
-        report = UploadReport(index.name, renamed={stored: name_as_sent(f.name) for f, stored in zip(files, names)
-                                                   if stored != name_as_sent(f.name)})
+        renamed = {stored: name_as_sent(f.name) for f, stored in zip(files, names) if stored != name_as_sent(f.name)}
+        report = UploadReport(index.name)
         accepted: list[_Staged] = []
         for incoming, final in zip(files, finals):
             name, folder = final.name, final.parent
@@ -191,6 +191,8 @@ class Uploads:
                 report.outcomes += _ingest_staged(accepted, index, parameters, groups, progress)
         given = {name: position for position, name in enumerate(names)}
         report.outcomes.sort(key=lambda o: given.get(o.path, len(given)))
+        report.outcomes = [dataclasses.replace(o, renamed_from=renamed[o.path]) if o.path in renamed else o
+                           for o in report.outcomes]
         return report
 
     def delete(self, index: StoredIndex, id_or_path: str) -> DocumentRecord:

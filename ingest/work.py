@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Sequence
 
-from ingest.jobs import JobStore, Outcome, Running, Tracker, Work, file_results
+from ingest.jobs import JobStore, Outcome, Running, Tracker, Work
 from ingest.parameters import IngestParameters
 from ingest.sources import find_source, index_sources, sync_source
 from rag.store import StoredIndex
@@ -25,7 +25,7 @@ def upload_work(jobs: JobStore, uploads: Uploads, index: StoredIndex, parameters
         counts = Counter(o.status for o in report.outcomes)
         summary = {**{s: counts[s] for s in ("added", "updated", "unchanged", "failed")},
                    "chunks": sum(o.chunks for o in report.accepted)}
-        results = file_results(report.outcomes, report.renamed)
+        results = list(report.outcomes)
         if report.accepted:
             return Outcome(results, summary)
         first = report.outcomes[0]
@@ -46,6 +46,6 @@ def sync_work(index: StoredIndex, source_id: str, parameters: IngestParameters) 
                   "unchanged": summary.unchanged, "renamed": len(summary.renamed), "removed": len(summary.removed),
                   "failed": summary.ingest.count("failed"), "chunks_embedded": summary.ingest.chunks_written}
         changed = [o for o in summary.ingest.outcomes if o.status != "unchanged"]  # 1,000 unchanged files: no list
-        return Outcome(file_results(changed), counts)
+        return Outcome(changed, counts)
 
     return work

@@ -27,6 +27,7 @@ from ingest.formats.registry import sniff
 from ingest.loaders import BrokenDocument, NoExtractableText, UnsupportedFileType, load_document
 from ingest.pipeline import attachment_path, delete_document, ingest_paths
 from ingest.parameters import IngestParameters
+from ingest.progress import OcrPage, ProgressEvent
 from rag.store.embedded import EmbeddedIndex
 from rag.core.records import document_id
 from rag.store.embedded import EmbeddedReader
@@ -406,8 +407,8 @@ def all_formats(made, scans, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def formats_index(all_formats, embedder, tesseract, tmp_path_factory):
     root = tmp_path_factory.mktemp("formats-home") / "indexes" / "formats"
-    events: list[str] = []
-    summary = ingest_paths([all_formats], EmbeddedIndex(root), IngestParameters.defaults(embedder), progress=lambda e, f, c: events.append(e))
+    events: list[ProgressEvent] = []
+    summary = ingest_paths([all_formats], EmbeddedIndex(root), IngestParameters.defaults(embedder), progress=events.append)
     return root, summary, events
 
 
@@ -418,8 +419,8 @@ def test_every_format_ingests_with_ocr_counted(formats_index, all_formats):
     assert str(attachment_path(all_formats / "samples.eml", "budget.csv")) in outcomes
     assert summary.ocr_pages == 4 and summary.ocr_seconds > 0  # scan.pdf 1 + scan.tiff 2 + mixed.pdf 1
     assert summary.as_dict()["ocr_pages"] == 4
-    ocr_events = [e for e in events if e.startswith("ocr:")]
-    assert f"ocr:2/2:{all_formats / 'scan.tiff'}" in ocr_events
+    ocr_events = [(e.path, e.page, e.pages) for e in events if isinstance(e, OcrPage)]
+    assert (str(all_formats / "scan.tiff"), 2, 2) in ocr_events
 
 
 def test_attachment_is_its_own_document_linked_to_the_mail(formats_index, all_formats, embedder):

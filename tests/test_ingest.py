@@ -455,8 +455,8 @@ from rag.store.embedded import EmbeddedIndex
 pipeline.EMBED_BUFFER_CHUNKS = 16
 embedder = Embedder(Path(sys.argv[1]))
 
-def progress(event, files_done, chunks_done):
-    print(f"progress {files_done} {chunks_done}", flush=True)
+def progress(event):
+    print(f"progress {event.files_done} {event.chunks_done}", flush=True)
 
 pipeline.ingest_paths([Path(p) for p in sys.argv[3:]], EmbeddedIndex(Path(sys.argv[2])), IngestParameters.defaults(embedder),
                       progress=progress)

@@ -663,6 +663,7 @@ def test_a_file_edited_while_a_sync_runs_is_read_again_by_the_next_sync(tmp_path
     import hashlib
     import os
 
+    from ingest.progress import FileDone, ProgressEvent
     from ingest.sources import add_source, index_sources, sync_source
 
     folder = tmp_path / "share"
@@ -671,8 +672,9 @@ def test_a_file_edited_while_a_sync_runs_is_read_again_by_the_next_sync(tmp_path
     index = EmbeddedStore(tmp_path / "indexes").index("docs")
     add_source(index, embedder, folder)
 
-    def save_meanwhile(event: str, files_done: int, chunks_done: int) -> None:
-        if event.endswith("notes.txt") and (folder / "notes.txt").read_bytes() == WOMBAT:  # read, not yet recorded
+    def save_meanwhile(event: ProgressEvent) -> None:
+        if isinstance(event, FileDone) and event.path.endswith("notes.txt") and \
+                (folder / "notes.txt").read_bytes() == WOMBAT:  # read, not yet recorded
             (folder / "notes.txt").write_bytes(QUOKKA)
             os.utime(folder / "notes.txt", ns=(os.stat(folder / "notes.txt").st_mtime_ns + 10**9,) * 2)
 

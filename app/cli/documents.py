@@ -13,6 +13,7 @@ from rich.text import Text
 
 from app.cli.common import (console, handle_errors, index_option, json_option, literal, on_this_disk, out, plural,
                             print_json, settings_from, traced)
+from ingest.progress import FileDone, OcrPage, ProgressEvent, Started
 from rag.core.settings import Settings
 
 
@@ -50,7 +51,7 @@ def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, p
 
 
 @contextmanager
-def ingest_progress(quiet: bool) -> Iterator[Callable[[str, int, int], None]]:
+def ingest_progress(quiet: bool) -> Iterator[Callable[[ProgressEvent], None]]:
     """The progress bar of an ingest or a sync (files, chunks, rate, the current file and its OCR page);
     nothing when ``quiet`` (JSON output) or when stderr is not a terminal."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -61,18 +62,17 @@ def ingest_progress(quiet: bool) -> Iterator[Callable[[str, int, int], None]]:
                   disable=quiet or not console.is_terminal) as bar:
         task = bar.add_task("ingesting", total=None, chunks=0, rate=0.0, current="")
 
-        def progress(event: str, files_done: int, chunks_done: int) -> None:
-            if event.startswith("ocr:"):  # "ocr:DONE/TOTAL:PATH" while a file's pages are OCR'd
-                pages, _, path = event[4:].partition(":")
-                bar.update(task, current=f"{Path(path).name[-40:]} · OCR page {pages}")
+        def progress(event: ProgressEvent) -> None:
+            if isinstance(event, OcrPage):
+                bar.update(task, current=f"{Path(event.path).name[-40:]} · OCR page {event.page}/{event.pages}")
                 return
-            if event.startswith("start:"):
-                bar.update(task, total=int(event.split(":", 1)[1]))
+            if isinstance(event, Started):
+                bar.update(task, total=event.files)
                 return
             elapsed = bar.tasks[0].elapsed or 0.0
-            bar.update(task, completed=files_done, chunks=chunks_done,
-                       rate=chunks_done / elapsed if elapsed else 0.0,
-                       current="" if event.startswith("sync:") else Path(event).name[-40:])
+            bar.update(task, completed=event.files_done, chunks=event.chunks_done,
+                       rate=event.chunks_done / elapsed if elapsed else 0.0,
+                       current=Path(event.path).name[-40:] if isinstance(event, FileDone) else "")
 
         yield progress
 
