@@ -821,6 +821,7 @@ def test_a_move_waits_out_a_long_scan_and_a_refused_progress_write_is_no_failed_
     import time
 
     from ingest.jobs import JobStore, Tracker
+    from ingest.progress import FileDone, Started
     from rag.core.files import replace_file
 
     (tmp_path / "new.faiss.tmp").write_bytes(b"vectors")
@@ -834,9 +835,9 @@ def test_a_move_waits_out_a_long_scan_and_a_refused_progress_write_is_no_failed_
     job = jobs.create("sync", "docs", "alice")
     tracker = Tracker(jobs, job, threading.Event())
     with windows_rules.held_elsewhere(jobs.folder / job.id / "job.json"):  # someone reads the record, for long
-        tracker("start:3", 0, 0)  # not written, not raised
+        tracker(Started(3))  # not written, not raised
         assert jobs.get(job.id).files_total == 0
-    tracker("a.txt", 1, 4)
+    tracker(FileDone("a.txt", 1, 4))
     assert (jobs.get(job.id).files_total, jobs.get(job.id).files_done) == (3, 1)
     assert [p.name for p in (jobs.folder / job.id).iterdir() if p.name.startswith(".")] == []
 
