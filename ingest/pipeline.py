@@ -224,9 +224,9 @@ def ingest_into(writer: IndexWriter, loader: FileLoader, files: Sequence[Path], 
     """Load, chunk and embed ``files`` into an open writer, outcomes into ``summary``; the caller commits
     (a sync adds its renames and removals to the same commit). ``first``: files already done before these
     (progress counts on from there). Without ``stored_groups``, a file under a folder of the parameters'
-    ``folder_groups`` gets that folder's groups. ``display``: how a file's path is shown (in outcomes, progress and, made
-    absolute, as the document's display path). ``read_stats``: filled with the stat of the handle each file
-    was read from."""
+    ``folder_groups`` gets that folder's groups. ``display``: how a file's path is shown (in outcomes, progress
+    and, made absolute, as the document's display path). ``read_stats``: filled with the stat of the handle
+    each file was read from."""
     instruments = observe.instruments()
     embedder, folder_groups = parameters.embedder, parameters.folder_groups
     index_name = summary.index

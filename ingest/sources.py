@@ -236,12 +236,11 @@ class SyncSummary:
 def sync_source(index: StoredIndex, source: Source, parameters: IngestParameters, progress: Progress | None = None,
                 allow_empty: bool = False, lock_timeout_s: float = 5.0) -> SyncSummary:
     """One sync of ``source`` (see the module notes); a source without groups of its own gives a file under a
-    folder of the parameters' ``folder_groups`` that folder's groups. Raises SourceUnavailableError, changing nothing, when
-    the folder is missing or cannot be listed, or holds no file to follow while the last sync saw some (an
-    unmounted share is often an empty mount-point folder) unless ``allow_empty``; the error is recorded on the
-    source. Raises SourceBusyError,
-    changing and recording nothing, when another process is syncing the same source (the store's
-    ``source_lock``: on PostgreSQL, one replica at a time)."""
+    folder of the parameters' ``folder_groups`` that folder's groups. Raises SourceUnavailableError, changing
+    nothing, when the folder is missing or cannot be listed, or holds no file to follow while the last sync saw
+    some (an unmounted share is often an empty mount-point folder) unless ``allow_empty``; the error is recorded
+    on the source. Raises SourceBusyError, changing and recording nothing, when another process is syncing the
+    same source (the store's ``source_lock``: on PostgreSQL, one replica at a time)."""
     started = time.perf_counter()
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     embedder = parameters.embedder

@@ -59,7 +59,8 @@ def home(tmp_path_factory: pytest.TempPathFactory, settings: Settings, embedder)
     paths = sorted(docs.glob("*.md"))
     local = settings.replace(home=home)
     for index in (local.index, "hr"):
-        summary = ingest_paths(paths, EmbeddedIndex(local.index_path(index)), IngestParameters.from_settings(settings, embedder))
+        summary = ingest_paths(paths, EmbeddedIndex(local.index_path(index)),
+                               IngestParameters.from_settings(settings, embedder))
         assert summary.count("added") == len(paths), summary.as_dict()
     return home
 

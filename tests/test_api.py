@@ -108,7 +108,8 @@ def api_home(tmp_path_factory: pytest.TempPathFactory, settings: Settings, embed
     for name in DOC_NAMES:
         shutil.copy2(SQUAD_DOCS / name, docs / name)
     app_settings = settings.replace(home=home)
-    summary = ingest_paths([docs / n for n in DOC_NAMES], EmbeddedIndex(app_settings.index_path()), IngestParameters.from_settings(app_settings, embedder))
+    summary = ingest_paths([docs / n for n in DOC_NAMES], EmbeddedIndex(app_settings.index_path()),
+                           IngestParameters.from_settings(app_settings, embedder))
     assert summary.count("added") == len(DOC_NAMES), summary.as_dict()
     return home
 

@@ -236,7 +236,8 @@ def bench_home(tmp_path_factory: pytest.TempPathFactory, settings: Settings, emb
     docs = home / "docs"
     docs.mkdir()
     (docs / "zorblat.md").write_text(DOC_TEXT, encoding="utf-8")
-    summary = ingest_paths([docs / "zorblat.md"], EmbeddedIndex(settings.replace(home=home).index_path()), IngestParameters.from_settings(settings, embedder))
+    summary = ingest_paths([docs / "zorblat.md"], EmbeddedIndex(settings.replace(home=home).index_path()),
+                           IngestParameters.from_settings(settings, embedder))
     assert summary.ok and summary.count("added") == 1, summary.as_dict()
     return home
 

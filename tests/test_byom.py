@@ -340,7 +340,8 @@ def test_rag_answer_end_to_end_with_each_family(imported: dict[str, Path], setti
         pytest.fail(f"SQuAD data not found at {SQUAD_DOCS}")
     home = tmp_path_factory.mktemp("byom-rag")
     base = settings.replace(home=home)
-    ingest_paths([SQUAD_DOCS / "normans.md"], EmbeddedIndex(base.index_path()), IngestParameters.from_settings(base, embedder))
+    ingest_paths([SQUAD_DOCS / "normans.md"], EmbeddedIndex(base.index_path()),
+                 IngestParameters.from_settings(base, embedder))
     for key in ("llama", "qwen2", "phi3", "gemma2"):
         local = base.replace(generator_dir=imported[key])
         from app.runtime import load_generator

@@ -174,11 +174,13 @@ def test_a_linked_folder_is_shown_as_spelled_and_replaced_or_deleted_by_either_s
     assert shown_documents(index) == {doc_id: (str(real / "Wombat.md"), str(via_link))}
 
     (real / "Wombat.md").write_text(WOMBAT + "\nThey are mostly nocturnal.\n", encoding="utf-8")
-    summary = ingest_paths([real / "Wombat.md"], index, IngestParameters.defaults(embedder))  # the same file by its own name: replaced
+    summary = ingest_paths([real / "Wombat.md"], index,
+                           IngestParameters.defaults(embedder))  # the same file by its own name: replaced
     assert [(o.status, o.document_id) for o in summary.outcomes] == [("updated", doc_id)]
     assert shown_documents(index) == {doc_id: (str(real / "Wombat.md"), str(real / "Wombat.md"))}
 
-    summary = ingest_paths([via_link], index, IngestParameters.defaults(embedder))  # unchanged, but seen by another spelling: shown so
+    summary = ingest_paths([via_link], index,
+                           IngestParameters.defaults(embedder))  # unchanged, but seen by another spelling: shown so
     assert [o.status for o in summary.outcomes] == ["unchanged"]
     assert shown_documents(index) == {doc_id: (str(real / "Wombat.md"), str(via_link))}
 
@@ -264,11 +266,13 @@ def test_an_embedded_index_from_before_display_paths_shows_identities_then_migra
     reader = index.reader()  # a server's reader, open across the upgrade
     try:
         (real / "Quokka.md").write_text(QUOKKA, encoding="utf-8")
-        ingest_paths([real / "Quokka.md"], index, IngestParameters.defaults(embedder))  # the writer adds the column: display = identity
+        ingest_paths([real / "Quokka.md"], index,
+                     IngestParameters.defaults(embedder))  # the writer adds the column: display = identity
         with sqlite3.connect(tmp_path / "indexes" / "old" / DB_NAME) as conn:
             assert conn.execute("SELECT path, display_path FROM documents WHERE id = ?", (doc_id,)).fetchone() == \
                 (str(real / "Wombat.md"), str(real / "Wombat.md"))
-        ingest_paths([tmp_path / "Shared"], index, IngestParameters.defaults(embedder))  # unchanged files seen again: their spelling
+        ingest_paths([tmp_path / "Shared"], index,
+                     IngestParameters.defaults(embedder))  # unchanged files seen again: their spelling
         hits = reader.chunks(c.id for c in reader.document_chunks(doc_id)[0])
         assert {c.path for c in hits.values()} == {str(tmp_path / "Shared" / "Wombat.md")}
     finally:

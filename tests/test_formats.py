@@ -408,7 +408,8 @@ def all_formats(made, scans, tmp_path_factory) -> Path:
 def formats_index(all_formats, embedder, tesseract, tmp_path_factory):
     root = tmp_path_factory.mktemp("formats-home") / "indexes" / "formats"
     events: list[ProgressEvent] = []
-    summary = ingest_paths([all_formats], EmbeddedIndex(root), IngestParameters.defaults(embedder), progress=events.append)
+    summary = ingest_paths([all_formats], EmbeddedIndex(root), IngestParameters.defaults(embedder),
+                           progress=events.append)
     return root, summary, events
 
 

@@ -53,7 +53,8 @@ def test_fuzzing_finds_no_server_errors_and_no_schema_violations(request: pytest
     (home / "docs").mkdir(parents=True)
     shutil.copy2(PROJECT_ROOT / "examples" / "docs" / "normans.md", home / "docs")
     own = settings.replace(home=home)
-    ingest_paths([home / "docs" / "normans.md"], EmbeddedIndex(own.index_path()), IngestParameters.from_settings(own, embedder))
+    ingest_paths([home / "docs" / "normans.md"], EmbeddedIndex(own.index_path()),
+                 IngestParameters.from_settings(own, embedder))
     examples, seconds = request.config.getoption("--fuzz-examples"), request.config.getoption("--fuzz-seconds")
     report = tmp_path / "schemathesis.json"
     with server_process(own, home, tmp_path / "serve.log", RAG_MAX_TOKENS="4",

@@ -65,7 +65,8 @@ def home(tmp_path_factory: pytest.TempPathFactory, settings: Settings, embedder)
     (home / "docs").mkdir()
     shutil.copy2(DOC, home / "docs" / DOC.name)
     own = settings.replace(home=home)
-    summary = ingest_paths([home / "docs" / DOC.name], EmbeddedIndex(own.index_path()), IngestParameters.from_settings(own, embedder))
+    summary = ingest_paths([home / "docs" / DOC.name], EmbeddedIndex(own.index_path()),
+                           IngestParameters.from_settings(own, embedder))
     assert summary.count("added") == 1, summary.as_dict()
     return home
 

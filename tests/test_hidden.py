@@ -403,7 +403,8 @@ def test_the_answer_services_default_context_sees_public_documents_only(settings
     (folder / "budget.md").write_bytes(SECRET)
     (folder / "canteen.md").write_bytes(b"# Canteen\n\nThe canteen budget buys soup.\n")
     store = EmbeddedStore(tmp_path / "indexes")
-    ingest_paths([folder / "budget.md"], store.index("default"), IngestParameters.defaults(embedder), groups=["finance"])
+    ingest_paths([folder / "budget.md"], store.index("default"), IngestParameters.defaults(embedder),
+                 groups=["finance"])
     ingest_paths([folder / "canteen.md"], store.index("default"), IngestParameters.defaults(embedder))
     service = AnswerService(settings.replace(home=tmp_path), store, embedder, generator)
     try:

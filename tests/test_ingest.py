@@ -458,7 +458,8 @@ embedder = Embedder(Path(sys.argv[1]))
 def progress(event):
     print(f"progress {event.files_done} {event.chunks_done}", flush=True)
 
-pipeline.ingest_paths([Path(p) for p in sys.argv[3:]], EmbeddedIndex(Path(sys.argv[2])), IngestParameters.defaults(embedder),
+pipeline.ingest_paths([Path(p) for p in sys.argv[3:]], EmbeddedIndex(Path(sys.argv[2])),
+                      IngestParameters.defaults(embedder),
                       progress=progress)
 print("finished", flush=True)
 """
@@ -539,7 +540,8 @@ def test_killed_ingest_leaves_last_commit_intact(tmp_path, embedder, settings):
         reader.close()
 
     # A fresh run afterwards works and commits the next generation.
-    again = ingest_paths([corpus / "sky_united_kingdom.md", canary_dir], EmbeddedIndex(root), IngestParameters.defaults(embedder))
+    again = ingest_paths([corpus / "sky_united_kingdom.md", canary_dir], EmbeddedIndex(root),
+                         IngestParameters.defaults(embedder))
     assert {n: o.status for n, o in by_name(again).items()} == {
         "sky_united_kingdom.md": "added", "canary.md": "unchanged"} and again.ok
     assert again.generation == 2
@@ -729,7 +731,8 @@ def test_glob_selects_files_by_name(tmp_path, rag, embedder):
     assert sorted(Path(p).suffix for (p,) in db_rows(root, "SELECT path FROM documents")) == [".md", ".md"]
 
     # the glob filters folder contents only; a file named outright is always taken
-    summary = ingest_paths([src, src / "notes.txt"], EmbeddedIndex(root), IngestParameters.defaults(embedder), glob="*.md")
+    summary = ingest_paths([src, src / "notes.txt"], EmbeddedIndex(root), IngestParameters.defaults(embedder),
+                           glob="*.md")
     assert {Path(o.path).name: o.status for o in summary.outcomes} == {
         "canary.md": "unchanged", "sky_united_kingdom.md": "unchanged", "notes.txt": "added"}
     # without a glob everything visible is considered
@@ -754,7 +757,8 @@ def test_nothing_to_ingest_is_an_error_and_creates_no_index(tmp_path, rag, embed
         assert proc.stdout == ""
     assert not (home / "indexes").exists()
     with pytest.raises(BadRequestError, match="no files match"):
-        ingest_paths([src], EmbeddedIndex(tmp_path / "indexes" / "t1"), IngestParameters.defaults(embedder), glob="*.pdf")
+        ingest_paths([src], EmbeddedIndex(tmp_path / "indexes" / "t1"), IngestParameters.defaults(embedder),
+                     glob="*.pdf")
     assert not (tmp_path / "indexes").exists()
 
 

@@ -90,7 +90,8 @@ def rag_home(tmp_path_factory: pytest.TempPathFactory, settings: Settings, embed
         pytest.skip(f"SQuAD data not found at {SQUAD_DOCS.parent}")
     home = tmp_path_factory.mktemp("rag-home")
     root = settings.replace(home=home).index_path()
-    summary = ingest_paths([SQUAD_DOCS / n for n in DOC_NAMES], EmbeddedIndex(root), IngestParameters.from_settings(settings, embedder))
+    summary = ingest_paths([SQUAD_DOCS / n for n in DOC_NAMES], EmbeddedIndex(root),
+                           IngestParameters.from_settings(settings, embedder))
     assert summary.ok and summary.count("added") == len(DOC_NAMES), summary.as_dict()
     assert summary.chunks_written > 10
     return home
@@ -647,7 +648,8 @@ def test_ask_cli_prints_sources_literally(settings: Settings, embedder, tmp_path
         "# Rocket [/bold] notes :rocket: [red]x\n\nThe zorblat rocket :rocket: launches from the "
         "[bold]harbour[/bold] every Tuesday at noon.\n", encoding="utf-8")
     home = tmp_path / "home"
-    summary = ingest_paths([docs], EmbeddedIndex(settings.replace(home=home).index_path()), IngestParameters.defaults(embedder))
+    summary = ingest_paths([docs], EmbeddedIndex(settings.replace(home=home).index_path()),
+                           IngestParameters.defaults(embedder))
     assert summary.count("added") == 1
     proc = run_cli(settings, "--home", str(home), "ask", "When does the zorblat rocket launch?", "--max-tokens", "4",
                    COLUMNS="200")

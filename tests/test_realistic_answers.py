@@ -35,7 +35,8 @@ DEBIAN_DOCS = DATA / "debian-docs"
 def policies(tmp_path_factory: pytest.TempPathFactory, settings: Settings, embedder, generator) -> AnswerService:
     home = tmp_path_factory.mktemp("policies-home")
     local = settings.replace(home=home)
-    summary = ingest_paths([POLICIES / "docs"], EmbeddedIndex(local.index_path()), IngestParameters.from_settings(local, embedder))
+    summary = ingest_paths([POLICIES / "docs"], EmbeddedIndex(local.index_path()),
+                           IngestParameters.from_settings(local, embedder))
     assert summary.ok and summary.count("added") == 3, summary.as_dict()
     service = answer_service(local, Models(embedder, generator))
     yield service

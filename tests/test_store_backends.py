@@ -113,7 +113,8 @@ def test_add_search_update_delete(store, embedder, tmp_path: Path) -> None:
     assert reader.lexical_search("the of and", 5) == []  # only stop words: no query
 
     # unchanged, then updated: the old chunk goes, the reader sees the new one without reopening
-    assert [o.status for o in ingest_paths([docs], index, IngestParameters.defaults(embedder)).outcomes] == ["unchanged", "unchanged"]
+    assert [o.status for o in ingest_paths([docs], index,
+                                           IngestParameters.defaults(embedder)).outcomes] == ["unchanged", "unchanged"]
     write(docs, "normans.md", "# Normans\n\nRollo, a Viking chieftain, founded the duchy of Normandy.\n\n" + "More. " * 300)
     summary = ingest_paths([normans], index, IngestParameters.defaults(embedder))
     assert summary.outcomes[0].status == "updated" and summary.outcomes[0].chunks > 1
@@ -231,7 +232,8 @@ def test_copy_between_backends(embedder, postgres_url: str, tmp_path: Path) -> N
 def test_migrate_command(settings, postgres_url: str, tmp_path: Path, embedder) -> None:
     home, home_back = tmp_path / "home", tmp_path / "home-back"
     name = fresh_name()
-    ingest_paths(corpus(tmp_path / "docs", 10, 3), EmbeddedStore(home / "indexes").index(name), IngestParameters.defaults(embedder))
+    ingest_paths(corpus(tmp_path / "docs", 10, 3), EmbeddedStore(home / "indexes").index(name),
+                 IngestParameters.defaults(embedder))
 
     def run(where: Path, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "app.cli", "--home", str(where), "index", "migrate", *args],
@@ -420,7 +422,8 @@ def test_an_index_from_before_document_groups_reads_as_public_and_migrates(embed
         assert reader.visible_documents(frozenset()) is None
         assert [d.access_groups for d in reader.documents()] == [""]
         secret = write(tmp_path / "docs", "vault.md", "# Vault\n\n" + SECRET)
-        ingest_paths([secret], index, IngestParameters.defaults(embedder), groups=["finance"])  # the writer adds the column
+        ingest_paths([secret], index, IngestParameters.defaults(embedder),
+                     groups=["finance"])  # the writer adds the column
         assert reader.visible_documents(frozenset()) == [document_id(public)]
     finally:
         reader.close()

@@ -97,7 +97,8 @@ def web_home(tmp_path_factory: pytest.TempPathFactory, settings: Settings, embed
     docs = home / "docs"
     shutil.copytree(EXAMPLE_DOCS, docs)
     paths = sorted(docs.glob("*.md"))
-    summary = ingest_paths(paths, EmbeddedIndex(settings.replace(home=home).index_path()), IngestParameters.from_settings(settings, embedder))
+    summary = ingest_paths(paths, EmbeddedIndex(settings.replace(home=home).index_path()),
+                           IngestParameters.from_settings(settings, embedder))
     assert summary.count("added") == len(paths), summary.as_dict()
     return home
 

@@ -59,7 +59,8 @@ def test_an_index_under_a_non_ascii_home_commits_and_loads(tmp_path: Path, embed
     windows_rules.fail_next(1, ".faiss")  # and a scanner holds the new vectors file for a moment
     first = ingest_paths([docs], store.index("default"), IngestParameters.defaults(embedder))
     (docs / "quokka.txt").write_bytes(QUOKKA)
-    second = ingest_paths([docs], store.index("default"), IngestParameters.defaults(embedder))  # loads generation 1, writes 2
+    second = ingest_paths([docs], store.index("default"),
+                          IngestParameters.defaults(embedder))  # loads generation 1, writes 2
     assert (first.generation, second.generation) == (1, 2) and ansi_faiss == []
     assert any("injected" in r for r in windows_rules.refused)
     reader = store.index("default").reader()
@@ -164,7 +165,8 @@ def test_lock_files_hidden_files_and_junctions_are_skipped_with_the_reason(tmp_p
     attributes = {"junction": stat.FILE_ATTRIBUTE_REPARSE_POINT if hasattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT")
                   else 0x400, "Thumbs.txt": 0x4, "secret.txt": 0x2}  # reparse point, system, hidden
     monkeypatch.setattr(rag.core.files, "windows_attributes", lambda path: attributes.get(Path(path).name, 0))
-    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"), IngestParameters.defaults(embedder))
+    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"),
+                           IngestParameters.defaults(embedder))
     outcomes = {Path(o.path).name: (o.status, o.reason) for o in summary.outcomes}
     assert outcomes["Report.txt"][0] == "added" and "elsewhere.txt" not in outcomes
     assert outcomes["~$Report.docx"] == ("skipped", "not a document: an Office lock file (the document is open "
@@ -189,7 +191,8 @@ def test_a_folder_that_cannot_be_listed_is_reported_not_fatal(tmp_path: Path, em
         return real_scandir(path)
 
     monkeypatch.setattr(os, "scandir", scandir)
-    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"), IngestParameters.defaults(embedder))
+    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"),
+                           IngestParameters.defaults(embedder))
     outcomes = {Path(o.path).name: (o.status, o.reason_type) for o in summary.outcomes}
     assert outcomes == {"Report.txt": ("added", None), "deep" * 60: ("skipped", "unreadable_folder")}
 
@@ -508,7 +511,8 @@ def test_a_deleted_index_stops_answering_and_its_name_serves_the_new_index(
     home = tmp_path / "home"
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "wombat.txt").write_bytes(WOMBAT)
-    ingest_paths([tmp_path / "docs"], EmbeddedStore(home / "indexes").index("docs"), IngestParameters.defaults(embedder))
+    ingest_paths([tmp_path / "docs"], EmbeddedStore(home / "indexes").index("docs"),
+                 IngestParameters.defaults(embedder))
     with TestClient(create_app(settings.replace(home=home)), base_url="http://127.0.0.1", timeout=120) as client:
         while client.get("/healthz").json()["status"] == "loading":
             time.sleep(0.1)
@@ -519,7 +523,8 @@ def test_a_deleted_index_stops_answering_and_its_name_serves_the_new_index(
         assert (gone.status_code, gone.json()["error"]["type"]) == (404, "index_not_found"), gone.text
         (tmp_path / "docs" / "wombat.txt").unlink()
         (tmp_path / "docs" / "quokka.txt").write_bytes(QUOKKA)
-        ingest_paths([tmp_path / "docs"], EmbeddedStore(home / "indexes").index("docs"), IngestParameters.defaults(embedder))
+        ingest_paths([tmp_path / "docs"], EmbeddedStore(home / "indexes").index("docs"),
+                     IngestParameters.defaults(embedder))
         assert "Quokkas" in _retrieve(client, "docs").json()["chunks"][0]["text"]
     assert sorted(p.name for p in (home / "indexes").iterdir()) == ["docs"]
 
@@ -560,7 +565,8 @@ def test_deleting_an_index_another_process_reads_waits_for_it_or_says_index_busy
     busy = CliRunner().invoke(cli, ["--home", str(home), "index", "delete", "kept", "--yes"])
     assert busy.exit_code == 2 and "does not exist" in busy.output  # deleted already
     windows_rules.release(holder)
-    ingest_paths([tmp_path / "docs"], store.index("kept"), IngestParameters.defaults(embedder))  # the old folder goes first
+    ingest_paths([tmp_path / "docs"], store.index("kept"),
+                 IngestParameters.defaults(embedder))  # the old folder goes first
     assert store.names() == ["kept"] and sorted(p.name for p in (home / "indexes").iterdir()) == ["kept"]
 
 
@@ -862,7 +868,8 @@ def test_cloud_placeholders_and_volume_mount_points_are_walked_only_links_are_no
                         lambda path: 0x10 | 0x400 if Path(path).name in reparse else 0)
     monkeypatch.setattr(rag.core.files, "windows_reparse_point",
                         lambda path: reparse.get(Path(path).name, (0, None)))
-    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"), IngestParameters.defaults(embedder))
+    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"),
+                           IngestParameters.defaults(embedder))
     outcomes = {Path(o.path).name: (o.status, o.reason_type) for o in summary.outcomes}
     assert outcomes["plan.txt"] == ("added", None) and outcomes["old.txt"] == ("added", None)
     assert "elsewhere.txt" not in outcomes  # the junction is not descended into
@@ -883,7 +890,8 @@ def test_hidden_system_folders_such_as_the_recycle_bin_are_skipped_and_reported(
     hidden_system = {"$RECYCLE.BIN", "System Volume Information"}
     monkeypatch.setattr(rag.core.files, "windows_attributes",
                         lambda path: 0x10 | 0x2 | 0x4 if Path(path).name in hidden_system else 0)
-    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"), IngestParameters.defaults(embedder))
+    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"),
+                           IngestParameters.defaults(embedder))
     outcomes = {Path(o.path).name: (o.status, o.reason) for o in summary.outcomes}
     assert set(outcomes) == {"budget.txt", "$RECYCLE.BIN", "System Volume Information"}
     assert outcomes["$RECYCLE.BIN"] == ("skipped", "not a document folder: a hidden system folder")
