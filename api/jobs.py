@@ -26,8 +26,7 @@ def job_status(job: Job, jobs: Jobs) -> JobStatus:
         current_file_pages=job.current_file_pages, created_at=_iso(job.created_at) or "",
         started_at=_iso(job.started_at), finished_at=_iso(job.finished_at), elapsed_s=round(job.elapsed_s(now), 2),
         eta_s=job.eta_s(now),
-        files=[JobFileResult(f.path, f.status, f.document_id, f.chunks, f.reason, f.reason_type, f.warning,
-                             f.renamed_from) for f in job.files],
+        files=[JobFileResult.of(f) for f in job.files],
         summary=job.summary, error=ErrorBody(type=job.error_type, message=job.error or "") if job.error_type else None,
         names=job.names, source=job.source, retry_of=job.retry_of, can_retry=jobs.can_retry(job))
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import msgspec
 
+from ingest.pipeline import FileOutcome
 from rag.core.records import DocumentRecord
 from rag.answering.result import AnswerResult, Evidence, Metrics, Source
+from rag.core import bounds
+from rag.core.durations import PATTERN as DURATION_PATTERN
 from rag.core.names import INDEX_NAME_PATTERN
 
 Text = Annotated[str, msgspec.Meta(max_length=20_000)]
@@ -22,18 +26,18 @@ USER_TURN = {  # a user message with text: the question of a chat
         {"type": "string", "pattern": NOT_BLANK},
         {"type": "array", "contains": {"type": "object", "required": ["type", "text"], "properties": {
             "type": {"const": "text"}, "text": {"type": "string", "pattern": NOT_BLANK}}}}]}}}
-MaxTokens = Annotated[int, msgspec.Meta(ge=1, le=4096)]
-Temperature = Annotated[float, msgspec.Meta(ge=0.0, le=2.0)]
-TopP = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
-SamplingTopK = Annotated[int, msgspec.Meta(ge=0, le=1000)]
+MaxTokens = Annotated[int, msgspec.Meta(**bounds.MAX_TOKENS.schema())]
+Temperature = Annotated[float, msgspec.Meta(**bounds.TEMPERATURE.schema())]
+TopP = Annotated[float, msgspec.Meta(**bounds.TOP_P.schema())]
+SamplingTopK = Annotated[int, msgspec.Meta(**bounds.TOP_K_SAMPLING.schema())]
 StopString = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 IndexName = Annotated[str, msgspec.Meta(pattern=INDEX_NAME_PATTERN)]
 # ``top_k`` has two meanings, side by side (README, "top_k: two meanings"): retrieval depth on /v1/ask and
 # /v1/retrieve, sampling top-k on the seed-compatible /v1/chat, whose meaning is kept.
-RetrievalTopK = Annotated[int, msgspec.Meta(ge=1, le=50, description=(
+RetrievalTopK = Annotated[int, msgspec.Meta(**bounds.TOP_K.schema(), description=(
     "retrieval depth: how many chunks are retrieved (default: the server's top_k setting, `rag ask --top-k`). "
     "On /v1/chat, top_k means sampling top-k instead; there the depth is the server's setting."))]
-ChatSamplingTopK = Annotated[int, msgspec.Meta(ge=0, le=1000, description=(
+ChatSamplingTopK = Annotated[int, msgspec.Meta(**bounds.TOP_K_SAMPLING.schema(), description=(
     "sampling top-k, as in the seed backend (0 = off). Not the retrieval depth: the chunks retrieved come from "
     "the server's top_k setting (on /v1/ask and /v1/retrieve, top_k is that depth; top_k_sampling is this)."))]
 
@@ -244,14 +248,27 @@ class FormatList(msgspec.Struct):
 
 
 class FileResult(msgspec.Struct):
+    """One file's outcome on the wire: ``ingest.pipeline.FileOutcome`` field by field (``of``), its path as
+    ``file``. An upload's reply lists every field, null where there is none."""
+
     file: str
-    status: str  # added | updated | unchanged | skipped | failed
-    document_id: str | None
-    chunks: int
-    reason: str | None
-    reason_type: str | None
-    renamed_from: str | None  # the file name as sent, when it was changed to be stored safely
+    status: str  # added | updated | unchanged | renamed | removed | skipped | failed
+    document_id: str | None = None
+    chunks: int = 0
+    reason: str | None = None
+    reason_type: str | None = None
     warning: str | None = None  # e.g. a page that needs OCR while Tesseract is not installed
+    renamed_from: str | None = None  # the file name as sent, when it was changed to be stored safely
+
+    @classmethod
+    def of(cls, outcome: FileOutcome) -> "FileResult":
+        fields = dataclasses.asdict(outcome)
+        fields["file"] = fields.pop("path")
+        return cls(**fields)
+
+
+class JobFileResult(FileResult, omit_defaults=True):
+    """The same, as a job lists its files: fields without a value are left out."""
 
 
 class UploadResponse(msgspec.Struct, omit_defaults=True):
@@ -334,17 +351,6 @@ class SourceList(msgspec.Struct):
 
 
 # --------------------------------------------------------------------------- jobs
-class JobFileResult(msgspec.Struct, omit_defaults=True):
-    file: str
-    status: str  # added | updated | unchanged | renamed | removed | skipped | failed
-    document_id: str | None = None
-    chunks: int = 0
-    reason: str | None = None
-    reason_type: str | None = None
-    warning: str | None = None
-    renamed_from: str | None = None
-
-
 class JobStatus(msgspec.Struct):
     """An upload or a sync that runs in the background (GET /v1/jobs/{id}; its events: /v1/jobs/{id}/events)."""
 
@@ -465,7 +471,7 @@ class KeyCreateRequest(msgspec.Struct, forbid_unknown_fields=True):
     name: KeyName
     role: Annotated[str, msgspec.Meta(pattern=r"^(reader|editor|admin)$")]
     indexes: Annotated[list[Grant], msgspec.Meta(max_length=64)] = []  # empty: "*"
-    expires: Annotated[str, msgspec.Meta(pattern=r"^\s*0*[1-9][0-9]{0,8}\s*[smhdw]\s*$")] | None = None  # "90d"
+    expires: Annotated[str, msgspec.Meta(pattern=DURATION_PATTERN)] | None = None  # "90d" (rag.core.durations)
     # Document groups the key sees besides public ones: ["*"] every document; left out or []: public only.
     groups: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=64)]],
                       msgspec.Meta(max_length=64)] = []

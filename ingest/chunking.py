@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ingest.loaders import LoadedDocument, Section
 from rag.core.records import Chunk
+from rag.core.settings import Settings
 from rag.core.text import SENTENCE_BOUNDARY
 
 if TYPE_CHECKING:
@@ -36,7 +37,8 @@ class _SectionTokens:
 
 
 def chunk_document(
-    doc: LoadedDocument, tokenizer: Tokenizer, chunk_tokens: int = 200, overlap: int = 30
+    doc: LoadedDocument, tokenizer: Tokenizer, chunk_tokens: int = Settings.chunk_tokens,
+    overlap: int = Settings.chunk_overlap
 ) -> list[Chunk]:
     if chunk_tokens < 1:
         raise ValueError("chunk_tokens must be positive")

@@ -27,6 +27,7 @@ import msgspec
 import psutil
 
 from ingest.pipeline import FileOutcome
+from ingest.progress import OcrPage, ProgressEvent, Started
 from rag.core.records import DocumentRecord
 from rag.core import observe
 from rag.core.access import ALL_GROUPS, Principal
@@ -49,19 +50,6 @@ STOPPED = "the server stopped while this job ran; what it had committed stays, a
 CANCELLED_MESSAGE = "cancelled: nothing it had not committed was kept"
 
 
-class JobFile(msgspec.Struct, omit_defaults=True):
-    """One file's outcome (as ``FileOutcome``)."""
-
-    path: str
-    status: str
-    document_id: str | None = None
-    chunks: int = 0
-    reason: str | None = None
-    reason_type: str | None = None
-    warning: str | None = None
-    renamed_from: str | None = None
-
-
 class Job(msgspec.Struct, omit_defaults=True):
     id: str
     kind: str  # upload | sync
@@ -80,7 +68,7 @@ class Job(msgspec.Struct, omit_defaults=True):
     current_file_page: int = 0  # OCR progress inside the file being read
     current_file_pages: int = 0
     progress: float = 0.0  # 0..1, never decreasing
-    files: list[JobFile] = msgspec.field(default_factory=list)
+    files: list[FileOutcome] = msgspec.field(default_factory=list)
     summary: dict[str, int] = msgspec.field(default_factory=dict)
     error_type: str | None = None
     error: str | None = None
@@ -134,12 +122,6 @@ def job_visible_to(principal: Principal, job: Job, documents: dict[str, Document
         elif job.groups is None:
             return False  # no document now (failed, removed, deleted since): its groups are not known
     return True
-
-
-def file_results(outcomes: Sequence[FileOutcome], renamed: dict[str, str] | None = None) -> list[JobFile]:
-    renamed = renamed or {}
-    return [JobFile(o.path, o.status, o.document_id, o.chunks, o.reason, o.reason_type, o.warning,
-                    renamed.get(o.path)) for o in outcomes]
 
 
 def process_identity(pid: int | None = None) -> str:
@@ -293,26 +275,26 @@ class Tracker:
         self._files_before = 0  # files done before the current one (for OCR pages: done, not the current)
         self._ocr_before = 0
 
-    def __call__(self, event: str, files_done: int, chunks_done: int) -> None:
+    def __call__(self, event: ProgressEvent) -> None:
         if self.cancelled.is_set():
             raise JobCancelled("cancelled")
         with self.lock:
             job = self.job
-            if event.startswith("start:"):
-                job.files_total = int(event.split(":", 1)[1])
-            elif event.startswith("ocr:"):
-                pages, path = event.split(":", 2)[1:]
-                done, total = (int(n) for n in pages.split("/"))
-                job.current_file, job.current_file_page, job.current_file_pages = Path(path).name, done, total
-                job.ocr_pages_done = self._ocr_before + done
+            if isinstance(event, Started):
+                job.files_total = event.files
+            elif isinstance(event, OcrPage):
+                job.current_file = Path(event.path).name
+                job.current_file_page, job.current_file_pages = event.page, event.pages
+                job.ocr_pages_done = self._ocr_before + event.page
             else:
                 self._ocr_before = job.ocr_pages_done
                 job.current_file, job.current_file_page, job.current_file_pages = None, 0, 0
-            job.files_done, job.chunks = files_done, chunks_done
+            files_done = event.files_done
+            job.files_done, job.chunks = files_done, event.chunks_done
             within = 0.95 * job.current_file_page / job.current_file_pages if job.current_file_pages else 0.0
             if job.files_total:  # the last 1% is the embedding and the commit after the last file
                 job.progress = max(job.progress, round(min(0.99, (files_done + within) / job.files_total), 4))
-            final = not event.startswith("ocr:")
+            final = not isinstance(event, OcrPage)
         self.save(force=final)
 
     def save(self, force: bool = False) -> None:
@@ -348,7 +330,7 @@ class Outcome:
     """What a job's work ended with: per-file outcomes, summary counts, and an error when it failed as a
     whole (an upload none of whose files could be used)."""
 
-    files: list[JobFile]
+    files: list[FileOutcome]
     summary: dict[str, int]
     error_type: str | None = None
     error: str | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import hashlib
 import os
@@ -12,11 +13,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ingest.chunking import chunk_document
-from rag.embedder import Embedder
-from ingest.formats.options import LoadOptions
 from ingest.formats.worker import FileLoader
 from ingest.loaders import SUPPORTED_SUFFIXES, LoadedDocument, UnsupportedFileType
-from rag.core.records import Chunk, DocumentRecord, FolderGroups, display_path, document_id, normalise_path
+from ingest.parameters import IngestParameters
+from ingest.progress import FileDone, OcrPage, Progress, Started, ignore
+from rag.core.records import Chunk, DocumentRecord, display_path, document_id, normalise_path
 from rag.store import IndexWriter, StoredIndex
 from rag.core import observe
 from rag.core.errors import BadRequestError, UnprocessableDocumentError
@@ -36,13 +37,24 @@ UNREADABLE_FOLDER = "unreadable_folder"
 
 @dataclass(frozen=True)
 class FileOutcome:
-    path: str
-    status: str  # added | updated | unchanged | skipped | failed
+    """One file's outcome, end to end: an ingest's and a sync's summary, an upload's report, a job's record (which
+    stores it as it is) and, field by field, the API's ``FileResult``."""
+
+    path: str  # as shown (an upload: the stored file's name)
+    status: str  # added | updated | unchanged | renamed | removed | skipped | failed
     document_id: str | None = None
     chunks: int = 0
     reason: str | None = None
     reason_type: str | None = None
     warning: str | None = None  # added, but not whole (e.g. scanned pages without Tesseract)
+    renamed_from: str | None = None  # an upload stored under another name: the name as sent
+
+    def as_dict(self) -> dict[str, Any]:
+        """As ``rag ingest --json`` and ``rag sync --json`` list it (``renamed_from`` where there is one)."""
+        data = dataclasses.asdict(self)
+        if self.renamed_from is None:
+            del data["renamed_from"]
+        return data
 
 
 @dataclass
@@ -77,7 +89,7 @@ class IngestSummary:
             "chunks_written": self.chunks_written, "pages": self.pages, "seconds": round(self.seconds, 3),
             "chunks_per_s": round(self.chunks_per_s, 1), "generation": self.generation,
             "ocr_pages": self.ocr_pages, "ocr_seconds": round(self.ocr_seconds, 3),
-            "files": [o.__dict__ for o in self.outcomes],
+            "files": [o.as_dict() for o in self.outcomes],
         }
 
 
@@ -87,11 +99,6 @@ class _Pending:
     chunks: list[Chunk]
     outcome: FileOutcome
     loaded: LoadedDocument | None = None
-
-
-# (event, files_done, chunks_done); event: "start:N", a finished file's path, or "ocr:DONE/TOTAL:PATH"
-# while a file's pages are OCR'd.
-Progress = Callable[[str, int, int], None]
 
 
 def discover(paths: Sequence[Path], glob: str | None = None,
@@ -169,19 +176,15 @@ def _nothing_to_ingest(paths: Sequence[Path], glob: str | None, rejected: list[F
 def ingest_paths(
     paths: Sequence[Path],
     index: StoredIndex,
-    embedder: Embedder,
-    chunk_tokens: int = 200,
-    overlap: int = 30,
+    parameters: IngestParameters,
     glob: str | None = None,
     progress: Progress | None = None,
-    lock_timeout_s: float = 5.0,
-    load_options: LoadOptions | None = None,
     groups: Sequence[str] | None = None,
-    folder_groups: FolderGroups | None = None,
+    lock_timeout_s: float = 5.0,
 ) -> IngestSummary:
     """Ingest files and folders into ``index``. ``groups``: the access groups every document ingested gets
-    (``[]``: public); None gives a file under a folder of ``folder_groups`` that folder's groups and keeps each
-    other existing document's groups (a new one is public)."""
+    (``[]``: public); None gives a file under a folder of the parameters' ``folder_groups`` that folder's
+    groups and keeps each other existing document's groups (a new one is public)."""
     start = time.perf_counter()
     stored_groups = None if groups is None else access_groups(groups)
     summary = IngestSummary(index=index.name)
@@ -190,12 +193,11 @@ def ingest_paths(
     if not files:  # before the writer: an empty run creates no index
         raise BadRequestError(_nothing_to_ingest(paths, glob, rejected))
     summary.outcomes.extend(rejected)
-    notify = progress or (lambda event, files_done, chunks_done: None)
-    notify(f"start:{len(files)}", 0, 0)
+    notify = progress or ignore
+    notify(Started(len(files)))
     with observe.start_span(f"ingest {index.name}", {"rag.ingest.files": len(files),
                                                      observe.DATA_SOURCE: index.name}) as run_span:
-        _ingest_files(files, summary, index, embedder, chunk_tokens, overlap, notify, lock_timeout_s,
-                      load_options, stored_groups, folder_groups)
+        _ingest_files(files, summary, index, parameters, notify, lock_timeout_s, stored_groups)
         run_span.set_attributes({
             "rag.ingest.chunks": summary.chunks_written, "rag.ingest.pages": summary.pages,
             "rag.ingest.ocr_pages": summary.ocr_pages, "rag.ingest.ocr_seconds": round(summary.ocr_seconds, 3),
@@ -207,28 +209,26 @@ def ingest_paths(
     return summary
 
 
-def _ingest_files(files: list[Path], summary: IngestSummary, index: StoredIndex, embedder: Embedder,
-                  chunk_tokens: int, overlap: int, notify: Progress, lock_timeout_s: float,
-                  load_options: LoadOptions | None, stored_groups: str | None,
-                  folder_groups: FolderGroups | None) -> None:
+def _ingest_files(files: list[Path], summary: IngestSummary, index: StoredIndex, parameters: IngestParameters,
+                  notify: Progress, lock_timeout_s: float, stored_groups: str | None) -> None:
+    embedder = parameters.embedder
     with index.writer(embedder.config.identity, embedder.dimension, lock_timeout_s) as writer, \
-            FileLoader(load_options) as loader:
-        ingest_into(writer, loader, files, summary, embedder, chunk_tokens, overlap, notify, stored_groups,
-                    folder_groups=folder_groups)
+            FileLoader(parameters.load_options) as loader:
+        ingest_into(writer, loader, files, summary, parameters, notify, stored_groups)
         summary.generation = writer.commit()
 
 
 def ingest_into(writer: IndexWriter, loader: FileLoader, files: Sequence[Path], summary: IngestSummary,
-                embedder: Embedder, chunk_tokens: int, overlap: int, notify: Progress,
-                stored_groups: str | None, first: int = 0, folder_groups: FolderGroups | None = None,
+                parameters: IngestParameters, notify: Progress, stored_groups: str | None, first: int = 0,
                 display: Callable[[Path], str] = str, read_stats: dict[Path, os.stat_result] | None = None) -> None:
     """Load, chunk and embed ``files`` into an open writer, outcomes into ``summary``; the caller commits
     (a sync adds its renames and removals to the same commit). ``first``: files already done before these
-    (progress counts on from there). Without ``stored_groups``, a file under a folder of ``folder_groups``
-    gets that folder's groups. ``display``: how a file's path is shown (in outcomes, progress and, made
-    absolute, as the document's display path). ``read_stats``: filled with the stat of the handle each file
-    was read from."""
+    (progress counts on from there). Without ``stored_groups``, a file under a folder of the parameters'
+    ``folder_groups`` gets that folder's groups. ``display``: how a file's path is shown (in outcomes, progress
+    and, made absolute, as the document's display path). ``read_stats``: filled with the stat of the handle
+    each file was read from."""
     instruments = observe.instruments()
+    embedder, folder_groups = parameters.embedder, parameters.folder_groups
     index_name = summary.index
     pending: list[_Pending] = []
 
@@ -249,17 +249,17 @@ def ingest_into(writer: IndexWriter, loader: FileLoader, files: Sequence[Path], 
         chunks_so_far = summary.chunks_written + sum(len(p.chunks) for p in pending)
         shown = display(path)
         loader.progress = lambda ocr_done, ocr_total, shown=shown, files_done=done - 1, chunks=chunks_so_far: \
-            notify(f"ocr:{ocr_done}/{ocr_total}:{shown}", files_done, chunks)
+            notify(OcrPage(shown, ocr_done, ocr_total, files_done, chunks))
         with observe.start_span("ingest file", {"file.path": str(path)}) as file_span:
             groups = stored_groups
-            if groups is None and folder_groups is not None:
+            if groups is None:
                 groups = folder_groups.groups_for(path)
-            outcome, item = _prepare_file(path, writer, embedder, chunk_tokens, overlap, loader, groups=groups,
-                                          shown=shown, read_stats=read_stats)
+            outcome, item = _prepare_file(path, writer, parameters, loader, groups=groups, shown=shown,
+                                          read_stats=read_stats)
             results = [(outcome, item)]
             if item is not None and item.loaded is not None and item.loaded.kind == "eml":
-                results += prepare_attachments(path, item.loaded, writer, embedder, chunk_tokens, overlap,
-                                               loader, groups=item.record.access_groups, display=display)
+                results += prepare_attachments(path, item.loaded, writer, parameters, loader,
+                                               groups=item.record.access_groups, display=display)
             observe_file(file_span, results, instruments, index_name)
         for outcome, item in results:
             if item is None:
@@ -273,7 +273,7 @@ def ingest_into(writer: IndexWriter, loader: FileLoader, files: Sequence[Path], 
             pending.append(item)
             if sum(len(p.chunks) for p in pending) >= EMBED_BUFFER_CHUNKS:
                 flush()
-        notify(shown, done, summary.chunks_written + sum(len(p.chunks) for p in pending))
+        notify(FileDone(shown, done, summary.chunks_written + sum(len(p.chunks) for p in pending)))
     if pending:
         flush()
 
@@ -300,8 +300,8 @@ def observe_file(span: Any, results: list[tuple[FileOutcome, "_Pending | None"]]
     instruments.ingest_files.add(1, {observe.DATA_SOURCE: index, "rag.ingest.outcome": outcome.status})
 
 
-def _prepare_file(path: Path, writer: IndexWriter, embedder: Embedder, chunk_tokens: int,
-                  overlap: int, loader: FileLoader, data: bytes | None = None,
+def _prepare_file(path: Path, writer: IndexWriter, parameters: IngestParameters, loader: FileLoader,
+                  data: bytes | None = None,
                   title: Callable[[LoadedDocument], str] | None = None,
                   groups: str | None = None, shown: str | None = None,
                   read_stats: dict[Path, os.stat_result] | None = None) -> tuple[FileOutcome, _Pending | None]:
@@ -334,7 +334,7 @@ def _prepare_file(path: Path, writer: IndexWriter, embedder: Embedder, chunk_tok
     except UnprocessableDocumentError as exc:
         status = "skipped" if isinstance(exc, UnsupportedFileType) else "failed"
         return FileOutcome(display, status, doc_id, reason=exc.message, reason_type=exc.error_type), None
-    chunks = chunk_document(loaded, embedder.tokenizer, chunk_tokens, overlap)
+    chunks = chunk_document(loaded, parameters.embedder.tokenizer, parameters.chunk_tokens, parameters.chunk_overlap)
     record = DocumentRecord(
         id=doc_id, path=normalise_path(path), title=title(loaded) if title else loaded.title, kind=loaded.kind,
         sha256=sha, pages=loaded.pages, bytes=len(data), chunks=len(chunks),
@@ -356,9 +356,8 @@ def attachment_path(mail: Path, name: str) -> Path:
     return Path(f"{mail}{ATTACHMENT_SEP}{name}")
 
 
-def prepare_attachments(mail: Path, loaded: LoadedDocument, writer: IndexWriter, embedder: Embedder,
-                        chunk_tokens: int, overlap: int, loader: FileLoader,
-                        depth: int = 1, groups: str = "",
+def prepare_attachments(mail: Path, loaded: LoadedDocument, writer: IndexWriter, parameters: IngestParameters,
+                        loader: FileLoader, depth: int = 1, groups: str = "",
                         display: Callable[[Path], str] = str) -> list[tuple[FileOutcome, _Pending | None]]:
     """Outcomes (and documents to write) for a freshly loaded mail's attachments, which get the mail's
     access ``groups``; attachments an older version of the mail had and this one has not are deleted."""
@@ -369,14 +368,14 @@ def prepare_attachments(mail: Path, loaded: LoadedDocument, writer: IndexWriter,
     for attachment in loaded.attachments:
         path = attachment_path(mail, attachment.name)
         kept.add(normalise_path(path))
-        outcome, item = _prepare_file(path, writer, embedder, chunk_tokens, overlap, loader, attachment.data,
+        outcome, item = _prepare_file(path, writer, parameters, loader, attachment.data,
                                       lambda doc, name=attachment.name: attachment_title(name, loaded.title), groups,
                                       shown=display(path))
         results.append((outcome, item))
         if item is not None and item.loaded is not None and item.loaded.kind == "eml":
             if depth < MAX_ATTACHMENT_DEPTH:
-                results += prepare_attachments(path, item.loaded, writer, embedder, chunk_tokens, overlap, loader,
-                                               depth + 1, groups, display)
+                results += prepare_attachments(path, item.loaded, writer, parameters, loader, depth + 1, groups,
+                                               display)
     for stale in writer.documents_under(normalise_path(mail) + ATTACHMENT_SEP):
         if stale.path not in kept and not any(stale.path.startswith(k + ATTACHMENT_SEP) for k in kept):
             writer.delete_document(stale.id)

@@ -24,10 +24,10 @@ from typing import Any, Callable, Sequence
 import msgspec
 
 from rag.embedder import Embedder
-from ingest.formats.options import LoadOptions
 from ingest.formats.worker import FileLoader
-from ingest.pipeline import (ATTACHMENT_SEP, UNREADABLE_FOLDER, FileOutcome, IngestSummary, Progress, discover,
-                             ingest_into)
+from ingest.parameters import IngestParameters
+from ingest.pipeline import ATTACHMENT_SEP, UNREADABLE_FOLDER, FileOutcome, IngestSummary, discover, ingest_into
+from ingest.progress import Progress, Started, UnchangedCounted, ignore
 from rag.core.records import Chunk, DocumentRecord, FolderGroups, display_path, document_id, normalise_path
 from rag.store import IndexWriter, StoredIndex
 from rag.core import observe, paths
@@ -81,25 +81,6 @@ class Source(msgspec.Struct):
                 "groups": self.groups,
                 "added_at": self.added_at, "every_s": self.every_s, "files": len(self.files),
                 "last": msgspec.to_builtins(self.last) if self.last else None}
-
-
-INTERVAL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_interval(text: str) -> int:
-    """Seconds in "90s", "15m", "2h", "1d" (a bare number is seconds); 0 for "off" (no schedule)."""
-    value = text.strip().lower()
-    if value in ("off", "never", "none"):
-        return 0
-    unit = INTERVAL_UNITS.get(value[-1:], None)
-    number = value[:-1] if unit else value
-    try:
-        seconds = int(float(number) * (unit or 1))
-    except ValueError:
-        raise BadRequestError(f"cannot read {text!r} as an interval: use e.g. 90s, 15m, 2h or 1d (off: none)") from None
-    if seconds < 1:
-        raise BadRequestError(f"the interval {text!r} must be at least one second")
-    return seconds
 
 
 def next_sync(source: Source) -> float | None:
@@ -252,22 +233,20 @@ class SyncSummary:
         return data
 
 
-def sync_source(index: StoredIndex, source: Source, embedder: Embedder, chunk_tokens: int = 200,
-                overlap: int = 30, progress: Progress | None = None, lock_timeout_s: float = 5.0,
-                load_options: LoadOptions | None = None, folder_groups: FolderGroups | None = None,
-                allow_empty: bool = False) -> SyncSummary:
+def sync_source(index: StoredIndex, source: Source, parameters: IngestParameters, progress: Progress | None = None,
+                allow_empty: bool = False, lock_timeout_s: float = 5.0) -> SyncSummary:
     """One sync of ``source`` (see the module notes); a source without groups of its own gives a file under a
-    folder of ``folder_groups`` that folder's groups. Raises SourceUnavailableError, changing nothing, when
-    the folder is missing or cannot be listed, or holds no file to follow while the last sync saw some (an
-    unmounted share is often an empty mount-point folder) unless ``allow_empty``; the error is recorded on the
-    source. Raises SourceBusyError,
-    changing and recording nothing, when another process is syncing the same source (the store's
-    ``source_lock``: on PostgreSQL, one replica at a time)."""
+    folder of the parameters' ``folder_groups`` that folder's groups. Raises SourceUnavailableError, changing
+    nothing, when the folder is missing or cannot be listed, or holds no file to follow while the last sync saw
+    some (an unmounted share is often an empty mount-point folder) unless ``allow_empty``; the error is recorded
+    on the source. Raises SourceBusyError, changing and recording nothing, when another process is syncing the
+    same source (the store's ``source_lock``: on PostgreSQL, one replica at a time)."""
     started = time.perf_counter()
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    embedder = parameters.embedder
     folder = Path(source.path)  # listed by its identity: a drive letter mapped for the user may not be here
     shown = respelled(folder, source.display_path)
-    notify = progress or (lambda event, files_done, chunks_done: None)
+    notify = progress or ignore
     with observe.start_span(f"sync {index.name}", {observe.DATA_SOURCE: index.name, "rag.source.id": source.id,
                                                   "file.path": source.path}) as span, \
             index.source_lock(source.id):
@@ -289,16 +268,16 @@ def sync_source(index: StoredIndex, source: Source, embedder: Embedder, chunk_to
         summary = IngestSummary(index=index.name)
         summary.outcomes.extend(dataclasses.replace(o, path=shown(Path(o.path))) for o in rejected)
         result = SyncSummary(source, summary)
-        notify(f"start:{len(files)}", 0, 0)
+        notify(Started(len(files)))
         reader = index.reader() if index.exists() else None
         try:
             with index.writer(embedder.config.identity, embedder.dimension, lock_timeout_s) as writer, \
-                    FileLoader(load_options) as loader:
+                    FileLoader(parameters.load_options) as loader:
                 stored = next((s for s in load_sources(writer.sources()) if s.id == source.id), None)
                 if stored is None:
                     raise SourceNotFoundError(f"source {source.id} ({source.display_path}) was removed meanwhile")
-                states = _sync_into(writer, loader, reader, stored, files, unreadable, result, embedder,
-                                    chunk_tokens, overlap, notify, folder_groups or FolderGroups(), shown)
+                states = _sync_into(writer, loader, reader, stored, files, unreadable, result, parameters, notify,
+                                    shown)
                 result.seconds = time.perf_counter() - started
                 failures = [{"path": o.path, "reason": o.reason or "", "reason_type": o.reason_type or ""}
                             for o in summary.outcomes if o.status == "failed"]
@@ -321,11 +300,11 @@ def sync_source(index: StoredIndex, source: Source, embedder: Embedder, chunk_to
 
 
 def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Source, files: list[Path],
-               unreadable: list[str], result: SyncSummary, embedder: Embedder, chunk_tokens: int, overlap: int,
-               notify: Progress, folder_groups: FolderGroups, shown: Callable[[Path], str]) -> dict[str, FileState]:
+               unreadable: list[str], result: SyncSummary, parameters: IngestParameters, notify: Progress,
+               shown: Callable[[Path], str]) -> dict[str, FileState]:
     """The sync's changes inside the open writer; returns the per-file state to remember. ``shown``: a listed
     file's path as people see it."""
-    summary = result.ingest
+    summary, folder_groups = result.ingest, parameters.folder_groups
 
     def wanted(path: Path) -> str | None:  # the groups the file's document must have; None: whatever it has
         return source.groups if source.groups is not None else folder_groups.groups_for(path)
@@ -400,10 +379,10 @@ def _sync_into(writer: IndexWriter, loader: FileLoader, reader: Any, source: Sou
         result.removed.append(record.display_path)
         summary.outcomes.append(FileOutcome(record.display_path, "removed", record.id, record.chunks))
     done_before = len(files) - len(to_ingest)
-    notify("sync:unchanged", done_before, 0)
+    notify(UnchangedCounted(done_before))
     read_stats: dict[Path, os.stat_result] = {}
-    ingest_into(writer, loader, to_ingest, summary, embedder, chunk_tokens, overlap, notify, source.groups,
-                first=done_before, folder_groups=folder_groups, display=shown, read_stats=read_stats)
+    ingest_into(writer, loader, to_ingest, summary, parameters, notify, source.groups, first=done_before,
+                display=shown, read_stats=read_stats)
     for path in to_ingest:
         norm = normalise_path(path)
         outcome = next((o for o in summary.outcomes if o.path == shown(path)), None)

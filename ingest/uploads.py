@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from rag.embedder import Embedder
-from ingest.formats.options import LoadOptions
-from ingest.pipeline import FileOutcome, Progress, delete_document, ingest_paths
-from rag.core.records import DocumentRecord, document_id, normalise_path
+from ingest.parameters import IngestParameters
+from ingest.pipeline import FileOutcome, delete_document, ingest_paths
+from ingest.progress import Progress
+from rag.core.records import DocumentRecord, FolderGroups, document_id, normalise_path
 from rag.store import StoredIndex
 from rag.core.errors import BadRequestError
 from rag.core.files import WINDOWS_DEVICE_NAMES, replace_file, unlink_file
@@ -99,8 +99,7 @@ class _Staged:
 @dataclass
 class UploadReport:
     index: str
-    outcomes: list[FileOutcome] = field(default_factory=list)
-    renamed: dict[str, str] = field(default_factory=dict)  # stored name -> the name as sent, where they differ
+    outcomes: list[FileOutcome] = field(default_factory=list)  # renamed_from: where the stored name differs
 
     @property
     def accepted(self) -> list[FileOutcome]:
@@ -157,26 +156,26 @@ class Uploads:
                                   "aside); stored names must differ")
         return finals
 
-    def add(self, index: StoredIndex, files: Sequence[IncomingFile], embedder: Embedder, chunk_tokens: int,
-            chunk_overlap: int, max_file_bytes: int, load_options: LoadOptions | None = None,
+    def add(self, index: StoredIndex, files: Sequence[IncomingFile], parameters: IngestParameters,
             groups: Sequence[str] | None = None, progress: Progress | None = None,
             scope: Scope = None) -> UploadReport:
         """Store and ingest ``files``; per-file outcomes, in the order given. Raises BadRequestError for an
-        upload that cannot be taken at all (no files, unusable or repeated names). ``progress``: as for
+        upload that cannot be taken at all (no files, unusable or repeated names). ``groups``: as for
+        ``ingest_paths`` (uploads are not mapped by folder: their groups come with them); ``progress``: as for
         ``ingest_paths`` (it may raise to stop the upload: nothing of it is kept then). ``scope``: the document
         groups the uploader sees (None: every document; see ``placement``)."""
         finals = self.check(index, files, scope)
         self.remove_stale_staged()
         names = [p.name for p in finals]
-        report = UploadReport(index.name, renamed={stored: name_as_sent(f.name) for f, stored in zip(files, names)
-                                                   if stored != name_as_sent(f.name)})
+        renamed = {stored: name_as_sent(f.name) for f, stored in zip(files, names) if stored != name_as_sent(f.name)}
+        report = UploadReport(index.name)
         accepted: list[_Staged] = []
         for incoming, final in zip(files, finals):
             name, folder = final.name, final.parent
             folder.mkdir(parents=True, exist_ok=True)
-            if len(incoming.content) > max_file_bytes:
-                report.outcomes.append(FileOutcome(name, "failed", reason_type=TOO_LARGE,
-                                                   reason=f"file is larger than {max_file_bytes // 2**20} MB"))
+            if len(incoming.content) > parameters.max_file_bytes:
+                report.outcomes.append(FileOutcome(name, "failed", reason_type=TOO_LARGE, reason=(
+                    f"file is larger than {parameters.max_file_bytes // 2**20} MB")))
                 continue
             staged = folder / f"{STAGED_PREFIX}{uuid.uuid4().hex[:12]}"
             try:
@@ -189,10 +188,11 @@ class Uploads:
             accepted.append(_Staged(staged, final))
         if accepted:
             with self._lock(index.name):
-                report.outcomes += _ingest_staged(accepted, index, embedder, chunk_tokens, chunk_overlap,
-                                                  load_options, groups, progress)
+                report.outcomes += _ingest_staged(accepted, index, parameters, groups, progress)
         given = {name: position for position, name in enumerate(names)}
         report.outcomes.sort(key=lambda o: given.get(o.path, len(given)))
+        report.outcomes = [dataclasses.replace(o, renamed_from=renamed[o.path]) if o.path in renamed else o
+                           for o in report.outcomes]
         return report
 
     def delete(self, index: StoredIndex, id_or_path: str) -> DocumentRecord:
@@ -279,8 +279,7 @@ def _unstorable(final: Path, exc: OSError) -> FileOutcome:
     return FileOutcome(final.name, "failed", reason_type="unwritable", reason=f"cannot store {final}: {why}")
 
 
-def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedder, chunk_tokens: int,
-                   chunk_overlap: int, load_options: LoadOptions | None,
+def _ingest_staged(uploads: list[_Staged], index: StoredIndex, parameters: IngestParameters,
                    groups: Sequence[str] | None = None, progress: Progress | None = None) -> list[FileOutcome]:
     previous: dict[Path, Path] = {}
     moved: list[Path] = []
@@ -309,8 +308,9 @@ def _ingest_staged(uploads: list[_Staged], index: StoredIndex, embedder: Embedde
             if kept is not None:
                 previous[upload.final] = kept
             moved.append(upload.final)
-        summary = ingest_paths(moved, index, embedder, chunk_tokens, chunk_overlap, load_options=load_options,
-                               groups=groups, progress=progress)
+        # Not mapped by folder: an upload's groups come with it.
+        unmapped = dataclasses.replace(parameters, folder_groups=FolderGroups())
+        summary = ingest_paths(moved, index, unmapped, progress=progress, groups=groups)
     except BaseException:
         for final in moved + list(previous.keys() - set(moved)):  # the rest: moved aside, upload not in place
             restore(final)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Sequence
 
-from ingest.jobs import JobStore, Outcome, Running, Tracker, Work, file_results
+from ingest.jobs import JobStore, Outcome, Running, Tracker, Work
 from ingest.parameters import IngestParameters
-from ingest.sources import find_source, index_sources
+from ingest.sources import find_source, index_sources, sync_source
 from rag.store import StoredIndex
 from ingest.uploads import TOO_LARGE, IncomingFile, Uploads
 
@@ -20,12 +20,12 @@ def upload_work(jobs: JobStore, uploads: Uploads, index: StoredIndex, parameters
 
     def work(tracker: Tracker, running: Running) -> Outcome:
         files = [IncomingFile(name, content) for name, content in jobs.inputs(running.job)]
-        report = parameters.upload(uploads, index, files, groups, progress=tracker, scope=scope)
+        report = uploads.add(index, files, parameters, groups, progress=tracker, scope=scope)
         running.result = report
         counts = Counter(o.status for o in report.outcomes)
         summary = {**{s: counts[s] for s in ("added", "updated", "unchanged", "failed")},
                    "chunks": sum(o.chunks for o in report.accepted)}
-        results = file_results(report.outcomes, report.renamed)
+        results = list(report.outcomes)
         if report.accepted:
             return Outcome(results, summary)
         first = report.outcomes[0]
@@ -40,12 +40,12 @@ def sync_work(index: StoredIndex, source_id: str, parameters: IngestParameters) 
 
     def work(tracker: Tracker, running: Running) -> Outcome:
         source = find_source(index_sources(index), source_id)
-        summary = parameters.sync(index, source, progress=tracker)
+        summary = sync_source(index, source, parameters, progress=tracker)
         running.result = summary
         counts = {"added": summary.ingest.count("added"), "updated": summary.ingest.count("updated"),
                   "unchanged": summary.unchanged, "renamed": len(summary.renamed), "removed": len(summary.removed),
                   "failed": summary.ingest.count("failed"), "chunks_embedded": summary.ingest.chunks_written}
         changed = [o for o in summary.ingest.outcomes if o.status != "unchanged"]  # 1,000 unchanged files: no list
-        return Outcome(file_results(changed), counts)
+        return Outcome(changed, counts)
 
     return work

@@ -17,6 +17,7 @@ import pytest
 
 from helpers import cli_env, jwt_env, server_process, sign, signing_key
 from ingest.pipeline import ingest_paths
+from ingest.parameters import IngestParameters
 from rag.store.embedded import EmbeddedIndex
 from rag.store.keys import SqliteKeyStore
 from rag.store.audit_files import AuditTrail, verify
@@ -59,8 +60,8 @@ def home(tmp_path_factory: pytest.TempPathFactory, settings: Settings, embedder)
     paths = sorted(docs.glob("*.md"))
     local = settings.replace(home=home)
     for index in (local.index, "hr"):
-        summary = ingest_paths(paths, EmbeddedIndex(local.index_path(index)), embedder, settings.chunk_tokens,
-                               settings.chunk_overlap)
+        summary = ingest_paths(paths, EmbeddedIndex(local.index_path(index)),
+                               IngestParameters.from_settings(settings, embedder))
         assert summary.count("added") == len(paths), summary.as_dict()
     return home
 
@@ -364,8 +365,8 @@ def vault(home: Path, settings: Settings, embedder) -> dict[str, str]:
     secret.write_text("# Quillon vault\n\n" + VAULT_SECRET, encoding="utf-8")
     public.write_text("# Cafeteria\n\n" + VAULT_PUBLIC, encoding="utf-8")
     index = EmbeddedIndex(settings.replace(home=home).index_path("vault"))
-    ingest_paths([secret], index, embedder, groups=["finance"])
-    ingest_paths([public], index, embedder)
+    ingest_paths([secret], index, IngestParameters.defaults(embedder), groups=["finance"])
+    ingest_paths([public], index, IngestParameters.defaults(embedder))
     reader = index.reader()
     try:
         ids = {d.title: d.id for d in reader.documents()}
@@ -496,8 +497,8 @@ def postgres_vault(settings: Settings, postgres_url: str, embedder, tmp_path_fac
     keys = PostgresKeyStore(postgres_url)
     try:
         index = store.index("vault")
-        ingest_paths([secret], index, embedder, groups=["finance"])
-        ingest_paths([public], index, embedder)
+        ingest_paths([secret], index, IngestParameters.defaults(embedder), groups=["finance"])
+        ingest_paths([public], index, IngestParameters.defaults(embedder))
         reader = index.reader()
         ids = {d.title: d.id for d in reader.documents()}
         reader.close()

@@ -23,6 +23,7 @@ from litestar.testing import TestClient
 
 from api.app import create_app
 from ingest.pipeline import ingest_paths
+from ingest.parameters import IngestParameters
 from rag.store.embedded import EmbeddedIndex
 from rag.answering.prompt import ABSTENTION_MESSAGE
 from helpers import running_server
@@ -107,8 +108,8 @@ def api_home(tmp_path_factory: pytest.TempPathFactory, settings: Settings, embed
     for name in DOC_NAMES:
         shutil.copy2(SQUAD_DOCS / name, docs / name)
     app_settings = settings.replace(home=home)
-    summary = ingest_paths([docs / n for n in DOC_NAMES], EmbeddedIndex(app_settings.index_path()), embedder,
-                           app_settings.chunk_tokens, app_settings.chunk_overlap)
+    summary = ingest_paths([docs / n for n in DOC_NAMES], EmbeddedIndex(app_settings.index_path()),
+                           IngestParameters.from_settings(app_settings, embedder))
     assert summary.count("added") == len(DOC_NAMES), summary.as_dict()
     return home
 

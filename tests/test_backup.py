@@ -14,6 +14,7 @@ import pytest
 
 from helpers import cli_env
 from ingest.pipeline import ingest_paths
+from ingest.parameters import IngestParameters
 from rag.core.records import document_id
 from rag.store.backup import backup_index, restore_index, verify_index
 from rag.store.embedded import EmbeddedStore, committed_generation, vectors_file
@@ -44,12 +45,12 @@ def test_a_backup_taken_during_an_ingest_restores_one_committed_generation(tmp_p
                 path = folder / f"p{i:03d}.md"
                 path.write_text(f"# Paragraph {i}\n\n{text}\n", encoding="utf-8")
                 paths.append(path)
-            ingest_paths(paths, index, embedder)  # one commit per batch
+            ingest_paths(paths, index, IngestParameters.defaults(embedder))  # one commit per batch
             committed.append(committed[-1] | {document_id(p) for p in paths})
 
     ingest_in_batches_first = folder / "seed.md"
     ingest_in_batches_first.write_text("# Seed\n\n" + texts[-1] + "\n", encoding="utf-8")
-    ingest_paths([ingest_in_batches_first], index, embedder)
+    ingest_paths([ingest_in_batches_first], index, IngestParameters.defaults(embedder))
     base = {document_id(ingest_in_batches_first)}
     committed[0] = base
     writer = threading.Thread(target=ingest_in_batches)
@@ -83,7 +84,7 @@ def backed_up(tmp_path: Path, embedder) -> tuple[EmbeddedStore, Path]:
     doc = tmp_path / "docs" / "normans.md"
     doc.parent.mkdir()
     doc.write_text("# Normans\n\n" + paragraphs()[0] + "\n", encoding="utf-8")
-    ingest_paths([doc], store.index("source"), embedder)
+    ingest_paths([doc], store.index("source"), IngestParameters.defaults(embedder))
     backup = tmp_path / "source.zip"
     backup_index(store.index("source"), backup, "test")
     return store, backup
@@ -285,7 +286,7 @@ def test_a_postgresql_index_backs_up_with_pg_dump_as_the_readme_says(postgres_ur
     doc = tmp_path / "normans.md"
     doc.write_text("# Normans\n\n" + paragraphs()[0] + "\n", encoding="utf-8")
     source = PostgresStore(source_url, pool_size=2)
-    ingest_paths([doc], source.index("hr"), embedder)
+    ingest_paths([doc], source.index("hr"), IngestParameters.defaults(embedder))
     dump = tmp_path / "rag.dump"
     subprocess.run([str(tools / "pg_dump"), "--format=custom", "--schema=rag", "--schema=rag_index_*",
                     f"--file={dump}", source_url], check=True, capture_output=True, timeout=120)

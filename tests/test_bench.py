@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from ingest.pipeline import ingest_paths
+from ingest.parameters import IngestParameters
 from rag.store.embedded import EmbeddedIndex
 from app.bench.engine import NEUTRAL_TEXT, plan_lengths, synthetic_prompt_tokens
 from app.bench.environment import environment, precision_from_name
@@ -235,8 +236,8 @@ def bench_home(tmp_path_factory: pytest.TempPathFactory, settings: Settings, emb
     docs = home / "docs"
     docs.mkdir()
     (docs / "zorblat.md").write_text(DOC_TEXT, encoding="utf-8")
-    summary = ingest_paths([docs / "zorblat.md"], EmbeddedIndex(settings.replace(home=home).index_path()), embedder,
-                           settings.chunk_tokens, settings.chunk_overlap)
+    summary = ingest_paths([docs / "zorblat.md"], EmbeddedIndex(settings.replace(home=home).index_path()),
+                           IngestParameters.from_settings(settings, embedder))
     assert summary.ok and summary.count("added") == 1, summary.as_dict()
     return home
 

@@ -331,6 +331,7 @@ def test_prefix_cache_works_on_an_imported_model(imported: dict[str, Path]):
 def test_rag_answer_end_to_end_with_each_family(imported: dict[str, Path], settings: Settings, embedder,
                                                 tmp_path_factory: pytest.TempPathFactory):
     from ingest.pipeline import ingest_paths
+    from ingest.parameters import IngestParameters
     from rag.store.embedded import EmbeddedIndex
     from rag.answering.service import AnswerOptions, AnswerRequest
     from app.runtime import Models, answer_service
@@ -339,8 +340,8 @@ def test_rag_answer_end_to_end_with_each_family(imported: dict[str, Path], setti
         pytest.fail(f"SQuAD data not found at {SQUAD_DOCS}")
     home = tmp_path_factory.mktemp("byom-rag")
     base = settings.replace(home=home)
-    ingest_paths([SQUAD_DOCS / "normans.md"], EmbeddedIndex(base.index_path()), embedder, base.chunk_tokens,
-                 base.chunk_overlap)
+    ingest_paths([SQUAD_DOCS / "normans.md"], EmbeddedIndex(base.index_path()),
+                 IngestParameters.from_settings(base, embedder))
     for key in ("llama", "qwen2", "phi3", "gemma2"):
         local = base.replace(generator_dir=imported[key])
         from app.runtime import load_generator

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ingest.pipeline import ingest_paths
+from ingest.parameters import IngestParameters
 from rag.store.embedded import EmbeddedIndex
 from rag.answering.compress import Passage
 from rag.answering.prompt import MODEL_ABSTENTION, build_messages, context_text, copy_texts, model_abstained
@@ -154,8 +155,8 @@ def test_service_constrains_rag_answers_only(tmp_path: Path, settings: Settings,
     doc = tmp_path / "plato.md"
     doc.write_text("# Plato\n\n" + CASES[0][1] + " It is Plato's best-known work.\n", encoding="utf-8")
     home = tmp_path / "home"
-    ingest_paths([doc], EmbeddedIndex(settings.replace(home=home).index_path()), embedder,
-                 settings.chunk_tokens, settings.chunk_overlap)
+    ingest_paths([doc], EmbeddedIndex(settings.replace(home=home).index_path()),
+                 IngestParameters.from_settings(settings, embedder))
     service = answer_service(settings.replace(home=home), Models(embedder, generator))
     try:
         constrained = service.prepare(AnswerRequest(question=CASES[0][0],

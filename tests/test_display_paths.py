@@ -23,6 +23,7 @@ import pytest
 
 import rag.core.paths as paths
 from ingest.pipeline import delete_document, ingest_paths
+from ingest.parameters import IngestParameters
 from rag.core.records import display_path, document_id, normalise_path
 from ingest.sources import add_source, find_source, index_sources, respelled, sync_source
 from rag.store.embedded import DB_NAME, EmbeddedStore
@@ -166,24 +167,26 @@ def test_a_linked_folder_is_shown_as_spelled_and_replaced_or_deleted_by_either_s
     index = store.index(fresh_name())
     via_link = tmp_path / "Shared" / "Wombat.md"
 
-    summary = ingest_paths([tmp_path / "Shared"], index, embedder)
+    summary = ingest_paths([tmp_path / "Shared"], index, IngestParameters.defaults(embedder))
     assert [(o.path, o.status) for o in summary.outcomes] == [(str(via_link), "added")]
     doc_id = document_id(via_link)
     assert doc_id == document_id(real / "Wombat.md")
     assert shown_documents(index) == {doc_id: (str(real / "Wombat.md"), str(via_link))}
 
     (real / "Wombat.md").write_text(WOMBAT + "\nThey are mostly nocturnal.\n", encoding="utf-8")
-    summary = ingest_paths([real / "Wombat.md"], index, embedder)  # the same file by its own name: replaced
+    summary = ingest_paths([real / "Wombat.md"], index,
+                           IngestParameters.defaults(embedder))  # the same file by its own name: replaced
     assert [(o.status, o.document_id) for o in summary.outcomes] == [("updated", doc_id)]
     assert shown_documents(index) == {doc_id: (str(real / "Wombat.md"), str(real / "Wombat.md"))}
 
-    summary = ingest_paths([via_link], index, embedder)  # unchanged, but seen by another spelling: shown so
+    summary = ingest_paths([via_link], index,
+                           IngestParameters.defaults(embedder))  # unchanged, but seen by another spelling: shown so
     assert [o.status for o in summary.outcomes] == ["unchanged"]
     assert shown_documents(index) == {doc_id: (str(real / "Wombat.md"), str(via_link))}
 
     assert delete_document(index, str(real / "Wombat.md")).display_path == str(via_link)
     assert shown_documents(index) == {}
-    ingest_paths([via_link], index, embedder)
+    ingest_paths([via_link], index, IngestParameters.defaults(embedder))
     assert delete_document(index, str(via_link)).id == doc_id
     with pytest.raises(DocumentNotFoundError):
         delete_document(index, str(via_link))
@@ -200,7 +203,7 @@ def test_case_is_kept_for_display_and_ignored_for_identity(store, embedder, tmp_
     upper.parent.mkdir()
     upper.write_text(WOMBAT, encoding="utf-8")
     index = store.index(fresh_name())
-    ingest_paths([upper.parent], index, embedder)
+    ingest_paths([upper.parent], index, IngestParameters.defaults(embedder))
     doc_id = document_id(upper)
     assert shown_documents(index) == {doc_id: (str(upper).lower(), str(upper))}
 
@@ -208,7 +211,7 @@ def test_case_is_kept_for_display_and_ignored_for_identity(store, embedder, tmp_
     lower = tmp_path / "team docs" / "wombat report.md"
     lower.parent.mkdir()
     lower.write_text(WOMBAT + "\nThey are mostly nocturnal.\n", encoding="utf-8")
-    summary = ingest_paths([lower], index, embedder)
+    summary = ingest_paths([lower], index, IngestParameters.defaults(embedder))
     assert [(o.status, o.document_id) for o in summary.outcomes] == [("updated", doc_id)]
     assert shown_documents(index) == {doc_id: (str(upper).lower(), str(lower))}
 
@@ -232,7 +235,7 @@ def test_a_synced_folder_shows_the_spelling_it_was_added_with(store, embedder, t
     for spelling in (str(shown), str(real), str(real).upper(), added.id):
         assert find_source(index_sources(index), spelling).id == added.id
 
-    result = sync_source(index, added, embedder)
+    result = sync_source(index, added, IngestParameters.defaults(embedder))
     assert sorted((o.path, o.status) for o in result.ingest.outcomes) == [
         (str(shown / "Quokka.md"), "added"), (str(shown / "Wombat.md"), "added")]
     assert sorted(shown_documents(index).values()) == [
@@ -240,7 +243,7 @@ def test_a_synced_folder_shows_the_spelling_it_was_added_with(store, embedder, t
 
     (real / "Wombat.md").rename(real / "Wombats.md")
     (real / "Quokka.md").unlink()
-    result = sync_source(index, index_sources(index)[0], embedder)
+    result = sync_source(index, index_sources(index)[0], IngestParameters.defaults(embedder))
     assert result.renamed == [(str(shown / "Wombat.md"), str(shown / "Wombats.md"))]
     assert result.removed == [str(shown / "Quokka.md")]
     assert result.as_dict()["folder"] == str(shown)
@@ -254,7 +257,7 @@ def test_an_embedded_index_from_before_display_paths_shows_identities_then_migra
     (tmp_path / "Shared").symlink_to(real, target_is_directory=True)
     (real / "Wombat.md").write_text(WOMBAT, encoding="utf-8")
     index = EmbeddedStore(tmp_path / "indexes").index("old")
-    ingest_paths([tmp_path / "Shared"], index, embedder)
+    ingest_paths([tmp_path / "Shared"], index, IngestParameters.defaults(embedder))
     with sqlite3.connect(tmp_path / "indexes" / "old" / DB_NAME) as conn:  # as the previous version made it
         conn.execute("ALTER TABLE documents DROP COLUMN display_path")
     doc_id = document_id(real / "Wombat.md")
@@ -263,11 +266,13 @@ def test_an_embedded_index_from_before_display_paths_shows_identities_then_migra
     reader = index.reader()  # a server's reader, open across the upgrade
     try:
         (real / "Quokka.md").write_text(QUOKKA, encoding="utf-8")
-        ingest_paths([real / "Quokka.md"], index, embedder)  # the writer adds the column: display = identity
+        ingest_paths([real / "Quokka.md"], index,
+                     IngestParameters.defaults(embedder))  # the writer adds the column: display = identity
         with sqlite3.connect(tmp_path / "indexes" / "old" / DB_NAME) as conn:
             assert conn.execute("SELECT path, display_path FROM documents WHERE id = ?", (doc_id,)).fetchone() == \
                 (str(real / "Wombat.md"), str(real / "Wombat.md"))
-        ingest_paths([tmp_path / "Shared"], index, embedder)  # unchanged files seen again: their spelling
+        ingest_paths([tmp_path / "Shared"], index,
+                     IngestParameters.defaults(embedder))  # unchanged files seen again: their spelling
         hits = reader.chunks(c.id for c in reader.document_chunks(doc_id)[0])
         assert {c.path for c in hits.values()} == {str(tmp_path / "Shared" / "Wombat.md")}
     finally:
@@ -285,7 +290,7 @@ def test_a_postgres_index_from_before_display_paths_migrates(embedder, postgres_
     (real / "Wombat.md").write_text(WOMBAT, encoding="utf-8")
     name = fresh_name()
     store = PostgresStore(postgres_url, pool_size=2)
-    ingest_paths([tmp_path / "Shared"], store.index(name), embedder)
+    ingest_paths([tmp_path / "Shared"], store.index(name), IngestParameters.defaults(embedder))
     index_id = store.lookup(name)[0]
     store.close()
     with psycopg.connect(postgres_url, autocommit=True) as conn:  # as schema version 3 left it
@@ -297,7 +302,7 @@ def test_a_postgres_index_from_before_display_paths_migrates(embedder, postgres_
     try:
         doc_id = document_id(real / "Wombat.md")
         assert shown_documents(upgraded.index(name)) == {doc_id: (str(real / "Wombat.md"), str(real / "Wombat.md"))}
-        ingest_paths([tmp_path / "Shared"], upgraded.index(name), embedder)
+        ingest_paths([tmp_path / "Shared"], upgraded.index(name), IngestParameters.defaults(embedder))
         assert shown_documents(upgraded.index(name)) == {
             doc_id: (str(real / "Wombat.md"), str(tmp_path / "Shared" / "Wombat.md"))}
         assert upgraded.query("SELECT max(version) FROM rag.schema_version")[0][0] == 4
@@ -321,7 +326,7 @@ def test_the_api_and_the_cli_show_the_spelling_and_take_either(settings, embedde
     shown = tmp_path / "Shared"
     index = EmbeddedStore(app_settings.indexes_dir).index(app_settings.index)
     add_source(index, embedder, shown)
-    sync_source(index, index_sources(index)[0], embedder)
+    sync_source(index, index_sources(index)[0], IngestParameters.defaults(embedder))
     wombat, quokka = document_id(real / "Wombat.md"), document_id(real / "Quokka.md")
 
     with TestClient(create_app(app_settings), base_url="http://127.0.0.1", timeout=120) as client:

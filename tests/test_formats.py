@@ -7,6 +7,7 @@ tests/fixtures/make_office_fixtures.sh). With CI=true a missing Tesseract fails 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -25,6 +26,8 @@ from ingest.formats.options import LoadOptions
 from ingest.formats.registry import sniff
 from ingest.loaders import BrokenDocument, NoExtractableText, UnsupportedFileType, load_document
 from ingest.pipeline import attachment_path, delete_document, ingest_paths
+from ingest.parameters import IngestParameters
+from ingest.progress import OcrPage, ProgressEvent
 from rag.store.embedded import EmbeddedIndex
 from rag.core.records import document_id
 from rag.store.embedded import EmbeddedReader
@@ -243,7 +246,8 @@ def test_missing_tesseract_is_reported_never_silent(scans):
 
 def test_a_partly_read_file_is_added_with_its_warning(scans, embedder, tmp_path):
     no_ocr = LoadOptions(tesseract_cmd=str(tmp_path / "no-such-tesseract"))
-    summary = ingest_paths([scans / "mixed.pdf"], EmbeddedIndex(tmp_path / "indexes" / "t"), embedder, load_options=no_ocr)
+    parameters = dataclasses.replace(IngestParameters.defaults(embedder), load_options=no_ocr)
+    summary = ingest_paths([scans / "mixed.pdf"], EmbeddedIndex(tmp_path / "indexes" / "t"), parameters)
     (outcome,) = summary.outcomes
     assert outcome.status == "added" and outcome.reason is None and summary.ok
     assert outcome.warning == "page 2 has no text layer; install tesseract-ocr to read scanned pages"
@@ -325,7 +329,7 @@ def test_page_cap(made):
 
 def test_hostile_folder_ingest_keeps_the_good_file(hostile, embedder, tmp_path):
     start = time.perf_counter()
-    summary = ingest_paths([hostile], EmbeddedIndex(tmp_path / "indexes" / "t"), embedder)
+    summary = ingest_paths([hostile], EmbeddedIndex(tmp_path / "indexes" / "t"), IngestParameters.defaults(embedder))
     assert time.perf_counter() - start < 60
     outcomes = {Path(o.path).name: o for o in summary.outcomes}
     assert outcomes["good.csv"].status == "added" and outcomes["good.csv"].chunks > 0
@@ -346,8 +350,8 @@ def test_time_limit_stops_a_file_and_the_run_goes_on(scans, embedder, tesseract,
     make_scanned_tiff(folder / "a-long-scan.tiff", many)
     shutil.copy2(FIXTURES / "lo-text.pdf", folder / "b-text.pdf")
     start = time.perf_counter()
-    summary = ingest_paths([folder], EmbeddedIndex(tmp_path / "indexes" / "t"), embedder,
-                           load_options=LoadOptions(load_timeout_s=1.5))
+    parameters = dataclasses.replace(IngestParameters.defaults(embedder), load_options=LoadOptions(load_timeout_s=1.5))
+    summary = ingest_paths([folder], EmbeddedIndex(tmp_path / "indexes" / "t"), parameters)
     elapsed = time.perf_counter() - start
     outcomes = {Path(o.path).name: o for o in summary.outcomes}
     assert outcomes["a-long-scan.tiff"].status == "failed"
@@ -403,8 +407,9 @@ def all_formats(made, scans, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def formats_index(all_formats, embedder, tesseract, tmp_path_factory):
     root = tmp_path_factory.mktemp("formats-home") / "indexes" / "formats"
-    events: list[str] = []
-    summary = ingest_paths([all_formats], EmbeddedIndex(root), embedder, progress=lambda e, f, c: events.append(e))
+    events: list[ProgressEvent] = []
+    summary = ingest_paths([all_formats], EmbeddedIndex(root), IngestParameters.defaults(embedder),
+                           progress=events.append)
     return root, summary, events
 
 
@@ -415,8 +420,8 @@ def test_every_format_ingests_with_ocr_counted(formats_index, all_formats):
     assert str(attachment_path(all_formats / "samples.eml", "budget.csv")) in outcomes
     assert summary.ocr_pages == 4 and summary.ocr_seconds > 0  # scan.pdf 1 + scan.tiff 2 + mixed.pdf 1
     assert summary.as_dict()["ocr_pages"] == 4
-    ocr_events = [e for e in events if e.startswith("ocr:")]
-    assert f"ocr:2/2:{all_formats / 'scan.tiff'}" in ocr_events
+    ocr_events = [(e.path, e.page, e.pages) for e in events if isinstance(e, OcrPage)]
+    assert (str(all_formats / "scan.tiff"), 2, 2) in ocr_events
 
 
 def test_attachment_is_its_own_document_linked_to_the_mail(formats_index, all_formats, embedder):
@@ -438,10 +443,10 @@ def test_attachments_follow_their_mail(made, embedder, tmp_path):
     folder.mkdir()
     mail = make_eml(folder / "m.eml", ("report.docx", (made / "handbook.docx").read_bytes(), DOCX_MIME))
     root = tmp_path / "indexes" / "t"
-    first = ingest_paths([folder], EmbeddedIndex(root), embedder)
+    first = ingest_paths([folder], EmbeddedIndex(root), IngestParameters.defaults(embedder))
     assert [o.status for o in first.outcomes] == ["added", "added"]
     make_eml(mail, ("sheet.xlsx", (made / "lab.xlsx").read_bytes(), "application/octet-stream"))
-    second = ingest_paths([folder], EmbeddedIndex(root), embedder)
+    second = ingest_paths([folder], EmbeddedIndex(root), IngestParameters.defaults(embedder))
     assert [(Path(o.path).name, o.status) for o in second.outcomes] == [("m.eml", "updated"),
                                                                         ("m.eml#sheet.xlsx", "added")]
     reader = EmbeddedReader(root)

@@ -23,6 +23,7 @@ import pytest
 
 from helpers import server_process
 from ingest.pipeline import ingest_paths
+from ingest.parameters import IngestParameters
 from rag.store.embedded import EmbeddedIndex
 from rag.core.settings import PROJECT_ROOT, Settings
 
@@ -52,8 +53,8 @@ def test_fuzzing_finds_no_server_errors_and_no_schema_violations(request: pytest
     (home / "docs").mkdir(parents=True)
     shutil.copy2(PROJECT_ROOT / "examples" / "docs" / "normans.md", home / "docs")
     own = settings.replace(home=home)
-    ingest_paths([home / "docs" / "normans.md"], EmbeddedIndex(own.index_path()), embedder, own.chunk_tokens,
-                 own.chunk_overlap)
+    ingest_paths([home / "docs" / "normans.md"], EmbeddedIndex(own.index_path()),
+                 IngestParameters.from_settings(own, embedder))
     examples, seconds = request.config.getoption("--fuzz-examples"), request.config.getoption("--fuzz-seconds")
     report = tmp_path / "schemathesis.json"
     with server_process(own, home, tmp_path / "serve.log", RAG_MAX_TOKENS="4",
@@ -105,8 +106,8 @@ def test_fuzzing_as_a_restricted_principal_finds_no_errors_and_no_leak(request: 
     secret.write_text(f"# Pellamy reserve\n\n{SECRET}\n", encoding="utf-8")
     own = settings.replace(home=home)
     index = EmbeddedIndex(own.index_path())
-    ingest_paths([home / "docs" / "normans.md"], index, embedder, own.chunk_tokens, own.chunk_overlap)
-    ingest_paths([secret], index, embedder, groups=["finance"])
+    ingest_paths([home / "docs" / "normans.md"], index, IngestParameters.from_settings(own, embedder))
+    ingest_paths([secret], index, IngestParameters.defaults(embedder), groups=["finance"])
     name = f"fuzz-{role}"
     record, token = new_key(name, parse_grants(role, ("*",)), groups=frozenset({"staff"}))
     keys = SqliteKeyStore(home)

@@ -18,6 +18,7 @@ import pytest
 
 import rag.store.embedded as embedded
 from ingest.pipeline import ingest_paths
+from ingest.parameters import IngestParameters
 from rag.core.records import Chunk, DocumentRecord
 from rag.store.embedded import EmbeddedStore, ivf_cells, vector_index_plan
 from helpers import cli_env
@@ -115,7 +116,7 @@ def test_dev_recall_holds_on_ivf(embedder, tmp_path: Path, monkeypatch) -> None:
     for kind, threshold in (("flat", 10**9), ("ivf", 100)):
         monkeypatch.setattr(embedded, "ANN_MIN_VECTORS", threshold)
         index = EmbeddedStore(tmp_path / kind).index("dev")
-        ingest_paths([DEV / "docs"], index, embedder)
+        ingest_paths([DEV / "docs"], index, IngestParameters.defaults(embedder))
         reader = index.reader()
         assert reader.info().vector_index.startswith("flat" if kind == "flat" else "ivf: 32 cells, nprobe 4")
         retriever = Retriever(reader, embedder)

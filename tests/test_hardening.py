@@ -26,6 +26,7 @@ from api.app import create_app
 from api.errors import EXCEPTION_HANDLERS
 from helpers import server_process
 from ingest.pipeline import ingest_paths
+from ingest.parameters import IngestParameters
 from rag.core.records import candidate_ids
 from rag.store.embedded import EmbeddedIndex
 import ingest.uploads as uploads
@@ -64,8 +65,8 @@ def home(tmp_path_factory: pytest.TempPathFactory, settings: Settings, embedder)
     (home / "docs").mkdir()
     shutil.copy2(DOC, home / "docs" / DOC.name)
     own = settings.replace(home=home)
-    summary = ingest_paths([home / "docs" / DOC.name], EmbeddedIndex(own.index_path()), embedder,
-                           own.chunk_tokens, own.chunk_overlap)
+    summary = ingest_paths([home / "docs" / DOC.name], EmbeddedIndex(own.index_path()),
+                           IngestParameters.from_settings(own, embedder))
     assert summary.count("added") == 1, summary.as_dict()
     return home
 

@@ -393,6 +393,7 @@ def test_the_answer_services_default_context_sees_public_documents_only(settings
     """Finding 4: a request that forgets its context is answered as "public documents only"; every document
     is the explicit RequestContext.local()."""
     from ingest.pipeline import ingest_paths
+    from ingest.parameters import IngestParameters
     from rag.store.embedded import EmbeddedStore
     from rag.answering.service import AnswerRequest, AnswerService
     from rag.core.access import RequestContext
@@ -402,8 +403,9 @@ def test_the_answer_services_default_context_sees_public_documents_only(settings
     (folder / "budget.md").write_bytes(SECRET)
     (folder / "canteen.md").write_bytes(b"# Canteen\n\nThe canteen budget buys soup.\n")
     store = EmbeddedStore(tmp_path / "indexes")
-    ingest_paths([folder / "budget.md"], store.index("default"), embedder, groups=["finance"])
-    ingest_paths([folder / "canteen.md"], store.index("default"), embedder)
+    ingest_paths([folder / "budget.md"], store.index("default"), IngestParameters.defaults(embedder),
+                 groups=["finance"])
+    ingest_paths([folder / "canteen.md"], store.index("default"), IngestParameters.defaults(embedder))
     service = AnswerService(settings.replace(home=tmp_path), store, embedder, generator)
     try:
         forgot = service.retrieve("Zorblax merger budget")

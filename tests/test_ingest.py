@@ -23,6 +23,7 @@ import pytest
 from ingest.chunking import chunk_document
 from ingest.loaders import load_document
 from ingest.pipeline import SYMLINK_OUTSIDE, delete_document, ingest_paths
+from ingest.parameters import IngestParameters
 from rag.store.embedded import EmbeddedIndex
 from rag.core.records import document_id, normalise_path
 from rag.store.embedded import DB_NAME, EmbeddedReader, EmbeddedWriter
@@ -134,7 +135,7 @@ def pdf_index(embedder, tmp_path_factory):
     if not PDF_DIR.is_dir():
         pytest.skip(f"PDF corpus not found at {PDF_DIR}")
     root = tmp_path_factory.mktemp("pdfs") / "indexes" / "t1"
-    summary = ingest_paths([PDF_DIR], EmbeddedIndex(root), embedder)
+    summary = ingest_paths([PDF_DIR], EmbeddedIndex(root), IngestParameters.defaults(embedder))
     return root, summary
 
 
@@ -202,7 +203,7 @@ def test_pdf_reingest_is_idempotent(pdf_index, embedder):
     vectors = root / f"vectors-{before.generation}.faiss"
     vectors_mtime = vectors.stat().st_mtime_ns
 
-    second = ingest_paths([PDF_DIR], EmbeddedIndex(root), embedder)
+    second = ingest_paths([PDF_DIR], EmbeddedIndex(root), IngestParameters.defaults(embedder))
     first_by, second_by = by_name(first), by_name(second)
     assert set(first_by) == set(second_by)
     for name, old in first_by.items():
@@ -276,7 +277,7 @@ def test_changed_file_is_updated_and_old_chunks_are_gone(tmp_path, embedder, emb
     original = target.read_text(encoding="utf-8")
     target.write_text(original + "\n\nThe zorbulon parade marches through Ballarat every spring.\n",
                       encoding="utf-8")
-    first = ingest_paths([src], EmbeddedIndex(root), embedder)
+    first = ingest_paths([src], EmbeddedIndex(root), IngestParameters.defaults(embedder))
     assert [o.status for o in first.outcomes] == ["added", "added"]
     doc_id = document_id(target)
     other_id = document_id(src / "sky_united_kingdom.md")
@@ -292,7 +293,7 @@ def test_changed_file_is_updated_and_old_chunks_are_gone(tmp_path, embedder, emb
     new_text = "\n\n".join(paragraphs[: len(paragraphs) // 3]) + (
         "\n\nThe quokkaflux lantern festival lights up Geelong each winter.\n")
     target.write_text(new_text, encoding="utf-8")
-    second = ingest_paths([src], EmbeddedIndex(root), embedder)
+    second = ingest_paths([src], EmbeddedIndex(root), IngestParameters.defaults(embedder))
     outcomes = by_name(second)
     assert outcomes["victoria_australia.md"].status == "updated"
     assert outcomes["sky_united_kingdom.md"].status == "unchanged"
@@ -330,7 +331,7 @@ def test_delete_by_id_path_and_cli(tmp_path, embedder, rag):
     root = home / "indexes" / "default"
     src = squad_copy(tmp_path / "docs", "victoria_australia.md", "sky_united_kingdom.md")
     (src / "canary.md").write_text(CANARY_MD, encoding="utf-8")
-    summary = ingest_paths([src], EmbeddedIndex(root), embedder)
+    summary = ingest_paths([src], EmbeddedIndex(root), IngestParameters.defaults(embedder))
     assert summary.count("added") == 3
     ids = {name: document_id(src / name) for name in ("victoria_australia.md", "sky_united_kingdom.md",
                                                         "canary.md")}
@@ -385,7 +386,7 @@ def test_delete_by_id_path_and_cli(tmp_path, embedder, rag):
     assert_consistent(root)
 
     # the emptied index still takes documents
-    again = ingest_paths([src / "canary.md"], EmbeddedIndex(root), embedder)
+    again = ingest_paths([src / "canary.md"], EmbeddedIndex(root), IngestParameters.defaults(embedder))
     assert [o.status for o in again.outcomes] == ["added"]
     assert_consistent(root)
 
@@ -397,7 +398,7 @@ def test_embedder_mismatch_is_refused(tmp_path, embedder, settings, rag):
     src = tmp_path / "docs"
     src.mkdir()
     (src / "canary.md").write_text(CANARY_MD, encoding="utf-8")
-    ingest_paths([src], EmbeddedIndex(root), embedder)
+    ingest_paths([src], EmbeddedIndex(root), IngestParameters.defaults(embedder))
     identity, dimension = embedder.config.identity, embedder.dimension
 
     with pytest.raises(EmbedderMismatchError, match="was built with embedder"):
@@ -432,7 +433,7 @@ def test_embedder_mismatch_is_refused(tmp_path, embedder, settings, rag):
     renamed = Embedder(other, settings.threads, settings.embed_batch_size)
     (src / "more.md").write_text("# More\n\nA second note about lighthouses.\n", encoding="utf-8")
     with pytest.raises(EmbedderMismatchError):
-        ingest_paths([src], EmbeddedIndex(root), renamed)
+        ingest_paths([src], EmbeddedIndex(root), IngestParameters.defaults(renamed))
     proc = rag(home, "ingest", str(src), env={"RAG_EMBEDDER_DIR": str(other)})
     assert proc.returncode != 0
     assert "was built with embedder" in one_line(proc.stderr) and "Traceback" not in proc.stderr
@@ -446,6 +447,7 @@ CRASH_SCRIPT = """
 import sys
 from pathlib import Path
 import ingest.pipeline as pipeline
+from ingest.parameters import IngestParameters
 from rag.embedder import Embedder
 from rag.store.embedded import EmbeddedIndex
 
@@ -453,10 +455,12 @@ from rag.store.embedded import EmbeddedIndex
 pipeline.EMBED_BUFFER_CHUNKS = 16
 embedder = Embedder(Path(sys.argv[1]))
 
-def progress(event, files_done, chunks_done):
-    print(f"progress {files_done} {chunks_done}", flush=True)
+def progress(event):
+    print(f"progress {event.files_done} {event.chunks_done}", flush=True)
 
-pipeline.ingest_paths([Path(p) for p in sys.argv[3:]], EmbeddedIndex(Path(sys.argv[2])), embedder, progress=progress)
+pipeline.ingest_paths([Path(p) for p in sys.argv[3:]], EmbeddedIndex(Path(sys.argv[2])),
+                      IngestParameters.defaults(embedder),
+                      progress=progress)
 print("finished", flush=True)
 """
 
@@ -469,7 +473,7 @@ def test_killed_ingest_leaves_last_commit_intact(tmp_path, embedder, settings):
     canary_dir = tmp_path / "canary"
     canary_dir.mkdir()
     (canary_dir / "canary.md").write_text(CANARY_MD, encoding="utf-8")
-    committed = ingest_paths([canary_dir], EmbeddedIndex(root), embedder)
+    committed = ingest_paths([canary_dir], EmbeddedIndex(root), IngestParameters.defaults(embedder))
     reader = EmbeddedReader(root)
     committed_docs = reader.documents()
     reader.close()
@@ -536,7 +540,8 @@ def test_killed_ingest_leaves_last_commit_intact(tmp_path, embedder, settings):
         reader.close()
 
     # A fresh run afterwards works and commits the next generation.
-    again = ingest_paths([corpus / "sky_united_kingdom.md", canary_dir], EmbeddedIndex(root), embedder)
+    again = ingest_paths([corpus / "sky_united_kingdom.md", canary_dir], EmbeddedIndex(root),
+                         IngestParameters.defaults(embedder))
     assert {n: o.status for n, o in by_name(again).items()} == {
         "sky_united_kingdom.md": "added", "canary.md": "unchanged"} and again.ok
     assert again.generation == 2
@@ -557,7 +562,7 @@ def test_second_writer_fails_fast_and_cleanly(tmp_path, embedder, rag):
     src = squad_copy(tmp_path / "docs", "sky_united_kingdom.md")
     (tmp_path / "canary").mkdir()
     (tmp_path / "canary" / "canary.md").write_text(CANARY_MD, encoding="utf-8")
-    first = ingest_paths([tmp_path / "canary"], EmbeddedIndex(root), embedder)
+    first = ingest_paths([tmp_path / "canary"], EmbeddedIndex(root), IngestParameters.defaults(embedder))
 
     reader = EmbeddedReader(root)
     writer = EmbeddedWriter(root, embedder.config.identity, embedder.dimension)
@@ -568,7 +573,7 @@ def test_second_writer_fails_fast_and_cleanly(tmp_path, embedder, rag):
         assert reader.lexical_search("zebrafinch", 5)
 
         with pytest.raises(IndexLockedError, match="another process"):
-            ingest_paths([src], EmbeddedIndex(root), embedder, lock_timeout_s=0.2)
+            ingest_paths([src], EmbeddedIndex(root), IngestParameters.defaults(embedder), lock_timeout_s=0.2)
 
         started = time.monotonic()
         proc = rag(home, "ingest", str(src))
@@ -600,14 +605,14 @@ def test_reader_follows_new_commits(tmp_path, embedder):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "canary.md").write_text(CANARY_MD, encoding="utf-8")
     src = squad_copy(tmp_path / "b", "sky_united_kingdom.md")
-    first = ingest_paths([tmp_path / "a"], EmbeddedIndex(root), embedder)
+    first = ingest_paths([tmp_path / "a"], EmbeddedIndex(root), IngestParameters.defaults(embedder))
     reader = EmbeddedReader(root)
     try:
         query = embedder.embed_query("Which company runs the Sky satellite television service in the UK?")
         assert doc_ids_of(reader, reader.dense_search(query, 5)) == {document_id(tmp_path / "a" / "canary.md")}
         assert reader.refresh() is False  # nothing new yet
 
-        second = ingest_paths([src], EmbeddedIndex(root), embedder)
+        second = ingest_paths([src], EmbeddedIndex(root), IngestParameters.defaults(embedder))
         assert second.generation == first.generation + 1
         # the same reader object, not re-created, searches the new generation
         hits = reader.dense_search(query, 3)
@@ -671,8 +676,8 @@ def home_beside_index(tmp_path, embedder):
     src = tmp_path / "docs"
     src.mkdir()
     (src / "canary.md").write_text(CANARY_MD, encoding="utf-8")
-    ingest_paths([src], EmbeddedIndex(home / "x"), embedder)
-    ingest_paths([src], EmbeddedIndex(home / "indexes" / "default"), embedder)
+    ingest_paths([src], EmbeddedIndex(home / "x"), IngestParameters.defaults(embedder))
+    ingest_paths([src], EmbeddedIndex(home / "indexes" / "default"), IngestParameters.defaults(embedder))
     return home, src
 
 
@@ -726,11 +731,12 @@ def test_glob_selects_files_by_name(tmp_path, rag, embedder):
     assert sorted(Path(p).suffix for (p,) in db_rows(root, "SELECT path FROM documents")) == [".md", ".md"]
 
     # the glob filters folder contents only; a file named outright is always taken
-    summary = ingest_paths([src, src / "notes.txt"], EmbeddedIndex(root), embedder, glob="*.md")
+    summary = ingest_paths([src, src / "notes.txt"], EmbeddedIndex(root), IngestParameters.defaults(embedder),
+                           glob="*.md")
     assert {Path(o.path).name: o.status for o in summary.outcomes} == {
         "canary.md": "unchanged", "sky_united_kingdom.md": "unchanged", "notes.txt": "added"}
     # without a glob everything visible is considered
-    summary = ingest_paths([src], EmbeddedIndex(root), embedder)
+    summary = ingest_paths([src], EmbeddedIndex(root), IngestParameters.defaults(embedder))
     assert {Path(o.path).name: o.status for o in summary.outcomes} == {
         "canary.md": "unchanged", "sky_united_kingdom.md": "unchanged", "notes.txt": "unchanged",
         "page.html": "added", "LICENSE": "skipped"}
@@ -751,7 +757,8 @@ def test_nothing_to_ingest_is_an_error_and_creates_no_index(tmp_path, rag, embed
         assert proc.stdout == ""
     assert not (home / "indexes").exists()
     with pytest.raises(BadRequestError, match="no files match"):
-        ingest_paths([src], EmbeddedIndex(tmp_path / "indexes" / "t1"), embedder, glob="*.pdf")
+        ingest_paths([src], EmbeddedIndex(tmp_path / "indexes" / "t1"), IngestParameters.defaults(embedder),
+                     glob="*.pdf")
     assert not (tmp_path / "indexes").exists()
 
 
@@ -790,7 +797,7 @@ def test_folder_ingest_does_not_follow_symlinks_out_of_the_folder(tmp_path, rag,
     _symlink(src / "inner-dir", src / "sub")
     root = tmp_path / "indexes" / "t1"
 
-    summary = ingest_paths([src], EmbeddedIndex(root), embedder)
+    summary = ingest_paths([src], EmbeddedIndex(root), IngestParameters.defaults(embedder))
     outcomes = by_name(summary)
     assert set(outcomes) == {"canary.md", "link.txt", "linked-dir"}, outcomes
     assert outcomes["canary.md"].status == "added"

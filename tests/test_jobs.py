@@ -186,3 +186,29 @@ def test_a_sync_is_a_job(settings: Settings, tmp_path: Path):
         inline = httpx.post(f"{base}/v1/sources/{source_id}/sync", timeout=30)
         assert inline.status_code == 200, inline.text
         assert inline.json()["last"]["unchanged"] == 2 and inline.json()["last"]["added"] == 0
+
+
+def test_a_job_record_follows_the_typed_progress_events(tmp_path: Path):
+    """The tracker renders the ingest's events into the job record the API shows (files, OCR pages, chunks)."""
+    import threading
+
+    from ingest.jobs import JobStore, Tracker
+    from ingest.progress import FileDone, OcrPage, Started, UnchangedCounted
+
+    store = JobStore(tmp_path / "jobs")
+    job = store.create("upload", "default", "admin", [("scan.pdf", b"%PDF"), ("notes.md", b"# Notes")])
+    tracker = Tracker(store, job, threading.Event())
+    tracker(Started(2))
+    assert (job.files_total, job.files_done, job.progress) == (2, 0, 0.0)
+    tracker(OcrPage("/up/scan.pdf", 1, 4, 0, 0))
+    tracker(OcrPage("/up/scan.pdf", 2, 4, 0, 0))
+    assert (job.current_file, job.current_file_page, job.current_file_pages, job.ocr_pages_done) == \
+        ("scan.pdf", 2, 4, 2)
+    assert job.progress == round(0.95 * 2 / 4 / 2, 4)
+    tracker(FileDone("/up/scan.pdf", 1, 7))
+    assert (job.current_file, job.current_file_page, job.files_done, job.chunks) == (None, 0, 1, 7)
+    tracker(OcrPage("/up/notes.md", 1, 1, 1, 7))
+    assert job.ocr_pages_done == 3  # counted on over the job
+    tracker(UnchangedCounted(2))
+    assert (job.files_done, job.chunks, job.current_file, job.progress) == (2, 0, None, 0.99)
+    assert store.get(job.id).files_done == 2  # saved: a file's end is always written

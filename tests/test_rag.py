@@ -19,6 +19,7 @@ import pytest
 from conftest import SQUAD_DOCS, SQUAD_QUESTIONS
 from helpers import cli_env
 from ingest.pipeline import ingest_paths
+from ingest.parameters import IngestParameters
 from rag.store.embedded import EmbeddedIndex
 from rag.core.access import RequestContext
 from rag.answering.service import AnswerOptions, AnswerRequest, AnswerService, options_from
@@ -89,8 +90,8 @@ def rag_home(tmp_path_factory: pytest.TempPathFactory, settings: Settings, embed
         pytest.skip(f"SQuAD data not found at {SQUAD_DOCS.parent}")
     home = tmp_path_factory.mktemp("rag-home")
     root = settings.replace(home=home).index_path()
-    summary = ingest_paths([SQUAD_DOCS / n for n in DOC_NAMES], EmbeddedIndex(root), embedder, settings.chunk_tokens,
-                           settings.chunk_overlap)
+    summary = ingest_paths([SQUAD_DOCS / n for n in DOC_NAMES], EmbeddedIndex(root),
+                           IngestParameters.from_settings(settings, embedder))
     assert summary.ok and summary.count("added") == len(DOC_NAMES), summary.as_dict()
     assert summary.chunks_written > 10
     return home
@@ -599,7 +600,7 @@ def test_ask_cli_on_an_empty_index_says_so_and_how_to_add_documents(settings: Se
     docs.mkdir()
     (docs / "note.md").write_text("# Note\n\nThe harbour opens at nine.\n", encoding="utf-8")
     index = Index(settings.replace(home=home).index_path())
-    assert ingest_paths([docs], index, embedder).count("added") == 1
+    assert ingest_paths([docs], index, IngestParameters.defaults(embedder)).count("added") == 1
     deleted = run_cli(settings, "--home", str(home), "documents", "delete", str(docs / "note.md"))
     assert deleted.returncode == 0, deleted.stderr
     assert deleted.stderr.rstrip().endswith(", 1 chunk)")  # not "1 chunks"
@@ -647,7 +648,8 @@ def test_ask_cli_prints_sources_literally(settings: Settings, embedder, tmp_path
         "# Rocket [/bold] notes :rocket: [red]x\n\nThe zorblat rocket :rocket: launches from the "
         "[bold]harbour[/bold] every Tuesday at noon.\n", encoding="utf-8")
     home = tmp_path / "home"
-    summary = ingest_paths([docs], EmbeddedIndex(settings.replace(home=home).index_path()), embedder)
+    summary = ingest_paths([docs], EmbeddedIndex(settings.replace(home=home).index_path()),
+                           IngestParameters.defaults(embedder))
     assert summary.count("added") == 1
     proc = run_cli(settings, "--home", str(home), "ask", "When does the zorblat rocket launch?", "--max-tokens", "4",
                    COLUMNS="200")

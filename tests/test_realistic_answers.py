@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ingest.pipeline import ingest_paths
+from ingest.parameters import IngestParameters
 from rag.store.embedded import EmbeddedIndex
 from rag.answering.evidence import candidate_spans
 from rag.answering.prompt import ABSTENTION_MESSAGE
@@ -34,8 +35,8 @@ DEBIAN_DOCS = DATA / "debian-docs"
 def policies(tmp_path_factory: pytest.TempPathFactory, settings: Settings, embedder, generator) -> AnswerService:
     home = tmp_path_factory.mktemp("policies-home")
     local = settings.replace(home=home)
-    summary = ingest_paths([POLICIES / "docs"], EmbeddedIndex(local.index_path()), embedder, local.chunk_tokens,
-                           local.chunk_overlap)
+    summary = ingest_paths([POLICIES / "docs"], EmbeddedIndex(local.index_path()),
+                           IngestParameters.from_settings(local, embedder))
     assert summary.ok and summary.count("added") == 3, summary.as_dict()
     service = answer_service(local, Models(embedder, generator))
     yield service
@@ -126,8 +127,8 @@ def test_words_no_visible_document_holds_say_so_and_hidden_ones_count_as_absent(
     (public / "backup.md").write_text("# Backups\n\nNightly backups are written with borg to the NAS.\n")
     (secret / "vault.md").write_text("# Vault\n\nThe zorblat cipher protects the payroll vault.\n")
     index = EmbeddedIndex(tmp_path / "index")
-    assert ingest_paths([public], index, embedder, groups=[]).ok
-    assert ingest_paths([secret], index, embedder, groups=["finance"]).ok
+    assert ingest_paths([public], index, IngestParameters.defaults(embedder), groups=[]).ok
+    assert ingest_paths([secret], index, IngestParameters.defaults(embedder), groups=["finance"]).ok
     retriever = Retriever(index.reader(), embedder)
     try:
         assert retriever.absent_words(["borg", "zorblat", "nftables"], None) == ["nftables"]
@@ -153,8 +154,7 @@ def test_a_german_date_and_abbreviation_are_not_sentence_ends(settings: Settings
     assert split_sentences("It hangs in the Museum of Modern Art. The show opened in May.") == [
         "It hangs in the Museum of Modern Art.", "The show opened in May."]
     local = settings.replace(home=tmp_path)
-    assert ingest_paths([doc], EmbeddedIndex(local.index_path()), embedder, local.chunk_tokens,
-                        local.chunk_overlap).ok
+    assert ingest_paths([doc], EmbeddedIndex(local.index_path()), IngestParameters.from_settings(local, embedder)).ok
     service = answer_service(local, Models(embedder, generator))
     try:
         result = ask(service, "Bis wann kann Resturlaub übertragen werden?")

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from ingest.pipeline import ingest_paths
+from ingest.parameters import IngestParameters
 from rag.answering.service import AnswerRequest, options_from
 from rag.core.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from rag.core.settings import PROJECT_ROOT, Settings
@@ -42,7 +43,8 @@ def test_remote_answers_are_verified_like_local(settings: Settings, embedder, ge
     """Same prompts through the HTTP hop; the remote replies are verified against the passages like local ones."""
     home_settings = settings.replace(home=tmp_path)
     docs = PROJECT_ROOT / "examples" / "docs"
-    ingest_paths([docs / "normans.md", docs / "victoria_australia.md"], open_index(home_settings), embedder)
+    ingest_paths([docs / "normans.md", docs / "victoria_australia.md"], open_index(home_settings),
+                 IngestParameters.defaults(embedder))
     local = answer_service(home_settings, Models(embedder, generator))
     remote_config = remote_settings(home_settings, upstream_generator)
     remote_generator = load_answer_generator(remote_config, embedder)

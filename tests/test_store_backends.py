@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from ingest.pipeline import delete_document, ingest_paths
+from ingest.parameters import IngestParameters
 from rag.core.records import Chunk, DocumentRecord, document_id
 from rag.store.copy import copy_index
 from rag.store.embedded import EmbeddedStore
@@ -95,7 +96,7 @@ def test_add_search_update_delete(store, embedder, tmp_path: Path) -> None:
                                          "He swore fealty to King Charles III of West Francia in 911.\n")
     write(docs, "victoria.md", "# Victoria\n\nMelbourne is the capital of the Australian state of Victoria. "
                                "The state's economy is driven by services and manufacturing.\n")
-    summary = ingest_paths([docs], index, embedder)
+    summary = ingest_paths([docs], index, IngestParameters.defaults(embedder))
     assert [o.status for o in summary.outcomes] == ["added", "added"]
     assert index.exists() and index.name in store.names()
     reader = index.reader()
@@ -113,9 +114,10 @@ def test_add_search_update_delete(store, embedder, tmp_path: Path) -> None:
     assert reader.lexical_search("the of and", 5) == []  # only stop words: no query
 
     # unchanged, then updated: the old chunk goes, the reader sees the new one without reopening
-    assert [o.status for o in ingest_paths([docs], index, embedder).outcomes] == ["unchanged", "unchanged"]
+    assert [o.status for o in ingest_paths([docs], index,
+                                           IngestParameters.defaults(embedder)).outcomes] == ["unchanged", "unchanged"]
     write(docs, "normans.md", "# Normans\n\nRollo, a Viking chieftain, founded the duchy of Normandy.\n\n" + "More. " * 300)
-    summary = ingest_paths([normans], index, embedder)
+    summary = ingest_paths([normans], index, IngestParameters.defaults(embedder))
     assert summary.outcomes[0].status == "updated" and summary.outcomes[0].chunks > 1
     assert reader.find_document(str(normans)).chunks == summary.outcomes[0].chunks
     assert "swore fealty" not in " ".join(h.chunk.text for h in retriever.retrieve("fealty Charles III", 5).hits)
@@ -134,7 +136,7 @@ def test_text_that_cannot_name_a_file_stands_for_no_document(store, embedder, tm
     """NUL bytes and unpaired surrogates are not found, on both stores (never a database or encoding error)."""
     index = store.index(fresh_name())
     [path] = corpus(tmp_path / "docs", 0, 1)
-    ingest_paths([path], index, embedder)
+    ingest_paths([path], index, IngestParameters.defaults(embedder))
     reader = index.reader()
     try:
         for text in ("\x00", "a\x00b", "\ud800", "x\udcff.txt", "../" * 50, "%00", " "):
@@ -151,7 +153,7 @@ def test_text_that_cannot_name_a_file_stands_for_no_document(store, embedder, tm
 def test_document_filters(store, embedder, tmp_path: Path) -> None:
     index = store.index(fresh_name())
     files = corpus(tmp_path / "docs", 0, 6)
-    ingest_paths(files, index, embedder)
+    ingest_paths(files, index, IngestParameters.defaults(embedder))
     reader = index.reader()
     retriever = Retriever(reader, embedder)
     wanted = [document_id(files[4]), document_id(files[5])]
@@ -170,7 +172,7 @@ def test_document_filters(store, embedder, tmp_path: Path) -> None:
 
 def test_embedder_guard(store, embedder, tmp_path: Path) -> None:
     index = store.index(fresh_name())
-    ingest_paths(corpus(tmp_path / "docs", 0, 1), index, embedder)
+    ingest_paths(corpus(tmp_path / "docs", 0, 1), index, IngestParameters.defaults(embedder))
     with pytest.raises(EmbedderMismatchError):
         index.writer("another-embedder@384", 384)
     with pytest.raises(EmbedderMismatchError):
@@ -185,7 +187,7 @@ def test_embedder_guard(store, embedder, tmp_path: Path) -> None:
 def test_failed_writes_leave_nothing_half_written(store, embedder, tmp_path: Path) -> None:
     index = store.index(fresh_name())
     files = corpus(tmp_path / "docs", 0, 2)
-    ingest_paths(files, index, embedder)
+    ingest_paths(files, index, IngestParameters.defaults(embedder))
     before = consistent(index)
     record = DocumentRecord("broken0000000000", str(tmp_path / "broken.md"), "Broken", "md", "0" * 64, None, 10, 2,
                             "2026-01-01T00:00:00+00:00")
@@ -210,7 +212,7 @@ def test_copy_between_backends(embedder, postgres_url: str, tmp_path: Path) -> N
     embedded, pg = EmbeddedStore(tmp_path / "indexes"), PostgresStore(postgres_url, pool_size=2)
     name = fresh_name()
     files = corpus(tmp_path / "docs", 0, 5)
-    ingest_paths(files, embedded.index(name), embedder)
+    ingest_paths(files, embedded.index(name), IngestParameters.defaults(embedder))
     report = copy_index(embedded.index(name), pg.index(name))
     assert report.documents == 5 and consistent(pg.index(name)) == consistent(embedded.index(name))
     back = EmbeddedStore(tmp_path / "back")
@@ -231,7 +233,8 @@ def test_copy_between_backends(embedder, postgres_url: str, tmp_path: Path) -> N
 def test_migrate_command(settings, postgres_url: str, tmp_path: Path, embedder) -> None:
     home, home_back = tmp_path / "home", tmp_path / "home-back"
     name = fresh_name()
-    ingest_paths(corpus(tmp_path / "docs", 10, 3), EmbeddedStore(home / "indexes").index(name), embedder)
+    ingest_paths(corpus(tmp_path / "docs", 10, 3), EmbeddedStore(home / "indexes").index(name),
+                 IngestParameters.defaults(embedder))
 
     def run(where: Path, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "app.cli", "--home", str(where), "index", "migrate", *args],
@@ -321,14 +324,14 @@ def test_mail_attachments_are_documents_of_their_own(store, embedder, tmp_path: 
     index = store.index(fresh_name())
     note = b"The volcanic ash layer at 40 metres dates from the Holocene.\n"
     mail = make_eml(tmp_path / "site7.eml", ("ash-note.txt", note, "text/plain"))
-    summary = ingest_paths([mail], index, embedder)
+    summary = ingest_paths([mail], index, IngestParameters.defaults(embedder))
     assert summary.ok
     reader = index.reader()
     try:
         titles = sorted(d.title for d in reader.documents())
         assert len(titles) == 2 and any(t.startswith("attachment ash-note.txt") for t in titles), titles
         make_eml(mail)  # the mail without its attachment: the attachment's document goes
-        ingest_paths([mail], index, embedder)
+        ingest_paths([mail], index, IngestParameters.defaults(embedder))
         assert [d.title for d in reader.documents()] == ["Borehole samples from Site 7"]
         delete_document(index, str(mail))
         assert reader.documents() == []
@@ -352,7 +355,7 @@ def test_large_index_lexical_search_ranks_the_rare_words(store, embedder, tmp_pa
             f"Town {i} has a market square and a church near the river.{rare} The market opens every week.",
             encoding="utf-8")
     index = store.index(fresh_name())
-    ingest_paths([folder], index, embedder)
+    ingest_paths([folder], index, IngestParameters.defaults(embedder))
     reader = index.reader()
     hits = reader.lexical_search("Which town has a zeppelin mooring mast near the market square?", 5)
     top = reader.chunks([hits[0][0]])[hits[0][0]]
@@ -372,8 +375,8 @@ def test_document_groups_filter_inside_the_search(store, embedder, tmp_path: Pat
     index = store.index(fresh_name())
     secret = write(tmp_path / "finance", "vault.md", "# Vault\n\n" + SECRET)
     public = write(tmp_path / "public", "cafeteria.md", "# Cafeteria\n\n" + PUBLIC)
-    ingest_paths([secret], index, embedder, groups=["finance"])
-    ingest_paths([public], index, embedder)
+    ingest_paths([secret], index, IngestParameters.defaults(embedder), groups=["finance"])
+    ingest_paths([public], index, IngestParameters.defaults(embedder))
     reader = index.reader()
     retriever = Retriever(reader, embedder)
     try:
@@ -395,9 +398,9 @@ def test_document_groups_filter_inside_the_search(store, embedder, tmp_path: Pat
 
         # Re-ingesting without --groups keeps them; --groups '' makes the document public.
         write(tmp_path / "finance", "vault.md", "# Vault\n\n" + SECRET + "\nUpdated.\n")
-        ingest_paths([secret], index, embedder)
+        ingest_paths([secret], index, IngestParameters.defaults(embedder))
         assert reader.find_document(str(secret)).access_groups == "finance"
-        ingest_paths([secret], index, embedder, groups=[])
+        ingest_paths([secret], index, IngestParameters.defaults(embedder), groups=[])
         assert reader.find_document(str(secret)).access_groups == ""
         assert reader.visible_documents(frozenset()) is None
     finally:
@@ -462,7 +465,7 @@ def test_an_index_from_before_document_groups_reads_as_public_and_migrates(embed
     store = EmbeddedStore(tmp_path / "indexes")
     index = store.index("old")
     public = write(tmp_path / "docs", "cafeteria.md", "# Cafeteria\n\n" + PUBLIC)
-    ingest_paths([public], index, embedder)
+    ingest_paths([public], index, IngestParameters.defaults(embedder))
     with sqlite3.connect(tmp_path / "indexes" / "old" / DB_NAME) as conn:  # as last wave's code made it
         conn.execute("ALTER TABLE documents DROP COLUMN access_groups")
     reader = index.reader()
@@ -470,7 +473,8 @@ def test_an_index_from_before_document_groups_reads_as_public_and_migrates(embed
         assert reader.visible_documents(frozenset()) is None
         assert [d.access_groups for d in reader.documents()] == [""]
         secret = write(tmp_path / "docs", "vault.md", "# Vault\n\n" + SECRET)
-        ingest_paths([secret], index, embedder, groups=["finance"])  # the writer adds the column
+        ingest_paths([secret], index, IngestParameters.defaults(embedder),
+                     groups=["finance"])  # the writer adds the column
         assert reader.visible_documents(frozenset()) == [document_id(public)]
     finally:
         reader.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 
 from helpers import cli_env
 from rag.store.embedded import EmbeddedStore
+from ingest.parameters import IngestParameters
 from ingest.uploads import IncomingFile, Uploads
 from rag.core.errors import BadRequestError
 from rag.core.settings import PROJECT_ROOT, Settings
@@ -27,7 +29,8 @@ def home(tmp_path: Path) -> Path:
 
 
 def add(uploads: Uploads, store: EmbeddedStore, embedder, *files: tuple[str, bytes], max_bytes: int = 10_000):
-    return uploads.add(store.index("default"), [IncomingFile(n, c) for n, c in files], embedder, 200, 30, max_bytes)
+    parameters = dataclasses.replace(IngestParameters.defaults(embedder), max_file_bytes=max_bytes)
+    return uploads.add(store.index("default"), [IncomingFile(n, c) for n, c in files], parameters)
 
 
 def test_add_replace_refuse_and_delete(home: Path, embedder):

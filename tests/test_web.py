@@ -26,6 +26,7 @@ import pytest
 from format_fixtures import make_long_scan
 from helpers import cli_env, header_proxy, jwt_env, server_process, sign, signing_key
 from ingest.pipeline import ingest_paths
+from ingest.parameters import IngestParameters
 from rag.store.embedded import EmbeddedIndex
 from rag.core.settings import PROJECT_ROOT, Settings
 
@@ -96,8 +97,8 @@ def web_home(tmp_path_factory: pytest.TempPathFactory, settings: Settings, embed
     docs = home / "docs"
     shutil.copytree(EXAMPLE_DOCS, docs)
     paths = sorted(docs.glob("*.md"))
-    summary = ingest_paths(paths, EmbeddedIndex(settings.replace(home=home).index_path()), embedder, settings.chunk_tokens,
-                           settings.chunk_overlap)
+    summary = ingest_paths(paths, EmbeddedIndex(settings.replace(home=home).index_path()),
+                           IngestParameters.from_settings(settings, embedder))
     assert summary.count("added") == len(paths), summary.as_dict()
     return home
 

@@ -4,6 +4,7 @@ case-insensitive names, Office lock files, hidden files, junctions, device names
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import faiss
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ingest.pipeline import ingest_paths
+from ingest.parameters import IngestParameters
 from rag.store.embedded import EmbeddedStore
 from rag.core.files import path_for_native_library
 from windows import WindowsRules, windows_rules  # noqa: F401  (the fixture)
@@ -55,9 +57,10 @@ def test_an_index_under_a_non_ascii_home_commits_and_loads(tmp_path: Path, embed
     (docs / "wombat.txt").write_bytes(WOMBAT)
     store = EmbeddedStore(home / "indexes")
     windows_rules.fail_next(1, ".faiss")  # and a scanner holds the new vectors file for a moment
-    first = ingest_paths([docs], store.index("default"), embedder)
+    first = ingest_paths([docs], store.index("default"), IngestParameters.defaults(embedder))
     (docs / "quokka.txt").write_bytes(QUOKKA)
-    second = ingest_paths([docs], store.index("default"), embedder)  # loads generation 1, writes 2
+    second = ingest_paths([docs], store.index("default"),
+                          IngestParameters.defaults(embedder))  # loads generation 1, writes 2
     assert (first.generation, second.generation) == (1, 2) and ansi_faiss == []
     assert any("injected" in r for r in windows_rules.refused)
     reader = store.index("default").reader()
@@ -83,7 +86,8 @@ def test_the_generator_gets_a_path_its_library_can_open(tmp_path: Path, monkeypa
 def _add(uploads, index, embedder, *files: tuple[str, bytes]):
     from ingest.uploads import IncomingFile
 
-    return uploads.add(index, [IncomingFile(n, c) for n, c in files], embedder, 200, 30, 10_000)
+    parameters = dataclasses.replace(IngestParameters.defaults(embedder), max_file_bytes=10_000)
+    return uploads.add(index, [IncomingFile(n, c) for n, c in files], parameters)
 
 
 def test_names_that_differ_only_in_case_are_one_file_and_one_index(tmp_path: Path, embedder):
@@ -161,7 +165,8 @@ def test_lock_files_hidden_files_and_junctions_are_skipped_with_the_reason(tmp_p
     attributes = {"junction": stat.FILE_ATTRIBUTE_REPARSE_POINT if hasattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT")
                   else 0x400, "Thumbs.txt": 0x4, "secret.txt": 0x2}  # reparse point, system, hidden
     monkeypatch.setattr(rag.core.files, "windows_attributes", lambda path: attributes.get(Path(path).name, 0))
-    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"), embedder)
+    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"),
+                           IngestParameters.defaults(embedder))
     outcomes = {Path(o.path).name: (o.status, o.reason) for o in summary.outcomes}
     assert outcomes["Report.txt"][0] == "added" and "elsewhere.txt" not in outcomes
     assert outcomes["~$Report.docx"] == ("skipped", "not a document: an Office lock file (the document is open "
@@ -186,7 +191,8 @@ def test_a_folder_that_cannot_be_listed_is_reported_not_fatal(tmp_path: Path, em
         return real_scandir(path)
 
     monkeypatch.setattr(os, "scandir", scandir)
-    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"), embedder)
+    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"),
+                           IngestParameters.defaults(embedder))
     outcomes = {Path(o.path).name: (o.status, o.reason_type) for o in summary.outcomes}
     assert outcomes == {"Report.txt": ("added", None), "deep" * 60: ("skipped", "unreadable_folder")}
 
@@ -505,7 +511,8 @@ def test_a_deleted_index_stops_answering_and_its_name_serves_the_new_index(
     home = tmp_path / "home"
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "wombat.txt").write_bytes(WOMBAT)
-    ingest_paths([tmp_path / "docs"], EmbeddedStore(home / "indexes").index("docs"), embedder)
+    ingest_paths([tmp_path / "docs"], EmbeddedStore(home / "indexes").index("docs"),
+                 IngestParameters.defaults(embedder))
     with TestClient(create_app(settings.replace(home=home)), base_url="http://127.0.0.1", timeout=120) as client:
         while client.get("/healthz").json()["status"] == "loading":
             time.sleep(0.1)
@@ -516,7 +523,8 @@ def test_a_deleted_index_stops_answering_and_its_name_serves_the_new_index(
         assert (gone.status_code, gone.json()["error"]["type"]) == (404, "index_not_found"), gone.text
         (tmp_path / "docs" / "wombat.txt").unlink()
         (tmp_path / "docs" / "quokka.txt").write_bytes(QUOKKA)
-        ingest_paths([tmp_path / "docs"], EmbeddedStore(home / "indexes").index("docs"), embedder)
+        ingest_paths([tmp_path / "docs"], EmbeddedStore(home / "indexes").index("docs"),
+                     IngestParameters.defaults(embedder))
         assert "Quokkas" in _retrieve(client, "docs").json()["chunks"][0]["text"]
     assert sorted(p.name for p in (home / "indexes").iterdir()) == ["docs"]
 
@@ -539,7 +547,7 @@ def test_deleting_an_index_another_process_reads_waits_for_it_or_says_index_busy
     (tmp_path / "docs" / "wombat.txt").write_bytes(WOMBAT)
     store = EmbeddedStore(home / "indexes")
     for name in ("docs", "kept"):
-        ingest_paths([tmp_path / "docs"], store.index(name), embedder)
+        ingest_paths([tmp_path / "docs"], store.index(name), IngestParameters.defaults(embedder))
     with server_process(settings, home, tmp_path / "serve.log") as base:
         answered = httpx.post(f"{base}/v1/retrieve", json={"query": "What do wombats dig?", "index": "docs"})
         assert answered.status_code == 200, answered.text
@@ -557,7 +565,8 @@ def test_deleting_an_index_another_process_reads_waits_for_it_or_says_index_busy
     busy = CliRunner().invoke(cli, ["--home", str(home), "index", "delete", "kept", "--yes"])
     assert busy.exit_code == 2 and "does not exist" in busy.output  # deleted already
     windows_rules.release(holder)
-    ingest_paths([tmp_path / "docs"], store.index("kept"), embedder)  # the old folder goes first
+    ingest_paths([tmp_path / "docs"], store.index("kept"),
+                 IngestParameters.defaults(embedder))  # the old folder goes first
     assert store.names() == ["kept"] and sorted(p.name for p in (home / "indexes").iterdir()) == ["kept"]
 
 
@@ -660,6 +669,7 @@ def test_a_file_edited_while_a_sync_runs_is_read_again_by_the_next_sync(tmp_path
     import hashlib
     import os
 
+    from ingest.progress import FileDone, ProgressEvent
     from ingest.sources import add_source, index_sources, sync_source
 
     folder = tmp_path / "share"
@@ -668,14 +678,15 @@ def test_a_file_edited_while_a_sync_runs_is_read_again_by_the_next_sync(tmp_path
     index = EmbeddedStore(tmp_path / "indexes").index("docs")
     add_source(index, embedder, folder)
 
-    def save_meanwhile(event: str, files_done: int, chunks_done: int) -> None:
-        if event.endswith("notes.txt") and (folder / "notes.txt").read_bytes() == WOMBAT:  # read, not yet recorded
+    def save_meanwhile(event: ProgressEvent) -> None:
+        if isinstance(event, FileDone) and event.path.endswith("notes.txt") and \
+                (folder / "notes.txt").read_bytes() == WOMBAT:  # read, not yet recorded
             (folder / "notes.txt").write_bytes(QUOKKA)
             os.utime(folder / "notes.txt", ns=(os.stat(folder / "notes.txt").st_mtime_ns + 10**9,) * 2)
 
-    first = sync_source(index, index_sources(index)[0], embedder, progress=save_meanwhile)
+    first = sync_source(index, index_sources(index)[0], IngestParameters.defaults(embedder), progress=save_meanwhile)
     assert first.ingest.count("added") == 1 and (folder / "notes.txt").read_bytes() == QUOKKA
-    second = sync_source(index, index_sources(index)[0], embedder)
+    second = sync_source(index, index_sources(index)[0], IngestParameters.defaults(embedder))
     assert [o.status for o in second.ingest.outcomes] == ["updated"]
     reader = index.reader()
     try:
@@ -717,7 +728,7 @@ def test_a_backup_and_a_restore_survive_a_scanner_on_their_renames_and_temp_file
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "wombat.txt").write_bytes(WOMBAT)
     store = EmbeddedStore(tmp_path / "indexes")
-    ingest_paths([tmp_path / "docs"], store.index("docs"), embedder)
+    ingest_paths([tmp_path / "docs"], store.index("docs"), IngestParameters.defaults(embedder))
     windows_rules.fail_next(1, ".partial")  # the scanner opens the finished zip as it is renamed
     windows_rules.fail_next(100, "rag-backup-")  # and holds the temporary copy of the database for good
     manifest = backup_index(store.index("docs"), tmp_path / "docs.zip", "test")
@@ -793,7 +804,7 @@ def test_an_index_named_in_other_letters_is_the_one_on_disk_with_its_jobs_and_on
     (tmp_path / "share").mkdir()
     (tmp_path / "share" / "wombat.txt").write_bytes(WOMBAT)
     store = EmbeddedStore(tmp_path / "indexes")
-    ingest_paths([tmp_path / "share"], store.index("docs"), embedder)
+    ingest_paths([tmp_path / "share"], store.index("docs"), IngestParameters.defaults(embedder))
     assert (tmp_path / "indexes" / "DOCS").is_dir()  # as on Windows
     assert store.index("DOCS").name == store.index("Docs").name == "docs"
     jobs = JobStore(tmp_path / "jobs")
@@ -816,6 +827,7 @@ def test_a_move_waits_out_a_long_scan_and_a_refused_progress_write_is_no_failed_
     import time
 
     from ingest.jobs import JobStore, Tracker
+    from ingest.progress import FileDone, Started
     from rag.core.files import replace_file
 
     (tmp_path / "new.faiss.tmp").write_bytes(b"vectors")
@@ -829,9 +841,9 @@ def test_a_move_waits_out_a_long_scan_and_a_refused_progress_write_is_no_failed_
     job = jobs.create("sync", "docs", "alice")
     tracker = Tracker(jobs, job, threading.Event())
     with windows_rules.held_elsewhere(jobs.folder / job.id / "job.json"):  # someone reads the record, for long
-        tracker("start:3", 0, 0)  # not written, not raised
+        tracker(Started(3))  # not written, not raised
         assert jobs.get(job.id).files_total == 0
-    tracker("a.txt", 1, 4)
+    tracker(FileDone("a.txt", 1, 4))
     assert (jobs.get(job.id).files_total, jobs.get(job.id).files_done) == (3, 1)
     assert [p.name for p in (jobs.folder / job.id).iterdir() if p.name.startswith(".")] == []
 
@@ -856,7 +868,8 @@ def test_cloud_placeholders_and_volume_mount_points_are_walked_only_links_are_no
                         lambda path: 0x10 | 0x400 if Path(path).name in reparse else 0)
     monkeypatch.setattr(rag.core.files, "windows_reparse_point",
                         lambda path: reparse.get(Path(path).name, (0, None)))
-    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"), embedder)
+    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"),
+                           IngestParameters.defaults(embedder))
     outcomes = {Path(o.path).name: (o.status, o.reason_type) for o in summary.outcomes}
     assert outcomes["plan.txt"] == ("added", None) and outcomes["old.txt"] == ("added", None)
     assert "elsewhere.txt" not in outcomes  # the junction is not descended into
@@ -877,7 +890,8 @@ def test_hidden_system_folders_such_as_the_recycle_bin_are_skipped_and_reported(
     hidden_system = {"$RECYCLE.BIN", "System Volume Information"}
     monkeypatch.setattr(rag.core.files, "windows_attributes",
                         lambda path: 0x10 | 0x2 | 0x4 if Path(path).name in hidden_system else 0)
-    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"), embedder)
+    summary = ingest_paths([docs], EmbeddedStore(tmp_path / "indexes").index("default"),
+                           IngestParameters.defaults(embedder))
     outcomes = {Path(o.path).name: (o.status, o.reason) for o in summary.outcomes}
     assert set(outcomes) == {"budget.txt", "$RECYCLE.BIN", "System Volume Information"}
     assert outcomes["$RECYCLE.BIN"] == ("skipped", "not a document folder: a hidden system folder")

@@ -16,7 +16,8 @@ from api.requests import json_body
 from api.state import ServerDep, ServicesDep
 from app.services.access import require_everywhere
 from rag.core.access import describe_groups
-from rag.core.keys import ApiKey, new_key, parse_duration, parse_grants, validate_key_groups
+from rag.core.durations import parse_duration
+from rag.core.keys import ApiKey, new_key, parse_grants, validate_key_groups
 
 
 def key_info(record: ApiKey) -> KeyInfo:

@@ -103,10 +103,7 @@ class DocumentsController(Controller):
         if running.error is not None:
             raise running.error
         report = running.result
-        body = UploadResponse(index=report.index, files=[
-            FileResult(file=o.path, status=o.status, document_id=o.document_id, chunks=o.chunks, reason=o.reason,
-                       reason_type=o.reason_type, renamed_from=report.renamed.get(o.path), warning=o.warning)
-            for o in report.outcomes])
+        body = UploadResponse(index=report.index, files=[FileResult.of(o) for o in report.outcomes])
         if report.accepted:
             return Response(body, status_code=200)
         first = report.outcomes[0]

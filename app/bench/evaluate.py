@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, Callable, Sequence
 
 from ingest.parameters import IngestParameters
+from ingest.pipeline import ingest_paths
 from rag.core.access import RequestContext
 from rag.answering.evidence import CITATION, cuts_a_clause, dangles, first_sentence, glued
 from rag.answering.prompt import refers_back
@@ -111,7 +112,7 @@ def evaluate(settings: Settings, questions_file: Path, docs: Path, index: str | 
             service = answer_service(settings.replace(index=index), models)
         else:
             log(f"ingesting {docs} into a scratch index")
-            parameters.ingest([docs], store.index(scratch_index))
+            ingest_paths([docs], store.index(scratch_index), parameters)
             service = answer_service(settings.replace(index=scratch_index), models, store=store)
         try:
             report = retrieval_report(service.retriever(), questions, top_k, log)
@@ -126,7 +127,7 @@ def evaluate(settings: Settings, questions_file: Path, docs: Path, index: str | 
                 if index:
                     raise BadRequestError("--distractors adds documents to the scratch index: leave out --index")
                 log(f"adding distractors {', '.join(map(str, distractors))} to the same index")
-                parameters.ingest(list(distractors), store.index(scratch_index))
+                ingest_paths(list(distractors), store.index(scratch_index), parameters)
                 with_distractors = {}
                 if answers > 0:
                     with_distractors.update(answer_report(service, questions, top_k, answers, seed, log, dump_to,

@@ -37,6 +37,7 @@ from app.bench.evaluate import answerable, contains_answer, holds_gold, load_que
 from app.bench.stats import summarise
 from app.runtime import Models, answer_service, load_embedder
 from ingest.parameters import IngestParameters
+from ingest.pipeline import ingest_paths
 from rag.answering.service import AnswerRequest, options_from
 from rag.core.access import RequestContext
 from rag.core.errors import BadRequestError
@@ -150,7 +151,7 @@ def bench_scale(settings: Any, sizes: list[int], questions_file: Path, docs: Pat
         if index.exists():
             raise BadRequestError(f"{root / INDEX} exists already: give an empty --workdir")
         progress(f"ingesting {docs} (real embedding)")
-        summary = IngestParameters.from_settings(settings, embedder).ingest([docs], index)
+        summary = ingest_paths([docs], index, IngestParameters.from_settings(settings, embedder))
         real_chunks = summary.chunks_written
         if sizes[0] < real_chunks:
             raise BadRequestError(f"the smallest size must hold the {real_chunks} chunks of {docs}")

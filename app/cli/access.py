@@ -13,7 +13,8 @@ from rich.table import Table
 from app.cli.common import console, fail, handle_errors, json_option, literal, out, print_json
 from rag.core.access import RequestContext, describe_groups
 from rag.store.audit_files import KEYS_CHAIN, timestamp
-from rag.core.keys import new_key, parse_duration, parse_grants, parse_groups
+from rag.core.durations import parse_duration
+from rag.core.keys import new_key, parse_grants, parse_groups
 from rag.core.settings import Settings
 from app.runtime import open_audit, open_audit_trail, open_keys
 from app.services import Auditor, Keys

@@ -20,6 +20,8 @@ from app.cli.common import (console, handle_errors, index_option, json_option, l
 from app.runtime import (delete_index, documents as documents_service, load_embedder, open_index, open_store)
 from app.services import Documents
 from ingest.parameters import IngestParameters
+from ingest.pipeline import ingest_paths
+from ingest.progress import FileDone, OcrPage, ProgressEvent, Started
 from rag.core.errors import BadRequestError
 from rag.core.names import index_name
 from rag.core.settings import Settings
@@ -46,8 +48,8 @@ def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, p
     index_handle = open_index(settings)
     parameters = IngestParameters.from_settings(settings, load_embedder(settings))
     with ingest_progress(as_json) as progress, traced(settings, "ingest"):
-        summary = parameters.ingest(list(paths), index_handle, pattern, progress,
-                                    groups=None if groups is None else groups.split(","))
+        summary = ingest_paths(list(paths), index_handle, parameters, pattern, progress,
+                               groups=None if groups is None else groups.split(","))
     if as_json:
         print_json(summary.as_dict())
     else:
@@ -56,7 +58,7 @@ def ingest_cmd(ctx: click.Context, paths: tuple[Path, ...], index: str | None, p
 
 
 @contextmanager
-def ingest_progress(quiet: bool) -> Iterator[Callable[[str, int, int], None]]:
+def ingest_progress(quiet: bool) -> Iterator[Callable[[ProgressEvent], None]]:
     """The progress bar of an ingest or a sync (files, chunks, rate, the current file and its OCR page);
     nothing when ``quiet`` (JSON output) or when stderr is not a terminal."""
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -65,18 +67,17 @@ def ingest_progress(quiet: bool) -> Iterator[Callable[[str, int, int], None]]:
                   disable=quiet or not console.is_terminal) as bar:
         task = bar.add_task("ingesting", total=None, chunks=0, rate=0.0, current="")
 
-        def progress(event: str, files_done: int, chunks_done: int) -> None:
-            if event.startswith("ocr:"):  # "ocr:DONE/TOTAL:PATH" while a file's pages are OCR'd
-                pages, _, path = event[4:].partition(":")
-                bar.update(task, current=f"{Path(path).name[-40:]} · OCR page {pages}")
+        def progress(event: ProgressEvent) -> None:
+            if isinstance(event, OcrPage):
+                bar.update(task, current=f"{Path(event.path).name[-40:]} · OCR page {event.page}/{event.pages}")
                 return
-            if event.startswith("start:"):
-                bar.update(task, total=int(event.split(":", 1)[1]))
+            if isinstance(event, Started):
+                bar.update(task, total=event.files)
                 return
             elapsed = bar.tasks[0].elapsed or 0.0
-            bar.update(task, completed=files_done, chunks=chunks_done,
-                       rate=chunks_done / elapsed if elapsed else 0.0,
-                       current="" if event.startswith("sync:") else Path(event).name[-40:])
+            bar.update(task, completed=event.files_done, chunks=event.chunks_done,
+                       rate=event.chunks_done / elapsed if elapsed else 0.0,
+                       current=Path(event.path).name[-40:] if isinstance(event, FileDone) else "")
 
         yield progress
 

@@ -14,7 +14,8 @@ from app.cli.documents import ingest_progress, render_ingest_summary
 from app.runtime import load_embedder, open_index
 from app.services import Sources
 from ingest.parameters import IngestParameters
-from ingest.sources import find_source, parse_interval
+from ingest.sources import find_source
+from rag.core.durations import parse_duration
 from rag.core.errors import SourceBusyError, SourceUnavailableError
 
 
@@ -44,7 +45,7 @@ def add_cmd(ctx: click.Context, folder: Path, index: str | None, pattern: str | 
             every: str | None, as_json: bool) -> None:
     """Follow FOLDER (recursively) in an index; nothing is read until `rag sync` (or the server's schedule)."""
     settings = settings_from(ctx, index=index)
-    every_s = parse_interval(every) if every is not None else None
+    every_s = int(parse_duration(every, "an interval", allow_off=True)) if every is not None else None
     source = Sources.add(open_index(settings), load_embedder(settings), folder, pattern,
                          None if groups is None else [g for g in groups.split(",") if g.strip()], every_s)
     if as_json:

@@ -10,7 +10,8 @@ from typing import Sequence
 from app.services.documents import Documents
 from ingest.parameters import IngestParameters
 from ingest.pipeline import Progress
-from ingest.sources import (Source, SyncSummary, add_source, index_sources, remove_source, source_visible_to)
+from ingest.sources import (Source, SyncSummary, add_source, index_sources, remove_source, source_visible_to,
+                            sync_source)
 from rag.core.access import RequestContext
 from rag.core.records import DocumentRecord, FolderGroups
 from rag.core.settings import Settings, parse_folder_groups
@@ -53,4 +54,4 @@ class Sources:
     def sync(target: StoredIndex, source: Source, parameters: IngestParameters, progress: Progress | None = None,
              allow_empty: bool = False) -> SyncSummary:
         """Bring ``target`` to the state of ``source``'s folder, in this thread."""
-        return parameters.sync(target, source, progress, allow_empty=allow_empty)
+        return sync_source(target, source, parameters, progress, allow_empty=allow_empty)

@@ -35,7 +35,7 @@ from rag.answering.prompt import (ABSTENTION_MESSAGE, drop_repeated_tail, ground
 from rag.answering.result import AnswerResult, Evidence, Metrics, Source
 from rag.answering.retrieval import Retrieval, Retriever
 from rag.answering.telemetry import ChatTrace
-from rag.core import observe
+from rag.core import bounds, observe
 from rag.core.access import RequestContext
 from rag.core.errors import BadRequestError
 from rag.core.names import IndexName, index_name
@@ -66,8 +66,7 @@ class AnswerOptions:
     sampling: SamplingOptions = SamplingOptions()
 
     def validate(self) -> "AnswerOptions":
-        if not 1 <= self.top_k <= 50:
-            raise BadRequestError("top_k must be between 1 and 50")
+        bounds.TOP_K.check(self.top_k)
         if not 16 <= self.context_tokens <= 4000:
             raise BadRequestError("context_tokens must be between 16 and 4000")
         if not 0.0 <= self.answerable_threshold <= 1.0:

@@ -22,8 +22,6 @@ from rag.core.names import access_groups, validate_index_name
 KEY_PREFIX = "rag_"
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1  # 16 MiB, ~40 ms per check (checked keys are cached per process)
 KEY_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
-DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
-UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 @dataclass(frozen=True)
@@ -86,14 +84,6 @@ def validate_key_name(name: str) -> str:
         raise BadRequestError(f"a key name is 1-64 letters, digits, '.', '_', '@' or '-' (starting with a letter "
                               f"or digit), not {name!r}")
     return name
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``90d``, ``12h``, ``30m``, ``2w``, ``45s``."""
-    match = DURATION.match(text)
-    if not match or int(match.group(1)) <= 0:
-        raise BadRequestError(f"a duration is a positive number and a unit (s, m, h, d, w), e.g. 90d; not {text!r}")
-    return int(match.group(1)) * UNIT_S[match.group(2)]
 
 
 def parse_grants(role: str, indexes: tuple[str, ...] | list[str]) -> tuple[tuple[str, str], ...]:

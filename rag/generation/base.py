@@ -12,6 +12,7 @@ from typing import AsyncIterator, Protocol, Sequence
 
 import numpy as np
 
+from rag.core import bounds
 from rag.core.errors import BadRequestError
 from rag.core.settings import Settings
 from rag.generation.logits import TokenSpan
@@ -44,14 +45,10 @@ class SamplingOptions:
     cache_scope: str = ""
 
     def validate(self) -> "SamplingOptions":
-        if not 1 <= self.max_tokens <= 4096:
-            raise BadRequestError("max_tokens must be between 1 and 4096")
-        if not 0.0 <= self.temperature <= 2.0:
-            raise BadRequestError("temperature must be between 0 and 2")
-        if not 0.0 < self.top_p <= 1.0:
-            raise BadRequestError("top_p must be in (0, 1]")
-        if not 0 <= self.top_k_sampling <= 1000:
-            raise BadRequestError("top_k_sampling must be between 0 and 1000")
+        bounds.MAX_TOKENS.check(self.max_tokens)
+        bounds.TEMPERATURE.check(self.temperature)
+        bounds.TOP_P.check(self.top_p)
+        bounds.TOP_K_SAMPLING.check(self.top_k_sampling)
         if len(self.stop) > 4 or not all(self.stop):
             raise BadRequestError("stop takes at most 4 non-empty strings")
         if not 0.0 <= self.copy_bias <= 10.0:

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from ingest.pipeline import ingest_paths  # noqa: E402
+from ingest.parameters import IngestParameters  # noqa: E402
 from rag.core.records import Chunk, DocumentRecord  # noqa: E402
 from rag.store.embedded import EmbeddedStore  # noqa: E402
 from rag.store.postgres import PostgresStore  # noqa: E402
@@ -106,7 +107,7 @@ def main() -> None:
                 store.drop("bench-dev")
                 store.drop("bench-synthetic")
             if not args.skip_dev:
-                ingest_paths([DATA / "docs"], store.index("bench-dev"), embedder)
+                ingest_paths([DATA / "docs"], store.index("bench-dev"), IngestParameters.defaults(embedder))
                 results[f"{label} dev"] = latency(store, "bench-dev", embedder, questions)
                 print(label, "dev", results[f"{label} dev"], flush=True)
             if args.chunks:

@@ -10,6 +10,7 @@ from pathlib import Path
 warnings.simplefilter("ignore")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from ingest.pipeline import ingest_paths
+from ingest.parameters import IngestParameters
 from rag.store.embedded import EmbeddedStore
 from rag.core.settings import load_settings
 from app.bench.evaluate import answer_report, load_questions
@@ -22,7 +23,7 @@ emb = load_embedder(s)
 questions = load_questions(D / "questions.jsonl")
 with tempfile.TemporaryDirectory() as tmp:
     store = EmbeddedStore(Path(tmp))
-    ingest_paths([D / "docs"], store.index(s.index), emb, s.chunk_tokens, s.chunk_overlap)
+    ingest_paths([D / "docs"], store.index(s.index), IngestParameters.from_settings(s, emb))
     out = {}
     rs = s.replace(generator_url=sys.argv[2], generator_tokenizer=s.generator_path / "tokenizer.json")
     runs = [("remote", rs, load_answer_generator(rs, emb))]
