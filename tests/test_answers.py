@@ -15,7 +15,7 @@ import pytest
 from test_rag import doc_ids, options, rag_home, retriever, service, squad_rows  # noqa: F401 (fixtures)
 from rag.answering.compress import defines
 from rag.answering.evidence import (align, answer_starts, candidate_spans, clean_reply, cut_cleanly,
-                                    holds_the_asked_type, is_explanatory, sentence_quote, start_prior)
+                                    holds_the_asked_type, is_explanatory, sentence_quote, start_priors)
 from rag.answering.prompt import ABSTENTION_MESSAGE, refers_back
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, AnswerService
@@ -128,11 +128,12 @@ def test_spans_are_placed_and_cut_by_the_question(generator):
     """The number next to the question's words is preferred; a span never runs on through the question;
     "U.S." is one word; clause openers never start an answer."""
     question = "How many Catholic schools were in Victoria?"
-    priors = {VICTORIA_SENTENCE[s:].split()[0]: start_prior(VICTORIA_SENTENCE, question, s)
+    by_word = start_priors(VICTORIA_SENTENCE, question)
+    priors = {VICTORIA_SENTENCE[s:].split()[0]: next(p for at, p in by_word.items() if at >= s)
               for s in answer_starts(VICTORIA_SENTENCE, question)}
     assert priors["489"] == max(priors.values()) and priors["489"] > priors["1,548"]
-    assert start_prior("In 1066 the Normans won at Hastings.", "When did the Normans win?", 3) > \
-        start_prior("In 1066 the Normans won at Hastings.", "What did the Normans win?", 3)
+    normans = "In 1066 the Normans won at Hastings."
+    assert start_priors(normans, "When did the Normans win?")[3] > start_priors(normans, "What did the Normans win?")[3]
 
     usgs = "The USGS has released a California Earthquake forecast which models Earthquake occurrence."
     texts = {generator.decode(span.tokens[:k]).strip()

@@ -26,8 +26,7 @@ from rag.answering.compress import Passage, Sentence, candidate_sentences, score
 from rag.core.errors import BadRequestError
 from app.bench.evaluate import contains_answer, evaluate, normalise_answer
 from rag.generation.base import SamplingOptions
-from rag.answering.prompt import (ABSTENTION_MESSAGE, build_messages, cited_numbers, drop_repeated_tail, grounded_share,
-                        model_abstained)
+from rag.answering.prompt import ABSTENTION_MESSAGE, drop_repeated_tail, grounded_share, model_abstained
 from rag.answering.result import AnswerResult
 from rag.answering.retrieval import RRF_K, Retriever, rrf_fuse
 from app.runtime import Models, answer_service
@@ -334,18 +333,6 @@ def test_model_abstained():
     assert not model_abstained("Rollo [1]")
 
 
-def test_cited_numbers():
-    passages = [Passage(1, "Rollo agreed to swear fealty to King Charles III of West Francia."),
-                Passage(2, "Melbourne is the capital and largest city of Victoria.")]
-    assert cited_numbers("Melbourne [2]", passages) == [2]
-    assert cited_numbers("Rollo [2] and [1], see [2]", passages) == [2, 1]
-    # Numbers that match no passage are ignored, then the fallback by word overlap applies.
-    assert cited_numbers("Rollo swore fealty [7]", passages) == [1]
-    assert cited_numbers("Melbourne, the largest city", passages) == [2]
-    assert cited_numbers("Something else entirely", passages) == []
-    assert cited_numbers("", passages) == []
-
-
 def test_grounded_share():
     passages = [Passage(1, "Rollo agreed to swear fealty to King Charles III of West Francia.")]
     question = "Who swore fealty to Charles III?"
@@ -353,16 +340,6 @@ def test_grounded_share():
     assert grounded_share("King Charles III", question, passages) == 1.0  # adds no words of its own
     assert grounded_share("Rollo, a Viking chieftain", question, passages) == 1 / 3  # rollo of rollo/viking/chieftain
     assert grounded_share("Paris is the capital of France.", question, passages) == 0.0
-
-
-def test_build_messages():
-    messages = build_messages("  Who was Rollo?  ", [Passage(1, "Rollo was a Viking."), Passage(3, "Other.")])
-    assert [m["role"] for m in messages] == ["system", "user"]
-    user = messages[1]["content"]
-    assert "[1] Rollo was a Viking.\n[3] Other." in user
-    assert user.startswith("Question: Who was Rollo?\n")  # question first, stripped
-    assert user.index("Question:") < user.index("Context:") < user.index("[1]")
-    assert user.endswith("[3] Other.")  # nothing after the context for the model to echo
 
 
 def test_drop_repeated_tail():

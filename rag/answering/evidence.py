@@ -382,12 +382,6 @@ def start_priors(sentence: str, question: str) -> dict[int, float]:
     return priors
 
 
-def start_prior(sentence: str, question: str, start: int) -> float:
-    """``start_priors`` for the word at or after ``start``."""
-    priors = start_priors(sentence, question)
-    return next((prior for offset, prior in priors.items() if offset >= start), 0.0)
-
-
 def candidate_spans(sentence: str, question: str, encode: Callable[[str], np.ndarray],
                     limit: int = MAX_SPAN_TOKENS) -> list[TokenSpan]:
     """For each answer start (``answer_starts``), the sentence from there tokenised on its own, and the

@@ -8,12 +8,6 @@ from typing import Sequence
 from rag.answering.compress import Passage
 from rag.core.text import content_words
 
-MODEL_ABSTENTION = "I don't know."  # the reply the system prompt asks for when the context lacks the answer
-SYSTEM_PROMPT = (
-    "You answer questions using only the numbered context. "
-    "Give a short answer (a few words or one sentence) and cite the source number like [1]. "
-    f"If the context does not contain the answer, reply exactly: {MODEL_ABSTENTION}"
-)
 ABSTENTION_MESSAGE = "The documents do not contain an answer to this question."
 # Ways a small model says it cannot answer from the context.
 MODEL_ABSTAINS = re.compile(
@@ -85,28 +79,6 @@ def resolve_elliptical(question: str, earlier: Sequence[str]) -> str:
     return question
 
 
-def build_messages(question: str, passages: Sequence[Passage]) -> list[dict[str, str]]:
-    # Question first, then the context, nothing after it. Measured on squad2-dev with the 135M default
-    # (230 answerable questions, two samples): 49% gold answers, against 38% with an instruction repeated
-    # after the context (the small model often echoed it back in a loop), 41-47% with the question
-    # repeated there, 40% for context first.
-    return [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": f"Question: {question.strip()}\n\nContext:\n{context_text(passages)}"},
-    ]
-
-
-def context_text(passages: Sequence[Passage]) -> str:
-    """The numbered context as the prompt shows it."""
-    return "\n".join(f"[{p.number}] {p.text}" for p in passages)
-
-
-def copy_texts(passages: Sequence[Passage]) -> tuple[str, str]:
-    """The texts whose tokens the copy bias favours: the context, and the model's own abstention reply, so
-    that "I don't know." stays as likely, relative to copying, as it was without the bias."""
-    return context_text(passages), MODEL_ABSTENTION
-
-
 def drop_repeated_tail(reply: str, min_chars: int = 12, max_chars: int = 512) -> str:
     """``reply`` without the copies of a block it ends with repeatedly (the generator stops such loops
     at the second copy, so the block is already in the answer once)."""
@@ -131,19 +103,3 @@ def grounded_share(reply: str, question: str, passages: Sequence[Passage]) -> fl
         return 1.0
     context = set().union(*(content_words(p.text) for p in passages))
     return len(words & context) / len(words)
-
-
-def cited_numbers(reply: str, passages: Sequence[Passage]) -> list[int]:
-    """Citations the reply makes explicitly, else the passages that best support its words."""
-    valid = {p.number for p in passages}
-    explicit = [n for n in dict.fromkeys(int(m) for m in CITATION.findall(reply)) if n in valid]
-    if explicit:
-        return explicit
-    words = content_words(CITATION.sub("", reply))
-    if not words:
-        return []
-    overlaps = {p.number: len(words & content_words(p.text)) / len(words) for p in passages}
-    best = max(overlaps.values(), default=0.0)
-    return [n for n, o in overlaps.items() if best >= 0.5 and o == best]
-
-

@@ -94,8 +94,7 @@ def options_from(settings: Settings, **overrides: Any) -> AnswerOptions:
 
     sampling = SamplingOptions(
         max_tokens=pick("max_tokens", settings.max_tokens), temperature=pick("temperature", settings.temperature),
-        top_p=pick("top_p", 1.0), top_k_sampling=pick("top_k_sampling", 0), stop=tuple(pick("stop", ())),
-        copy_bias=pick("copy_bias", settings.copy_bias))
+        top_p=pick("top_p", 1.0), top_k_sampling=pick("top_k_sampling", 0), stop=tuple(pick("stop", ())))
     documents: Sequence[str] | None = overrides.pop("documents", None)
     options = AnswerOptions(
         top_k=pick("top_k", settings.top_k), context_tokens=pick("context_tokens", settings.context_tokens),
@@ -331,12 +330,12 @@ class AnswerService:
             prompt = self.generator.prompt(short_answer_messages(question, context, options.answer_examples, history))
             spans = command_spans([(rank, command) for rank, (command, _, _) in enumerate(commands)],
                                   self.generator.encode)
-            sampling = dataclasses.replace(sampling, spans=tuple(spans), copy_bias=0.0, decline=decline,
+            sampling = dataclasses.replace(sampling, spans=tuple(spans), decline=decline,
                                            max_tokens=min(sampling.max_tokens, max(len(s.tokens) for s in spans) + 1))
         elif yes_no:
             prompt = self.generator.prompt(yes_no_messages(question, best, history))
             sampling = dataclasses.replace(sampling, spans=tuple(yes_no_spans(best, question, self.generator.encode)),
-                                           copy_bias=0.0, max_tokens=min(sampling.max_tokens, 4), decline=decline)
+                                           max_tokens=min(sampling.max_tokens, 4), decline=decline)
         elif best and not explanatory:
             # The model picks the phrase, and so the sentence, among the best ``answer_sentences`` ones that
             # hold the type asked for; a lower-ranked sentence's starts are less likely.
@@ -348,7 +347,7 @@ class AnswerService:
                      for rank, text in enumerate(chosen) for span in candidate_spans(text, question, self.generator.encode)]
             # Declining is not offered as a span: on 60 dev questions the small model then declined 38% of
             # answerable questions (10% without); it is measured (``decline``) for the answerability decision.
-            sampling = dataclasses.replace(sampling, spans=tuple(spans), copy_bias=0.0,
+            sampling = dataclasses.replace(sampling, spans=tuple(spans),
                                            max_tokens=min(sampling.max_tokens, MAX_SPAN_TOKENS + 1), decline=decline)
         return PreparedAnswer(request, question, retrieval, passages, prompt, started,
                               (time.perf_counter() - t0) * 1000, sampling, best, ranked, explanatory, yes_no,

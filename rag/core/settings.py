@@ -132,9 +132,6 @@ class Settings:
         default='{"use_context": false}',
         metadata={"doc": "remote generator: JSON object merged into each request (the default stops an upstream "
                          "rag serve from retrieving again; other servers ignore the field; {} for strict ones)"})
-    copy_bias: float = field(
-        default=0.0, metadata={"doc": "logit bias toward the passages' tokens (rag bench engine --copy-bias); answers "
-                                      "from the documents are constrained to copied spans, which supersedes it"})
     # Access control (README "Access control"): keys, tokens, the browser guard, the audit trail.
     allowed_hosts: str = field(
         default="", metadata={"doc": "comma-separated host names accepted in Host and Origin besides localhost and "

@@ -1,9 +1,8 @@
 """Logits processing before the next token is picked: pure numpy, no model.
 
-Copy bias: the small default model often knows where the answer is in its context but words around it.
-Adding a constant to the logits of every token id that occurs in the passages it was given (then picking
-as usual: argmax, or ORT GenAI's temperature / top-p / top-k sampling over the biased logits) makes it
-copy the evidence instead.
+``SpanConstraint`` is the answer path's step: the reply is copied from candidate spans of the evidence.
+``LogitBias`` (a constant added to some token ids' logits) is what ``rag bench engine --copy-bias`` times: the
+cost per token of reading, changing and writing back the logits. Answers no longer use it.
 """
 
 from __future__ import annotations
