@@ -26,6 +26,7 @@ from rag.answering.compress import Passage, Sentence, candidate_sentences, score
 from rag.core.errors import BadRequestError
 from app.bench.evaluate import contains_answer, evaluate, normalise_answer
 from rag.generation.base import SamplingOptions
+from rag.answering.question import QuestionShape
 from rag.answering.prompt import ABSTENTION_MESSAGE, drop_repeated_tail, grounded_share, model_abstained
 from rag.answering.result import AnswerResult
 from rag.answering.retrieval import RRF_K, Retriever, rrf_fuse
@@ -235,7 +236,7 @@ def rollo_sentences(retriever: Retriever, embedder):
     retrieval = retriever.retrieve(ROLLO_QUESTION, 5)
     sentences = candidate_sentences([h.chunk.text for h in retrieval.hits])
     vectors = embedder.embed([s.text for s in sentences])
-    scores = score_sentences(ROLLO_QUESTION, retrieval.query_vector, sentences, vectors)
+    scores = score_sentences(QuestionShape.of(ROLLO_QUESTION), retrieval.query_vector, sentences, vectors)
     return retrieval, sentences, scores
 
 
@@ -319,7 +320,7 @@ def test_candidate_and_score_sentences():
     chunks = ["Rollo led the Normans. They settled in Normandy.", "Melbourne is the capital of Victoria."]
     sentences = candidate_sentences(chunks)
     assert [(s.source, s.position) for s in sentences] == [(0, 0), (0, 1), (1, 0)]
-    scores = score_sentences("Who led the Normans?", np.zeros(4, dtype=np.float32), sentences, None)
+    scores = score_sentences(QuestionShape.of("Who led the Normans?"), np.zeros(4, dtype=np.float32), sentences, None)
     assert scores.shape == (3,) and int(np.argmax(scores)) == 0
     assert scores[2] < scores[1]  # no overlap, lower-ranked source
 

@@ -13,13 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from rag.answering.english import CONTRACTION, GENERIC_WORDS
 from rag.core.text import content_words, stem
 
-# Words too common to tie evidence to a question ("How long does it take light to reach Earth?" and a sentence
-# on a war "long before the First Crusade").
-GENERIC_WORDS = frozenset("long take took many much first last time times year years people name named called "
-                          "used use make made new one two number known large small high best most part area type "
-                          "kind way also still later early".split())
 # A name or a number the question asks about: a capitalised word not opening the question, a word with a digit
 # ("Paris", "PostgreSQL 15", "1975"), a path or an option ("/etc/fstab", "--verbose").
 NAME_TOKEN = re.compile(r"[\w./=+:-]*[\w/]")
@@ -53,9 +49,6 @@ def names(question: str) -> list[str]:
         if technical or any(c.isdigit() for c in token) or (i > 0 and token[:1].isupper()):
             found.append(token.lower())
     return list(dict.fromkeys(found))
-
-
-CONTRACTION = re.compile(r"(?i)(\w+)n['’]t\b")
 
 
 def searchable_words(question: str) -> list[str]:

@@ -6,27 +6,11 @@ import re
 from typing import Sequence
 
 from rag.answering.compress import Passage
+from rag.answering.english import ELLIPTICAL, EXPLETIVE_IT, MODEL_ABSTAINS, NAME, REFERS_BACK
 from rag.core.text import content_words
 
 ABSTENTION_MESSAGE = "The documents do not contain an answer to this question."
-# Ways a small model says it cannot answer from the context.
-MODEL_ABSTAINS = re.compile(
-    r"\b(i don'?t know|i do not know|not (?:mentioned|stated|provided|specified|given|found)|"
-    r"(?:context|text|documents?) (?:does|do) not (?:contain|mention|say|provide|specify)|"
-    r"no (?:information|answer)|cannot (?:be )?(?:answer|determine)|unable to (?:answer|determine))\b",
-    re.IGNORECASE)
 CITATION = re.compile(r"\[(\d{1,2})\]")
-# A question that leans on the conversation: a pronoun or a demonstrative standing for something named
-# earlier, "there" at the end, or an opening "and / what about"; very short questions ("And in 1900?") too.
-REFERS_BACK = re.compile(
-    r"(?i)\b(?:it|its|they|them|their|theirs|he|him|his|she|her|hers|this|these|those|the same|former|latter)\b|"
-    r"\b(?:in|from|to|at|near) there\b|^\s*(?:and|but|also|so|what about|how about)\b")
-
-
-# "it" standing for nothing: "How long does it take …?", "Is it possible to …?", "it is …".
-EXPLETIVE_IT = re.compile(r"(?i)\b(?:does|did|will|would|can|could|should)\s+it\s+(?:take|takes|took|cost|costs|mean|matter)\b|"
-                          r"\bis\s+it\s+(?:possible|necessary|true|safe|ok|okay|allowed|better|worth|wise|a good idea)\b|"
-                          r"\bit\s+(?:is|was)\s+(?:possible|necessary|true)\b")
 
 
 def refers_back(question: str) -> bool:
@@ -38,11 +22,6 @@ def refers_back(question: str) -> bool:
 
 # At most this many earlier questions make up the subject a follow-up refers to.
 SUBJECT_QUESTIONS = 3
-# "And in Berlin?", "What about contractors?": a question that only names what changes.
-ELLIPTICAL = re.compile(
-    r"(?i)^\s*(?:and|but|what about|how about)\s+(?:(in|for|at|on|with|of|from|to|during|by|under)\s+)?"
-    r"(?!(?:what|when|where|who|whom|whose|which|why|how|is|are|was|were|do|does|did|can|could)\b)([^?]+?)\s*\?*\s*$")
-NAME = re.compile(r"(?<!^)(?<![.!?]\s)\b[A-Z][\w.-]*(?:\s+[A-Z][\w.-]*)*")
 
 
 def subject_questions(earlier: Sequence[str]) -> tuple[str, ...]:
