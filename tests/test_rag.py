@@ -12,6 +12,7 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pytest
@@ -23,7 +24,9 @@ from rag.store.embedded import EmbeddedIndex
 from rag.core.access import RequestContext
 from rag.answering.service import AnswerOptions, AnswerRequest, AnswerService, options_from
 from rag.answering.compress import Passage, Sentence, candidate_sentences, score_sentences, select_passages, split_sentences
-from rag.core.errors import BadRequestError
+from rag.core.errors import BadRequestError, ConfigError
+from rag.core.records import ChunkRecord
+from rag.reranker import KeepOrder, load_reranker
 from app.bench.evaluate import contains_answer, evaluate, normalise_answer
 from rag.generation.base import SamplingOptions
 from rag.answering.question import QuestionShape
@@ -197,6 +200,28 @@ def test_retrieval_modes_use_their_side_only(retriever: Retriever):
 
 
 # --------------------------------------------------------------------------- 3. rrf_fuse
+class ReverseAll:
+    """A reranker that sees twice the candidates and turns their order round."""
+
+    def candidates(self, k: int) -> int:
+        return 2 * k
+
+    def rerank(self, query: str, chunks: Sequence[ChunkRecord]) -> list[int]:
+        return list(range(len(chunks)))[::-1]
+
+
+def test_the_reranker_orders_the_fused_candidates(retriever: Retriever):
+    """Retrieval hands the reranker the fused candidates it asks for and keeps the first k of its order; the
+    default keeps the fused order (the ``none`` setting)."""
+    fused = retriever.retrieve(ROLLO_QUESTION, 6).hits
+    reranked = Retriever(retriever.reader, retriever.embedder, ReverseAll()).retrieve(ROLLO_QUESTION, 3).hits
+    assert isinstance(retriever.reranker, KeepOrder) and len(fused) == 6
+    assert [h.chunk.id for h in reranked] == [h.chunk.id for h in fused[::-1][:3]]
+    assert isinstance(load_reranker(Settings()), KeepOrder)
+    with pytest.raises(ConfigError, match="reranker must be one of none"):
+        load_reranker(Settings(reranker="nope"))
+
+
 def test_rrf_fuse_orders_by_summed_reciprocal_rank():
     fused = rrf_fuse([[1, 2, 3], [3, 1]], 10)
     assert [i for i, _ in fused] == [1, 3, 2]

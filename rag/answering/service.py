@@ -20,6 +20,7 @@ import anyio.to_thread
 import numpy as np
 
 from rag.embedder import Embedder
+from rag.reranker import KeepOrder, Reranker
 from rag.store import Store
 from rag.answering.answerability import (WEIGHTS, answerable_score, lexical_signals, profile_for, searchable_words,
                                          shares_a_word, stems, telling_words, unknown_signals)
@@ -174,11 +175,12 @@ class PreparedAnswer:
 
 class AnswerService:
     def __init__(self, settings: Settings, store: Store, embedder: Embedder, generator: Generator,
-                 instruments: observe.Instruments | None = None) -> None:
+                 instruments: observe.Instruments | None = None, reranker: Reranker = KeepOrder()) -> None:
         self.settings = settings
         self.store = store
         self.embedder = embedder
         self.generator = generator
+        self.reranker = reranker
         self._retrievers: dict[str, Retriever] = {}
         self._lock = threading.Lock()
         self.instruments = instruments or observe.instruments()
@@ -191,7 +193,8 @@ class AnswerService:
             if name in self._retrievers and self._retrievers[name].reader.gone():  # deleted, maybe made anew
                 self._retrievers.pop(name).reader.close()
             if name not in self._retrievers:
-                self._retrievers[name] = Retriever(self.store.index(name).reader(), self.embedder)
+                self._retrievers[name] = Retriever(self.store.index(name).reader(), self.embedder,
+                                                     self.reranker)
             return self._retrievers[name]
 
     def forget(self, index: str | None = None) -> None:

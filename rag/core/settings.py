@@ -72,6 +72,9 @@ class Settings:
     load_timeout_s: float = field(
         default=600.0, metadata={"doc": "seconds one file may take to load (OCR included) before it fails; 0 = none"})
     top_k: int = field(default=5, metadata={"doc": "chunks retrieved per question"})
+    reranker: str = field(default="none", metadata={
+        "doc": "the step after fusion that may reorder the retrieved chunks (rag/reranker.py); none keeps the "
+               "fused order"})
     context_tokens: int = field(default=100, metadata={"doc": "prompt context budget (tokens)"})
     sentence_vectors: bool = field(
         default=False, metadata={"doc": "rank context sentences by embedding too (else word overlap only)"})
