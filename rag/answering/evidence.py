@@ -30,8 +30,7 @@ from rag.generation.logits import TokenSpan
 DECLINE_REPLY = "unknown"
 SHORT_ANSWER_PROMPT = ("Answer the question with a short phrase copied from the context. If the context does not "
                        f"answer the question, reply: {DECLINE_REPLY}")
-# Longest short answer in tokens (spans are offered up to here; each may stop earlier at a word end). 16 with
-# END_BONUS 3: dev F1 0.215 / gold 33% / 8 words (60 questions, seed 5), against 0.192 / 27% / 9 at 12 tokens.
+# Longest short answer in tokens (each span may stop earlier at a word end); docs/benchmark-notes.md.
 MAX_SPAN_TOKENS = 16
 CITATION = re.compile(r"\s*\[\d{1,2}\]")
 # Added to the logit of the answer the evidence's polarity points to: "No" for a sentence that negates.
@@ -67,14 +66,12 @@ WORD_BOUNDARY = re.compile(r"$|[\s,.;:!?)\]\"'”’]")
 # ends or starts at one of them when a letter or digit follows: not "/etc/rsyslog" of "/etc/rsyslog.conf".
 TOKEN_GLUE = "/.=:-_@~+"
 NUMBER_NEXT = re.compile(r"\s+\d")
-# Priors on where an answer starts, added to the model's logit of the span's first token. Tuned on 200 dev
-# questions (seed 5): F1 0.266 / exact 16.5% with none; 0.306 / 21.5% with these and the cut at the
-# question's words (`candidate_spans`); a stronger pull to the question's words (4, 6) lost (0.28, 0.27).
+# Priors on where an answer starts, added to the model's logit of the span's first token (tuned on dev F1:
+# docs/benchmark-notes.md).
 TYPE_PRIOR = 3.0  # a year or month for "when", a capitalised word for "who", a place after "in/at" for "where"
 DISTANCE_PRIOR = 2.0  # times log(1 + words to the nearest of the question's words)
 # An answer may hold two of the question's words ("Latin monastery at Sant'Eufemia" for "What monastery…"),
-# not run on through a third (clause copies). Dev F1 over seeds 5/0/1 (200 each): 0.311/0.304/0.271 with 2,
-# 0.306/0.283/0.269 stopping at the first, 0.297/0.287/0.274 never stopping.
+# not run on through a third (clause copies).
 QUESTION_WORDS_IN_ANSWER = 2
 
 
@@ -219,9 +216,7 @@ def is_acronym(token: str) -> bool:
 def holds_the_asked_type(sentence: str, question: QuestionShape) -> bool:
     """False for a when / how-many question whose sentence holds no number, date or month (nor, for "when", a
     day, a time of day or a season) besides the question's own: "How many people live in Melbourne?" over a
-    sentence on the Koori is not answered "Koori".
-    Over all 1407 squad2-dev questions, 5 of 114 answerable numeric ones had no number in the best sentence
-    (and none the answer there), against 15 of 90 unanswerable ones."""
+    sentence on the Koori is not answered "Koori" (such sentences are far likelier under unanswerable questions)."""
     return not question.numeric or bool(answer_starts(sentence, question))
 
 
@@ -246,12 +241,11 @@ def is_question_word(word: str, asked_stems: frozenset[str]) -> bool:
 def start_priors(sentence: str, question: QuestionShape) -> dict[int, float]:
     """For each word of ``sentence`` (by its offset), how much the words around it favour an answer beginning
     there: the type the question asks for, and closeness to the words of the question (an answer stands next
-    to what the question says of it: on 136 dev answers in their evidence sentence, 69% lie within two words
-    of a question word)."""
+    to what the question says of it: most dev answers lie within two words of a question word)."""
     words = list(WORD_OR_NUMBER.finditer(sentence))
     near = [i for i, m in enumerate(words) if is_question_word(m.group(), question.content_stems)]
     # Nearness counts to the question's words the sentence says once: "a broadband router (Sky Q Hub)", not the
-    # "Sky Q" said three times. Dev F1 seeds 5/0/1: 0.438/0.453/0.431 → 0.444/0.469/0.447.
+    # "Sky Q" said three times.
     said = collections.Counter(stem(words[i].group()) for i in near)
     near = [i for i in near if said[stem(words[i].group())] == 1] or near
     priors = {}
@@ -358,11 +352,8 @@ def balanced(text: str) -> bool:
 
 
 # Worked examples shown before the question (invented, from no test corpus): the small model copies the
-# entity, date or number the question asks for instead of the sentence's opening words. 200 dev questions
-# each, F1 on seeds 5/0/1: 0.312/0.325/0.284 without, 0.367/0.380/0.366 with the first two, 0.385/0.389/0.387
-# with three, 0.383/0.370/0.374 with a fourth (about 120 concerts). The examples are the same for every
-# question, so the prefix cache keeps them (no prefill per question). Qwen2.5-Coder-1.5B answers more tersely
-# with them (seed 0, 100 questions: F1 0.637, gold 51% with; 0.650, 61% without): setting answer_examples.
+# entity, date or number the question asks for instead of the sentence's opening words (three measured best:
+# docs/benchmark-notes.md). The same for every question, so the prefix cache keeps them (no prefill per question).
 SHORT_ANSWER_EXAMPLES = (
     ("The Hoover Dam was completed in 1936, two years ahead of schedule, at a cost of $49 million.",
      "When was the Hoover Dam completed?", "1936"),
@@ -375,7 +366,7 @@ SHORT_ANSWER_EXAMPLES = (
 
 def short_answer_messages(question: str, sentence: str, examples: bool = True,
                           earlier: Sequence[str] = ()) -> list[dict[str, str]]:
-    # Context first, then the question: on 60 dev questions F1 0.247 vs 0.195 with the question first.
+    # Context first, then the question: dev F1 0.247 vs 0.195 with the question first.
     def ask(context: str, asked: str, before: Sequence[str] = ()) -> dict[str, str]:
         return {"role": "user", "content": f"Context: {context}\n\n{earlier_questions(before)}"
                                            f"Question: {asked.strip()}\nShort answer:"}

@@ -307,8 +307,7 @@ class AnswerService:
             # Evidence that says nothing the question itself asks about: found through the conversation only
             # ("How long does it take light from the Sun to reach Earth?" after questions on the documents), or
             # the best of unrelated sentences ("What is the freezing point of water in Fahrenheit?" was answered
-            # "The state symbols include the pink heath"). On the dev dumps (seeds 0/1, 400 questions and 110
-            # off-topic each) this refuses that off-topic question and changes no other answer.
+            # "The state symbols include the pink heath"); on the dev dumps it changed no other answer.
             return PreparedAnswer(request, shape, retrieval, passages, None, started,
                                   (time.perf_counter() - t0) * 1000, options.sampling)
         commands = commands_for(sentences, order, shape)
@@ -353,8 +352,8 @@ class AnswerService:
                                                                  history))
             spans = [dataclasses.replace(span, prior=span.prior - SENTENCE_RANK_PRIOR * rank)
                      for rank, text in enumerate(chosen) for span in candidate_spans(text, shape, self.generator.encode)]
-            # Declining is not offered as a span: on 60 dev questions the small model then declined 38% of
-            # answerable questions (10% without); it is measured (``decline``) for the answerability decision.
+            # Declining is not offered as a span (the small model then declined 38% of answerable dev questions,
+            # 10% without); it is measured (``decline``) for the answerability decision.
             sampling = dataclasses.replace(sampling, spans=tuple(spans),
                                            max_tokens=min(sampling.max_tokens, MAX_SPAN_TOKENS + 1), decline=decline)
         return PreparedAnswer(request, shape, retrieval, passages, prompt, started,

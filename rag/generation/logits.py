@@ -35,8 +35,7 @@ class LogitBias:
 
 
 # Added to the end-of-answer logit where a span may stop: without it the small model copies on to the end of
-# the sentence. Dev (60 questions, seed 5): 3 gave F1 0.215 / 8 words, 2 gave 0.192-0.204 / 9-11 words; a bonus
-# growing with length (0.3 a token) shortened answers but lost gold answers.
+# the sentence (tuned on dev F1: docs/benchmark-notes.md).
 END_BONUS = 3.0
 
 
