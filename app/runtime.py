@@ -38,6 +38,7 @@ from rag.generation.base import Generator, SamplingOptions
 from rag.generation.ort import LocalGenerator
 from rag.generation.prefix_cache import common_prefix_length
 from rag.generation.scheduler import GenerationScheduler
+from rag.reranker import load_reranker
 
 log = logging.getLogger("rag.access")
 
@@ -256,9 +257,10 @@ def answer_service(settings: Settings, models: Models, generator: Generator | No
                    store: Store | None = None, instruments: observe.Instruments | None = None) -> AnswerService:
     """The one place an ``AnswerService`` is built: the local generator unless another (the server's
     scheduler) is given, the configured store unless another (eval's scratch store) is given; it records into
-    the process's metric instruments unless others (an app's own) are given."""
+    the process's metric instruments unless others (an app's own) are given; the reranker is the one the
+    ``reranker`` setting names."""
     return AnswerService(settings, store or open_store(settings), models.embedder, generator or models.generator,
-                         instruments)
+                         instruments, load_reranker(settings))
 
 
 def open_services(settings: Settings, metrics: AnswerMetrics) -> Services:

@@ -23,7 +23,6 @@ import pytest
 
 from rag.answering.compress import Passage
 from rag.generation.ort import LocalGenerator
-from rag.answering.prompt import build_messages
 from rag.core.settings import PROJECT_ROOT, Settings
 
 # A real loop of the default model (examples/docs passages): without the loop guard it repeats
@@ -38,8 +37,17 @@ LOOPING_PASSAGES = (
 )
 
 
+# The long-answer prompt the answer flow once built (question first, then the numbered context).
+LOOPING_SYSTEM = ("You answer questions using only the numbered context. Give a short answer (a few words or one "
+                  "sentence) and cite the source number like [1]. If the context does not contain the answer, reply "
+                  "exactly: I don't know.")
+
+
 def looping_prompt(generator: LocalGenerator) -> np.ndarray:
-    return generator.encode(generator.chat_prompt(build_messages(LOOPING_QUESTION, LOOPING_PASSAGES)))
+    context = "\n".join(f"[{p.number}] {p.text}" for p in LOOPING_PASSAGES)
+    messages = [{"role": "system", "content": LOOPING_SYSTEM},
+                {"role": "user", "content": f"Question: {LOOPING_QUESTION}\n\nContext:\n{context}"}]
+    return generator.encode(generator.chat_prompt(messages))
 
 
 # Uploads and "sync now" answer inline in tests however loaded the machine is; tests/test_jobs.py runs

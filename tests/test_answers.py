@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 from test_rag import doc_ids, options, rag_home, retriever, service, squad_rows  # noqa: F401 (fixtures)
-from rag.answering.compress import defines
+from rag.answering.english import defines
 from rag.answering.evidence import (align, answer_starts, candidate_spans, clean_reply, cut_cleanly,
-                                    holds_the_asked_type, is_explanatory, sentence_quote, start_prior)
+                                    holds_the_asked_type, sentence_quote, start_priors)
 from rag.answering.prompt import ABSTENTION_MESSAGE, refers_back
+from rag.answering.question import QuestionShape
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, AnswerService
 from app.bench.evaluate import citation_checks, evaluate, exact_match, off_topic_questions, token_f1
@@ -24,6 +25,7 @@ from rag.core.settings import Settings
 from rag.generation.base import SamplingOptions
 from rag.generation.logits import SpanConstraint, TokenSpan
 
+Q = QuestionShape.of
 VICTORIA_SENTENCE = ("As of August 2010, Victoria had 1,548 public schools, 489 Catholic schools and 214 "
                      "independent schools.")
 
@@ -43,23 +45,23 @@ def assert_trustworthy(result: AnswerResult) -> None:
 
 # --------------------------------------------------------------------------- spans and alignment (pure)
 def test_answer_starts_follow_the_question_type():
-    words = lambda question: [VICTORIA_SENTENCE[i:].split()[0] for i in answer_starts(VICTORIA_SENTENCE, question)]
+    words = lambda question: [VICTORIA_SENTENCE[i:].split()[0] for i in answer_starts(VICTORIA_SENTENCE, Q(question))]
     assert words("How many Catholic schools were in Victoria?") == ["1,548", "489", "214"]  # a count: no year, month
     # "2010" continues the date "August 2010": an answer starts where the date does
     assert words("When were there 489 Catholic schools in Victoria?") == ["August", "1,548", "214"]
     launch = "BSkyB's digital service was officially launched on 1 October 1998 under the name Sky Digital."
-    assert [launch[i:].split()[0] for i in answer_starts(launch, "When was BSkyB's digital service launched?")] \
+    assert [launch[i:].split()[0] for i in answer_starts(launch, Q("When was BSkyB's digital service launched?"))] \
         == ["1"]
     assert "Victoria" not in words("Where are schools in Victoria?")
     assert "public" in words("What kind of schools did Victoria have?")
     assert "schools" not in words("What kind of schools are there?")  # the question's own words never start it
     router = "The Sky Q range has a broadband router (Sky Q Hub)."
-    assert "Q" not in [router[i:].split()[0] for i in answer_starts(router, "What is Sky Q's router called?")]
+    assert "Q" not in [router[i:].split()[0] for i in answer_starts(router, Q("What is Sky Q's router called?"))]
 
 
 def test_candidate_spans_stop_only_at_word_ends(generator):
     sentence = "The class DTIME(f(n)) holds 76,000 to 540,000 problems."
-    spans = candidate_spans(sentence, "What holds problems?", generator.encode)
+    spans = candidate_spans(sentence, Q("What holds problems?"), generator.encode)
     assert spans
     ends = set()
     for span in spans:
@@ -68,20 +70,22 @@ def test_candidate_spans_stop_only_at_word_ends(generator):
     assert "DTIME(f(n))" in ends and "76,000 to 540,000" in ends
     assert "76" not in ends and "DTIME(f(n" not in ends
     crowds = "The final usually draws crowds of over 12 million people along the river."
-    ends = {generator.decode(span.tokens[:k]) for span in candidate_spans(crowds, "How many come?", generator.encode)
+    ends = {generator.decode(span.tokens[:k]) for span in candidate_spans(crowds, Q("How many come?"), generator.encode)
             for k in span.ends}
     assert "12 million" in ends and "12" not in ends  # a number keeps its magnitude
     assert not any(end.endswith(" along") for end in ends)  # nor does an answer end on a preposition
     gold = "Victoria produced one third of the world's gold in 1851–1860."
-    ends = {generator.decode(span.tokens[:k]) for span in candidate_spans(gold, "How much did it mine?", generator.encode)
+    ends = {generator.decode(span.tokens[:k]) for span in candidate_spans(gold, Q("How much did it mine?"),
+                                                                                  generator.encode)
             for k in span.ends}
     assert "one third of the world's gold" in ends and "one third of the world's" not in ends  # no possessive end
     hd = "Sky+ HD material is broadcast using MPEG-4 and most of the HD material uses the DVB-S2 standard."
-    ends = {generator.decode(span.tokens[:k]) for span in candidate_spans(hd, "What is Sky+ HD using?", generator.encode)
+    ends = {generator.decode(span.tokens[:k]) for span in candidate_spans(hd, Q("What is Sky+ HD using?"),
+                                                                                generator.encode)
             for k in span.ends}
     assert "MPEG-4" in ends and not any(end.endswith(" uses") for end in ends)  # no verb without its object
     router = "The range has three boxes (Sky Q, Sky Q Mini), a broadband router (Sky Q Hub) and apps."
-    for span in candidate_spans(router, "What is the router?", generator.encode):
+    for span in candidate_spans(router, Q("What is the router?"), generator.encode):
         for k in span.ends:
             text = generator.decode(span.tokens[:k])
             assert text.count("(") == text.count(")") and not text.startswith("("), text
@@ -117,7 +121,7 @@ def test_constrained_generation_copies_a_span(generator):
     from rag.answering.evidence import short_answer_messages
 
     question = "How many Catholic schools were in Victoria?"
-    spans = candidate_spans(VICTORIA_SENTENCE, question, generator.encode)
+    spans = candidate_spans(VICTORIA_SENTENCE, Q(question), generator.encode)
     prompt = generator.prompt(short_answer_messages(question, VICTORIA_SENTENCE))
     text, stats = generator.generate(prompt.tokens, SamplingOptions(max_tokens=25, spans=tuple(spans)))
     assert text and text in VICTORIA_SENTENCE and stats.finish_reason == "stop"
@@ -128,35 +132,37 @@ def test_spans_are_placed_and_cut_by_the_question(generator):
     """The number next to the question's words is preferred; a span never runs on through the question;
     "U.S." is one word; clause openers never start an answer."""
     question = "How many Catholic schools were in Victoria?"
-    priors = {VICTORIA_SENTENCE[s:].split()[0]: start_prior(VICTORIA_SENTENCE, question, s)
-              for s in answer_starts(VICTORIA_SENTENCE, question)}
+    by_word = start_priors(VICTORIA_SENTENCE, Q(question))
+    priors = {VICTORIA_SENTENCE[s:].split()[0]: next(p for at, p in by_word.items() if at >= s)
+              for s in answer_starts(VICTORIA_SENTENCE, Q(question))}
     assert priors["489"] == max(priors.values()) and priors["489"] > priors["1,548"]
-    assert start_prior("In 1066 the Normans won at Hastings.", "When did the Normans win?", 3) > \
-        start_prior("In 1066 the Normans won at Hastings.", "What did the Normans win?", 3)
+    normans = "In 1066 the Normans won at Hastings."
+    assert start_priors(normans, Q("When did the Normans win?"))[3] > \
+        start_priors(normans, Q("What did the Normans win?"))[3]
 
     usgs = "The USGS has released a California Earthquake forecast which models Earthquake occurrence."
     texts = {generator.decode(span.tokens[:k]).strip()
-             for span in candidate_spans(usgs, "Which organization released a California Earthquake forecast?",
+             for span in candidate_spans(usgs, Q("Which organization released a California Earthquake forecast?"),
                                          generator.encode) for k in span.ends}
     assert "The USGS" in texts and "The USGS has released a California" in texts
     assert not any("forecast" in t for t in texts)  # the third of the question's words ends every span
 
     farms = "In one of the richest agricultural regions in the U.S., cattle and citrus were major industries."
     texts = {generator.decode(span.tokens[:k]).strip()
-             for span in candidate_spans(farms, "What industries were in the regions?", generator.encode)
+             for span in candidate_spans(farms, Q("What industries were in the regions?"), generator.encode)
              for k in span.ends}
     assert "U.S., cattle" in texts and not any(t == "U" or t.endswith(" U") for t in texts)
     glued = "The average time taken for sorting is O(n log n), and the midpoint lies at 37° 9' north."
     texts = {generator.decode(span.tokens[:k]).strip()
-             for span in candidate_spans(glued, "What is the average sorting time?", generator.encode)
+             for span in candidate_spans(glued, Q("What is the average sorting time?"), generator.encode)
              for k in span.ends}
     assert "37° 9' north" in texts and not any(t.endswith((" O", "37", " at")) for t in texts), texts
     exactly = "The midpoint lies at exactly 37 degrees, south of San Jose."
     texts = {generator.decode(span.tokens[:k]).strip()
-             for span in candidate_spans(exactly, "Where is the midpoint?", generator.encode) for k in span.ends}
+             for span in candidate_spans(exactly, Q("Where is the midpoint?"), generator.encode) for k in span.ends}
     assert "lies at exactly 37 degrees" in texts and "lies at exactly" not in texts, texts
     opener = "Although time and space are well known, any complexity measure can be a resource."
-    assert not any(opener[s:].startswith("Although") for s in answer_starts(opener, "What is a resource?"))
+    assert not any(opener[s:].startswith("Although") for s in answer_starts(opener, Q("What is a resource?")))
 
 
 def test_align_and_clean():
@@ -185,23 +191,24 @@ def test_cut_cleanly_ends_at_a_sentence_or_word():
 
 
 def test_question_shapes():
-    assert is_explanatory("Why did the Normans invade England?") and is_explanatory("Describe the climate.")
-    assert not is_explanatory("How many schools are there?")
-    assert is_explanatory("Who was Rollo?") and is_explanatory("What is photosynthesis?")  # definitions
-    assert not is_explanatory("What is the capital of Victoria?")
-    assert not is_explanatory("What is Melbourne's population?") and not is_explanatory("Where is Victoria?")
-    assert holds_the_asked_type("In ten years the population grew from 76,000 to 540,000.", "How many live there?")
-    assert not holds_the_asked_type("The area was inhabited by the Koori.", "How many people live in Melbourne?")
-    assert not holds_the_asked_type("The Koori lived there.", "What is Melbourne's population?")
-    assert holds_the_asked_type("The Koori lived there.", "Who lived there?")
+    assert Q("Why did the Normans invade England?").explanatory and Q("Describe the climate.").explanatory
+    assert not Q("How many schools are there?").explanatory
+    assert Q("Who was Rollo?").explanatory and Q("What is photosynthesis?").explanatory  # definitions
+    assert not Q("What is the capital of Victoria?").explanatory
+    assert not Q("What is Melbourne's population?").explanatory and not Q("Where is Victoria?").explanatory
+    assert holds_the_asked_type("In ten years the population grew from 76,000 to 540,000.", Q("How many live there?"))
+    assert not holds_the_asked_type("The area was inhabited by the Koori.", Q("How many people live in Melbourne?"))
+    assert not holds_the_asked_type("The Koori lived there.", Q("What is Melbourne's population?"))
+    assert holds_the_asked_type("The Koori lived there.", Q("Who lived there?"))
     # A time without a number answers "when" too; it is not a count.
-    assert holds_the_asked_type("The rocket launches from the harbour every Tuesday at noon.", "When does it launch?")
-    assert not holds_the_asked_type("The rocket launches every Tuesday.", "How many rockets launch?")
+    assert holds_the_asked_type("The rocket launches from the harbour every Tuesday at noon.",
+                                Q("When does it launch?"))
+    assert not holds_the_asked_type("The rocket launches every Tuesday.", Q("How many rockets launch?"))
     assert defines("Rollo", "…and the famed Viking ruler Rollo, and was situated in Neustria.")
     assert defines("Victoria", "Victoria (abbreviated as Vic) is a state in the south-east of Australia.")
     assert not defines("Rollo", "Before Rollo's arrival, its populations did not differ from Picardy.")
     assert not defines("Victoria", "Victoria is currently governed by the Labor Party.")
-    assert not is_explanatory("Who was the leader of the Normans who swore fealty to King Charles III?")
+    assert not Q("Who was the leader of the Normans who swore fealty to King Charles III?").explanatory
     assert refers_back("When did he die?") and refers_back("And in 1900?") and refers_back("What about there?")
     assert not refers_back("What is the boiling point of mercury?") and not refers_back("Who discovered penicillin?")
     assert not refers_back("How many continents are there?") and refers_back("Why?")
@@ -369,7 +376,7 @@ def test_sentences_break_at_blank_lines_and_not_after_titles():
 
 # --------------------------------------------------------------------------- technical tokens, question kinds
 def span_ends(generator, sentence: str, question: str) -> set[str]:
-    return {generator.decode(span.tokens[:k]) for span in candidate_spans(sentence, question, generator.encode)
+    return {generator.decode(span.tokens[:k]) for span in candidate_spans(sentence, Q(question), generator.encode)
             for k in span.ends}
 
 
@@ -407,11 +414,11 @@ def test_fragment_checker_of_eval():
 
 
 def test_question_kinds_and_commands():
-    from rag.answering.evidence import commands_in, is_howto, is_yes_no
-    assert is_yes_no("Is alcohol reimbursed?") and is_yes_no("Can I write Pin: release a=sid?")
-    assert not is_yes_no("Is it stable or testing?") and not is_yes_no("What is reimbursed?")
-    assert is_howto("How do I purge removed packages?") and is_howto("Which option makes pg_dump compress?")
-    assert not is_howto("How does the vacuum daemon work?")
+    from rag.answering.evidence import commands_in
+    assert Q("Is alcohol reimbursed?").yes_no and Q("Can I write Pin: release a=sid?").yes_no
+    assert not Q("Is it stable or testing?").yes_no and not Q("What is reimbursed?").yes_no
+    assert Q("How do I purge removed packages?").howto and Q("Which option makes pg_dump compress?").howto
+    assert not Q("How does the vacuum daemon work?").howto
     assert commands_in('Use "sudo -H aptitude …" instead of "sudo aptitude …".') == ["sudo -H aptitude", "sudo aptitude"]
     assert commands_in("# dpkg --configure -a") == ["dpkg --configure -a"]
     assert commands_in("$ sudo systemctl stop exim4 $ sudo dpkg-reconfigure exim4-config") == [
@@ -443,16 +450,16 @@ def test_a_technical_token_ending_in_a_short_word_is_whole(generator):
 
 def test_list_questions_name_every_item():
     from rag.answering.compress import candidate_sentences
-    from rag.answering.evidence import enumeration, is_list
+    from rag.answering.evidence import enumeration
     from rag.answering.service import items_for
-    assert is_list("Which directories get cleaned out at every boot?") and is_list("What should I do to stop it?")
-    assert not is_list("What does LVM need?") and not is_list("Which file lists the sources?")
+    assert Q("Which directories get cleaned out at every boot?").listing and Q("What should I do to stop it?").listing
+    assert not Q("What does LVM need?").listing and not Q("Which file lists the sources?").listing
     assert enumeration('Temporary files in "/tmp", "/var/lock", and "/var/run" are cleaned.') == \
         '"/tmp", "/var/lock", and "/var/run"'
     chunk = ("To keep people out, you need to make following actions.\n\nPrevent physical access to the disk\n\n"
              "Lock the boot loader\n\nSet a password for GRUB\n\nWith physical access, resetting it is easy.")
     sentences = candidate_sentences([chunk])
-    items = items_for(sentences, list(range(len(sentences))), "What should I do to keep people out?")
+    items = items_for(sentences, list(range(len(sentences))), Q("What should I do to keep people out?"))
     assert [phrase for _, _, phrase in items] == ["Prevent physical access to the disk", "Lock the boot loader",
                                                   "Set a password for GRUB"]
 
@@ -465,7 +472,6 @@ def test_a_quoted_name_is_answered_inside_its_quotes(generator):
 
 
 def test_a_question_for_a_default_value_is_no_definition():
-    from rag.answering.evidence import definition_subject
-    assert definition_subject("What is the default wal_level?") is None
-    assert definition_subject("What is the maximum size?") is None
-    assert definition_subject("What is photosynthesis?") == "photosynthesis"
+    assert Q("What is the default wal_level?").subject is None
+    assert Q("What is the maximum size?").subject is None
+    assert Q("What is photosynthesis?").subject == "photosynthesis"

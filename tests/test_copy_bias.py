@@ -1,4 +1,5 @@
-"""Copy-aware decoding with the real model: the logit bias toward the passages' tokens (``copy_bias``)."""
+"""Logits steps with the real model: the logit bias ``rag bench engine --copy-bias`` times, and the span
+constraint answers from the documents are decoded under."""
 
 from __future__ import annotations
 
@@ -10,12 +11,10 @@ import pytest
 from ingest.pipeline import ingest_paths
 from ingest.parameters import IngestParameters
 from rag.store.embedded import EmbeddedIndex
-from rag.answering.compress import Passage
-from rag.answering.prompt import MODEL_ABSTENTION, build_messages, context_text, copy_texts, model_abstained
+from rag.answering.evidence import short_answer_messages
 from rag.answering.service import AnswerRequest, options_from
-from rag.core.errors import BadRequestError
 from rag.core.settings import Settings
-from rag.generation.base import GenerationStats, SamplingOptions
+from rag.generation.base import SamplingOptions
 from rag.generation.logits import LogitBias
 from rag.generation.ort import LocalGenerator, next_token
 from app.runtime import Models, answer_service
@@ -25,16 +24,7 @@ CASES = [
      "The Republic is a Socratic dialogue authored by Plato around 375 BC, concerning justice."),
     ("What did the Normans give their name to?",
      "The Normans were the people who in the 10th and 11th centuries gave their name to Normandy, a region in France."),
-    ("Who was the first person to walk on Mars?",
-     "Apollo 11 landed on the Moon in 1969; Neil Armstrong was the first person to walk on its surface."),
 ]
-
-
-def rag_prompt(generator: LocalGenerator, question: str, context: str) -> tuple[np.ndarray, tuple[int, ...]]:
-    """The answering layer's prompt for one passage, and its copy tokens (as ``AnswerService.prepare`` makes them)."""
-    passages = [Passage(1, context, (context,))]
-    ids = np.concatenate([generator.encode(text) for text in copy_texts(passages)])
-    return generator.prompt(build_messages(question, passages)).tokens, tuple(int(t) for t in np.unique(ids))
 
 
 def tokens_of(generator: LocalGenerator, prompt: np.ndarray, options: SamplingOptions) -> list[int]:
@@ -60,98 +50,21 @@ def test_logit_bias_adds_delta_to_its_ids_only():
     assert LogitBias.of([1, 2], 0.0) is None and LogitBias.of([], 2.0, also=[9]) is None
 
 
-def test_copy_bias_is_validated():
-    with pytest.raises(BadRequestError):
-        SamplingOptions(copy_bias=-1).validate()
-    with pytest.raises(BadRequestError):
-        SamplingOptions(copy_bias=11).validate()
-
-
-def test_copy_bias_zero_is_token_for_token_the_plain_path(uncached: LocalGenerator):
-    """At copy_bias 0 nothing is biased; and the bias mechanism itself (read logits, write them back, let ORT
-    pick) with a zero delta picks exactly what ``generate_next_token`` picks."""
+def test_a_zero_bias_through_the_logits_picks_what_the_plain_path_picks(uncached: LocalGenerator):
+    """The logits step itself (read the logits, write them back, let ORT pick) with a zero delta picks exactly
+    what ``generate_next_token`` picks: what the bench engine times is the step's cost, not another reply."""
     for question, context in CASES:
-        prompt, ids = rag_prompt(uncached, question, context)
+        prompt = uncached.prompt(short_answer_messages(question, context, examples=False)).tokens
         plain = tokens_of(uncached, prompt, SamplingOptions(max_tokens=12))
-        assert tokens_of(uncached, prompt, SamplingOptions(max_tokens=12, copy_bias=0.0, copy_tokens=ids)) == plain
-
-        zero = LogitBias(np.asarray(ids, dtype=np.int64), 0.0)
+        ids = np.unique(uncached.encode(context)).astype(np.int64)
         generator = uncached._new_generator(len(prompt) + 12, SamplingOptions(max_tokens=12))
         generator.append_tokens(prompt)
-        through_logits = [next_token(generator, zero) for _ in range(len(plain))]
-        assert through_logits == plain
-
-
-def test_copy_bias_moves_the_reply_toward_the_passage(uncached: LocalGenerator):
-    # Measured: unbiased, the model paraphrases ("written by Plato"); at 2 it copies "authored by Plato".
-    prompt, ids = rag_prompt(uncached, *CASES[0])
-    plain, _ = uncached.generate(prompt, SamplingOptions(max_tokens=16))
-    biased, _ = uncached.generate(prompt, SamplingOptions(max_tokens=16, copy_bias=2.0, copy_tokens=ids))
-    assert "authored" not in plain and "authored by Plato" in biased
-    plain_ids, biased_ids = (set(uncached.encode(text).tolist()) for text in (plain, biased))
-    assert len(biased_ids - set(ids)) < len(plain_ids - set(ids))
-
-
-def test_abstention_reply_is_not_suppressed(uncached: LocalGenerator):
-    """The abstention reply's tokens are biased with the passages', so the model can still say it does not
-    know while the bias pulls toward an unrelated passage."""
-    context = "The bakery on the corner sells bread and cakes every morning."
-    passages = [Passage(1, context, (context,))]
-    ids = tuple(int(t) for t in np.unique(np.concatenate([uncached.encode(t) for t in copy_texts(passages)])))
-    assert set(uncached.encode(MODEL_ABSTENTION).tolist()) <= set(ids)
-    prompt = uncached.prompt([{"role": "user", "content": f"Repeat after me: {MODEL_ABSTENTION}"}]).tokens
-    plain, _ = uncached.generate(prompt, SamplingOptions(max_tokens=8))
-    biased, _ = uncached.generate(prompt, SamplingOptions(max_tokens=8, copy_bias=2.0, copy_tokens=ids))
-    # Measured: "I'm not sure." unbiased, the exact abstention reply biased.
-    assert "not sure" in plain or model_abstained(plain)
-    assert biased.strip() == MODEL_ABSTENTION and model_abstained(biased)
-
-
-def test_sampling_applies_after_the_bias(uncached: LocalGenerator):
-    """ORT GenAI samples (temperature, top-p, top-k) from the biased logits: with a bias far beyond any logit
-    gap (requests are held to 10; the generator applies what it is given), every sampled token is favoured."""
-    prompt, _ = rag_prompt(uncached, *CASES[1])
-    favoured = tuple(int(t) for t in uncached.encode(" Normandy Normans France region"))
-    options = SamplingOptions(max_tokens=10, temperature=1.0, top_p=0.95, top_k_sampling=50,
-                              copy_bias=100.0, copy_tokens=favoured)
-    sampled = [t for _ in range(4) for t in tokens_of(uncached, prompt, options)]  # EOS (biased too) ends a run
-    assert sampled and all(t in favoured for t in sampled)
-
-
-def test_prefix_cache_with_bias_matches_uncached(settings: Settings, uncached: LocalGenerator):
-    cached = LocalGenerator(settings.generator_path, settings.device, settings.threads,
-                            prefix_cache_slots=2, prefix_cache_tokens=512)
-    runs = []
-    for question, context in CASES[:2] + CASES[:1]:
-        prompt, ids = rag_prompt(cached, question, context)
-        options = SamplingOptions(max_tokens=12, copy_bias=2.0, copy_tokens=ids)
-        stats = GenerationStats()
-        text = "".join(cached.run(prompt, options, stats))
-        runs.append((text, stats.cached_tokens, uncached.generate(prompt, options)[0]))
-    assert all(text == expected for text, _, expected in runs)
-    assert runs[0][1] == 0 and runs[1][1] > 20 and runs[2][1] > 20  # rewound generators were reused
-
-
-def test_stop_string_and_cancel_with_bias(uncached: LocalGenerator):
-    prompt, ids = rag_prompt(uncached, *CASES[0])
-    options = SamplingOptions(max_tokens=16, copy_bias=2.0, copy_tokens=ids)
-    full, _ = uncached.generate(prompt, options)
-    assert "Plato" in full
-    stats = GenerationStats()
-    cut = "".join(uncached.run(prompt, SamplingOptions(max_tokens=16, copy_bias=2.0, copy_tokens=ids,
-                                                       stop=("Plato",)), stats))
-    assert cut == full[:full.index("Plato")] and stats.finish_reason == "stop"
-
-    stats = GenerationStats()
-    pieces = uncached.run(prompt, options, stats)
-    first = next(pieces)
-    pieces.close()
-    assert first and stats.finish_reason == "cancelled" and stats.output_tokens < 16
+        assert [next_token(generator, LogitBias(ids, 0.0)) for _ in range(len(plain))] == plain
 
 
 def test_service_constrains_rag_answers_only(tmp_path: Path, settings: Settings, embedder, generator):
-    """Answers from the documents are constrained to spans of the best evidence sentence (which supersedes the
-    copy bias: every allowed token is already a copy); plain chat is neither constrained nor biased."""
+    """Answers from the documents are constrained to spans of the best evidence sentence; plain chat is not
+    constrained."""
     doc = tmp_path / "plato.md"
     doc.write_text("# Plato\n\n" + CASES[0][1] + " It is Plato's best-known work.\n", encoding="utf-8")
     home = tmp_path / "home"
@@ -159,16 +72,13 @@ def test_service_constrains_rag_answers_only(tmp_path: Path, settings: Settings,
                  IngestParameters.from_settings(settings, embedder))
     service = answer_service(settings.replace(home=home), Models(embedder, generator))
     try:
-        constrained = service.prepare(AnswerRequest(question=CASES[0][0],
-                                                    options=options_from(service.settings, copy_bias=2.0)))
+        constrained = service.prepare(AnswerRequest(question=CASES[0][0], options=options_from(service.settings)))
         assert not constrained.abstain_early and constrained.sampling.spans
-        assert constrained.sampling.copy_bias == 0.0 and constrained.sampling.copy_tokens == ()
         assert constrained.best_sentence and "Plato" in constrained.best_sentence
         for span in constrained.sampling.spans:  # each span is a piece of the best sentence
             assert generator.decode(span.tokens[:max(span.ends)]) in constrained.best_sentence
-        chat = service.prepare(AnswerRequest(question="Say hi.", use_context=False,
-                                             options=options_from(service.settings, copy_bias=2.0)))
-        assert chat.sampling.copy_tokens == () and chat.sampling.spans == ()
+        chat = service.prepare(AnswerRequest(question="Say hi.", use_context=False, options=options_from(service.settings)))
+        assert chat.sampling.spans == ()
 
         result = service.ask_prepared(constrained)
         assert "Plato" in result.answer and not result.abstained

@@ -12,6 +12,7 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pytest
@@ -24,11 +25,13 @@ from rag.store.embedded import EmbeddedIndex
 from rag.core.access import RequestContext
 from rag.answering.service import AnswerOptions, AnswerRequest, AnswerService, options_from
 from rag.answering.compress import Passage, Sentence, candidate_sentences, score_sentences, select_passages, split_sentences
-from rag.core.errors import BadRequestError
+from rag.core.errors import BadRequestError, ConfigError
+from rag.core.records import ChunkRecord
+from rag.reranker import KeepOrder, load_reranker
 from app.bench.evaluate import contains_answer, evaluate, normalise_answer
 from rag.generation.base import SamplingOptions
-from rag.answering.prompt import (ABSTENTION_MESSAGE, build_messages, cited_numbers, drop_repeated_tail, grounded_share,
-                        model_abstained)
+from rag.answering.question import QuestionShape
+from rag.answering.prompt import ABSTENTION_MESSAGE, drop_repeated_tail, grounded_share, model_abstained
 from rag.answering.result import AnswerResult
 from rag.answering.retrieval import RRF_K, Retriever, rrf_fuse
 from app.runtime import Models, answer_service
@@ -198,6 +201,28 @@ def test_retrieval_modes_use_their_side_only(retriever: Retriever):
 
 
 # --------------------------------------------------------------------------- 3. rrf_fuse
+class ReverseAll:
+    """A reranker that sees twice the candidates and turns their order round."""
+
+    def candidates(self, k: int) -> int:
+        return 2 * k
+
+    def rerank(self, query: str, chunks: Sequence[ChunkRecord]) -> list[int]:
+        return list(range(len(chunks)))[::-1]
+
+
+def test_the_reranker_orders_the_fused_candidates(retriever: Retriever):
+    """Retrieval hands the reranker the fused candidates it asks for and keeps the first k of its order; the
+    default keeps the fused order (the ``none`` setting)."""
+    fused = retriever.retrieve(ROLLO_QUESTION, 6).hits
+    reranked = Retriever(retriever.reader, retriever.embedder, ReverseAll()).retrieve(ROLLO_QUESTION, 3).hits
+    assert isinstance(retriever.reranker, KeepOrder) and len(fused) == 6
+    assert [h.chunk.id for h in reranked] == [h.chunk.id for h in fused[::-1][:3]]
+    assert isinstance(load_reranker(Settings()), KeepOrder)
+    with pytest.raises(ConfigError, match="reranker must be one of none"):
+        load_reranker(Settings(reranker="nope"))
+
+
 def test_rrf_fuse_orders_by_summed_reciprocal_rank():
     fused = rrf_fuse([[1, 2, 3], [3, 1]], 10)
     assert [i for i, _ in fused] == [1, 3, 2]
@@ -237,7 +262,7 @@ def rollo_sentences(retriever: Retriever, embedder):
     retrieval = retriever.retrieve(ROLLO_QUESTION, 5)
     sentences = candidate_sentences([h.chunk.text for h in retrieval.hits])
     vectors = embedder.embed([s.text for s in sentences])
-    scores = score_sentences(ROLLO_QUESTION, retrieval.query_vector, sentences, vectors)
+    scores = score_sentences(QuestionShape.of(ROLLO_QUESTION), retrieval.query_vector, sentences, vectors)
     return retrieval, sentences, scores
 
 
@@ -321,7 +346,7 @@ def test_candidate_and_score_sentences():
     chunks = ["Rollo led the Normans. They settled in Normandy.", "Melbourne is the capital of Victoria."]
     sentences = candidate_sentences(chunks)
     assert [(s.source, s.position) for s in sentences] == [(0, 0), (0, 1), (1, 0)]
-    scores = score_sentences("Who led the Normans?", np.zeros(4, dtype=np.float32), sentences, None)
+    scores = score_sentences(QuestionShape.of("Who led the Normans?"), np.zeros(4, dtype=np.float32), sentences, None)
     assert scores.shape == (3,) and int(np.argmax(scores)) == 0
     assert scores[2] < scores[1]  # no overlap, lower-ranked source
 
@@ -335,18 +360,6 @@ def test_model_abstained():
     assert not model_abstained("Rollo [1]")
 
 
-def test_cited_numbers():
-    passages = [Passage(1, "Rollo agreed to swear fealty to King Charles III of West Francia."),
-                Passage(2, "Melbourne is the capital and largest city of Victoria.")]
-    assert cited_numbers("Melbourne [2]", passages) == [2]
-    assert cited_numbers("Rollo [2] and [1], see [2]", passages) == [2, 1]
-    # Numbers that match no passage are ignored, then the fallback by word overlap applies.
-    assert cited_numbers("Rollo swore fealty [7]", passages) == [1]
-    assert cited_numbers("Melbourne, the largest city", passages) == [2]
-    assert cited_numbers("Something else entirely", passages) == []
-    assert cited_numbers("", passages) == []
-
-
 def test_grounded_share():
     passages = [Passage(1, "Rollo agreed to swear fealty to King Charles III of West Francia.")]
     question = "Who swore fealty to Charles III?"
@@ -354,16 +367,6 @@ def test_grounded_share():
     assert grounded_share("King Charles III", question, passages) == 1.0  # adds no words of its own
     assert grounded_share("Rollo, a Viking chieftain", question, passages) == 1 / 3  # rollo of rollo/viking/chieftain
     assert grounded_share("Paris is the capital of France.", question, passages) == 0.0
-
-
-def test_build_messages():
-    messages = build_messages("  Who was Rollo?  ", [Passage(1, "Rollo was a Viking."), Passage(3, "Other.")])
-    assert [m["role"] for m in messages] == ["system", "user"]
-    user = messages[1]["content"]
-    assert "[1] Rollo was a Viking.\n[3] Other." in user
-    assert user.startswith("Question: Who was Rollo?\n")  # question first, stripped
-    assert user.index("Question:") < user.index("Context:") < user.index("[1]")
-    assert user.endswith("[3] Other.")  # nothing after the context for the model to echo
 
 
 def test_drop_repeated_tail():

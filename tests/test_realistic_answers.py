@@ -21,6 +21,7 @@ from ingest.parameters import IngestParameters
 from rag.store.embedded import EmbeddedIndex
 from rag.answering.evidence import candidate_spans
 from rag.answering.prompt import ABSTENTION_MESSAGE
+from rag.answering.question import QuestionShape
 from rag.answering.service import AnswerRequest, AnswerService, options_from
 from rag.core.settings import Settings
 from app.bench.evaluate import evaluate
@@ -168,6 +169,7 @@ def test_a_german_date_and_abbreviation_are_not_sentence_ends(settings: Settings
     # answer is "31. März"; SmolLM2-135M, the suite's model, picks "Folgejahres übertragen").
     carried_over = next(s for s in sentences if s.startswith("Resturlaub"))
     ends = {generator.decode(span.tokens[:k]).strip()
-            for span in candidate_spans(carried_over, "Bis wann kann Resturlaub übertragen werden?", generator.encode)
+            for span in candidate_spans(carried_over, QuestionShape.of("Bis wann kann Resturlaub übertragen werden?"),
+                                        generator.encode)
             for k in span.ends}
     assert any(e.endswith("31. März") for e in ends) and not any(e.endswith("31") for e in ends), sorted(ends)

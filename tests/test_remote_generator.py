@@ -50,7 +50,7 @@ def test_remote_answers_are_verified_like_local(settings: Settings, embedder, ge
     remote_generator = load_answer_generator(remote_config, embedder)
     assert isinstance(remote_generator, RemoteGenerator)
     remote = answer_service(remote_config, Models(embedder, remote_generator))
-    options = options_from(home_settings, max_tokens=32, copy_bias=0.0)
+    options = options_from(home_settings, max_tokens=32)
     answered = 0
     for question in QUESTIONS:
         mine = local.ask(AnswerRequest(question=question, options=options))

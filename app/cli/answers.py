@@ -24,19 +24,18 @@ from rag.core.access import RequestContext
               help="Chunks to retrieve (the `top_k` setting; --k is the old name).")
 @click.option("--max-tokens", type=int, help="Max new tokens.")
 @click.option("--temperature", type=float, help="Sampling temperature (0 = greedy).")
-@click.option("--copy-bias", type=float, help="Logit bias toward the passages' tokens (0 = off).")
 @click.option("--document", "documents", multiple=True, help="Restrict to these document ids (repeatable).")
 @json_option("Print the result object as JSON.")
 @click.pass_context
 @handle_errors
 def ask_cmd(ctx: click.Context, question: str, index: str | None, top_k: int | None, max_tokens: int | None,
-            temperature: float | None, copy_bias: float | None, documents: tuple[str, ...], as_json: bool) -> None:
+            temperature: float | None, documents: tuple[str, ...], as_json: bool) -> None:
     """Answer QUESTION from the indexed documents, streaming the answer."""
     settings = settings_from(ctx, index=index)
     open_reader(settings).close()  # a missing index is reported before the models load
     service = answer_service(settings, Models.load(settings))
     options = options_from(settings, top_k=top_k, max_tokens=max_tokens, temperature=temperature,
-                           copy_bias=copy_bias, documents=list(documents) or None)
+                           documents=list(documents) or None)
 
     async def answer() -> AnswerResult | None:
         async for item in service.stream(AnswerRequest(question=question, options=options,

@@ -13,13 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from rag.answering.english import CONTRACTION, GENERIC_WORDS
 from rag.core.text import content_words, stem
 
-# Words too common to tie evidence to a question ("How long does it take light to reach Earth?" and a sentence
-# on a war "long before the First Crusade").
-GENERIC_WORDS = frozenset("long take took many much first last time times year years people name named called "
-                          "used use make made new one two number known large small high best most part area type "
-                          "kind way also still later early".split())
 # A name or a number the question asks about: a capitalised word not opening the question, a word with a digit
 # ("Paris", "PostgreSQL 15", "1975"), a path or an option ("/etc/fstab", "--verbose").
 NAME_TOKEN = re.compile(r"[\w./=+:-]*[\w/]")
@@ -53,9 +49,6 @@ def names(question: str) -> list[str]:
         if technical or any(c.isdigit() for c in token) or (i > 0 and token[:1].isupper()):
             found.append(token.lower())
     return list(dict.fromkeys(found))
-
-
-CONTRACTION = re.compile(r"(?i)(\w+)n['’]t\b")
 
 
 def searchable_words(question: str) -> list[str]:
@@ -126,13 +119,8 @@ def answerable_score(signals: Mapping[str, float], weights: Mapping[str, float])
 
 
 # The answerability score's logistic weights by signal ("bias": the intercept), fitted by
-# tools/answers/fit_answerability.py on the dev sets' answers (tests/data/debian-docs: 200 answerable + 45
-# unanswerable; squad2-dev seed 0: 200 + 200), those of SmolLM2-135M and of Qwen2.5-Coder-0.5B pooled: every
-# signal here is read off the evidence before generation, so it is the same whichever model answers. The
-# model's own inclination to reply "unknown" (``decline_margin``, still measured and dumped by rag eval) got a
-# weight of -0.05 to 0.01 in every fit: these models do not tell an unanswerable question from an answerable one
-# whose best sentence is wrong, so it is left out. At the default threshold (0.2): unanswerable questions
-# refused 40% (dev set) / 30% (squad2-dev), answerable ones refused 3% / 8%, rules included.
+# tools/answers/fit_answerability.py on both dev sets, two models pooled (the fit and its refusal rates:
+# docs/benchmark-notes.md). ``decline_margin`` is left out: it got a weight near 0 in every fit.
 WEIGHTS: dict[str, float] = {
     "bias": -2.739, "names_missing": -1.825, "names_missing_chunk": -0.064, "coverage_sentence": -0.29,
     "coverage_chunk": -0.479, "best_dense": 2.333, "sentence_cosine": 3.699, "unknown_words": -0.597,
@@ -153,9 +141,9 @@ class AnswerProfile:
 DEFAULT_PROFILE = AnswerProfile(True, 1)
 PROFILES: dict[str, AnswerProfile] = {
     "smollm2-135m-instruct-int4": AnswerProfile(True, 1),  # the small model needs the examples (README "Models")
-    # Answer hit on the dev set 44.1% with one sentence, 46.3% choosing among the best three.
+    # Choosing among the best three sentences hit more answers on the dev set (docs/benchmark-notes.md).
     "qwen25-coder-0.5b-int4": AnswerProfile(False, 3),
-    "qwen25-coder-1.5b-int4": AnswerProfile(False, 1),  # 47.9% with one sentence; three not measured
+    "qwen25-coder-1.5b-int4": AnswerProfile(False, 1),  # three sentences not measured
 }
 
 

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import collections
 import math
-import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
-from rag.answering.evidence import definition_subject
+from rag.answering.english import defines
+from rag.answering.question import QuestionShape
 from rag.core.text import content_words, split_sentences, stem
 
 # Added to a sentence's cosine: the idf-weighted share of the question's word stems it holds (idf over the
-# candidate sentences: a word every retrieved sentence has tells little). Gold answer in the best sentence,
-# 705 answerable dev questions: 71.8% with the plain share of exact words at 0.35, 74.3% with this at 0.5.
+# candidate sentences: a word every retrieved sentence has tells little; docs/benchmark-notes.md).
 LEXICAL_WEIGHT = 0.5
 # Added to a sentence that says what a definition question's subject is ("Who was Rollo?"): without it the
 # README's own example quoted "Before Rollo's arrival, its populations did not differ from Picardy…".
@@ -49,13 +48,13 @@ def candidate_sentences(chunks: Sequence[str]) -> list[Sentence]:
     return [Sentence(s, i, j) for i, chunk in enumerate(chunks) for j, s in enumerate(split_sentences(chunk))]
 
 
-def score_sentences(question: str, question_vector: np.ndarray, sentences: Sequence[Sentence],
+def score_sentences(question: QuestionShape, question_vector: np.ndarray, sentences: Sequence[Sentence],
                     sentence_vectors: np.ndarray | None, history: str = "") -> np.ndarray:
     """Cosine to the question (if vectors are given) + lexical overlap + a small rank prior. A follow-up's
     earlier questions (``history``) count for their words too, at ``HISTORY_WEIGHT`` of the question's own:
     "When does it expire?" after a question on contractors' VPN access quotes the sentence that says when it
     expires, not the one about contractors."""
-    own = {stem(w) for w in content_words(question)}
+    own = set(question.content_stems)
     earlier = {stem(w) for w in content_words(history)} - own
     wanted = own | earlier
     held = [{stem(w) for w in content_words(s.text)} & wanted for s in sentences]
@@ -69,24 +68,14 @@ def score_sentences(question: str, question_vector: np.ndarray, sentences: Seque
         scores[i] = LEXICAL_WEIGHT * overlap + RANK_WEIGHT / (1 + sentence.source)
     if sentence_vectors is not None and len(sentences):
         scores += sentence_vectors @ question_vector
-    subject = definition_subject(question)
-    if subject:
-        scores += DEFINITION_BONUS * np.array([defines(subject, s.text) for s in sentences], dtype=np.float32)
+    if question.subject:
+        scores += DEFINITION_BONUS * np.array([defines(question.subject, s.text) for s in sentences], dtype=np.float32)
     return scores
 
 
 def defining_sentences(text: str, subject: str | None) -> str:
     """The sentences of ``text`` that say what ``subject`` is (``defines``), joined; "" without a subject."""
     return " ".join(s for s in split_sentences(text) if defines(subject, s)) if subject else ""
-
-
-def defines(subject: str, sentence: str) -> bool:
-    """The sentence says what ``subject`` is: "Victoria (abbreviated as Vic) is a state…", "Rollo, a Viking
-    leader…", "…the famed Viking ruler Rollo" (not "Before Rollo's arrival…")."""
-    name = re.escape(subject)
-    return bool(re.match(rf"(?i:(?:the |an? )?{name})(?:\s*\([^)]*\))?,?\s+(?:is|was|are|were)\s+(?:a|an|the|one)\b", sentence)
-                or re.search(rf"(?i:\b{name}),\s+(?:a|an|the)\s", sentence)
-                or re.search(rf"\b[a-z]+(?:er|or|ist|ian|ent|ant)\s+(?i:{name})\b(?!['’])", sentence))
 
 
 def select_passages(sentences: Sequence[Sentence], scores: np.ndarray, count_tokens: Callable[[str], int],

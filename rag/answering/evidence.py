@@ -17,7 +17,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from rag.core.text import MONTHS, STOPWORDS, content_words, stem
+from rag.answering.english import (ARTICLE_NEXT, ARTICLES, CLAUSE_END, CLAUSE_INSIDE, CLAUSE_OPENERS,
+                                   DANGLING_WORDS, defines, INTRODUCES, MAGNITUDE_NEXT, MONTH, NEGATION, NUMERIC_START,
+                                   ORDINAL_DATE_NEXT, PLACE_PREPOSITIONS, PREPOSITIONS, RUNS_A_COMMAND,
+                                   TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE, YEAR_OR_MONTH)
+from rag.answering.question import QuestionShape
+from rag.core.text import STOPWORDS, content_words, stem
 from rag.generation.logits import TokenSpan
 
 # The reply offered for a question the context does not answer: measured (``SamplingOptions.decline``), never
@@ -25,41 +30,13 @@ from rag.generation.logits import TokenSpan
 DECLINE_REPLY = "unknown"
 SHORT_ANSWER_PROMPT = ("Answer the question with a short phrase copied from the context. If the context does not "
                        f"answer the question, reply: {DECLINE_REPLY}")
-# Longest short answer in tokens (spans are offered up to here; each may stop earlier at a word end). 16 with
-# END_BONUS 3: dev F1 0.215 / gold 33% / 8 words (60 questions, seed 5), against 0.192 / 27% / 9 at 12 tokens.
+# Longest short answer in tokens (each span may stop earlier at a word end); docs/benchmark-notes.md.
 MAX_SPAN_TOKENS = 16
 CITATION = re.compile(r"\s*\[\d{1,2}\]")
-# "When …", "What year …", "How many …": questions whose answer starts with a number, a date or a month.
-NUMERIC_QUESTION = re.compile(
-    r"(?i)^\s*(?:when|(?:in |by |since )?(?:what|which) (?:year|decade|century|date|month|percentage|percent|age)|"
-    r"how (?:many|much|long|old|large|big|far|tall|high)|"
-    r"what (?:is|was|are|were) (?:the )?(?:[\w'’-]+ ){0,3}?(?:population|area|height|length|cost|price|budget|"
-    r"rate|limit|allowance|fee|amount|size|salary|total|maximum|minimum|number)s?\b)")
-NUMERIC_START = re.compile(
-    r"(?i)^(?:[£$€¥]?\d|(?:january|february|march|april|may|june|july|august|september|october|november|december|"
-    r"one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|forty|fifty|sixty|seventy|"
-    r"eighty|ninety|hundred|thousand|million|billion|several|over|about|around|more|less|nearly|approximately)\b)")
-# Questions asking for an explanation get the evidence sentences themselves, each cited, not a phrase.
-EXPLANATORY_QUESTION = re.compile(
-    r"(?i)^\s*(?:explain|describe|summari[sz]e|outline|discuss|tell me about|give an overview|"
-    r"why\b|how (?:does|do|did|is|are|was|were|can|could)\b|what (?:is|are) the (?:difference|reason|purpose)s?\b)")
-# "Is alcohol reimbursed?", "Can I run pg_dump on a live database?": answered "Yes" or "No", with the quote that
-# decides it; not "Is it A or B?", which asks for a choice.
-YES_NO_QUESTION = re.compile(
-    r"(?i)^\s*(?:is|are|was|were|am|do|does|did|can|could|may|might|must|shall|should|will|would|has|have|had|"
-    r"isn't|aren't|doesn't|don't|can't)\b(?!.*\bor\b)")
-# Words that turn a sentence's statement into its negation ("Alcohol is never reimbursed.").
-NEGATION = re.compile(r"(?i)\b(?:not|never|no|none|cannot|neither|nor|without|forbidden|prohibited)\b|n['’]t\b")
 # Added to the logit of the answer the evidence's polarity points to: "No" for a sentence that negates.
 POLARITY_PRIOR = 2.0
 YES_NO_PROMPT = ("Answer the question with Yes or No, as the context says. If the context does not say, reply: "
                  "unknown")
-# "How do I purge removed packages' configuration?", "Which command lists …?": answered with the command, option,
-# path or configuration line the documentation shows, verbatim.
-HOWTO_QUESTION = re.compile(
-    r"(?i)^\s*(?:how (?:do|can|could|should|would|might|may|must) (?:i|you|we|one)\b|how to\b|"
-    r"(?:what|which) (?:[\w.-]+ )?(?:commands?|options?|lines?|settings?|parameters?|directives?|flags?|"
-    r"switch(?:es)?|variables?)\b)")
 # A term line of a definition list: an option or setting named on a line of its own above its description
 # ("-F format", "--format=format", "log_min_duration_statement (integer)"), the type in brackets left out.
 TERM_LINE = re.compile(r"^(-{1,2}[\w-]+(?:[= ][\w<>.-]+)?|[a-z][a-z0-9_.]*_[a-z0-9_.]+)(?:\s+\((?:\w+\s?){1,3}\))?$")
@@ -70,34 +47,13 @@ QUOTED = re.compile(r'"([^"]{2,160})"|“([^”]{2,160})”')
 # What marks a quoted span as code: a path, an option, key=value, a glob, a pipe, "::".
 CODE_CHARS = re.compile(r"[/=~*|;<>]|::|(?:^|\s)--?\w")
 COMMAND_WORD = re.compile(r"^[a-z][a-z0-9._+-]*$")
-# A sentence that says it runs or shows a command: a quoted run of lowercase words in it is one ("aptitude
-# unmarkauto vim"), not prose.
-RUNS_A_COMMAND = re.compile(r"(?i)\b(?:use|using|used|run|running|execute|type|invoke|command|enter|start|call|apply)\b")
-# A sentence that announces the code under it ("…with the following command.", "…as follows:").
-INTRODUCES = re.compile(r"(?i)(?:\bfollowing(?:\s+[\w-]+){0,2}|\bas follows\b|\bbelow\b|\bas:?|:)\s*\.?\s*$")
 COMMAND_TOKENS = 64  # the longest command offered as an answer (a longer one is not offered: never cut)
 # Subtracted from the first-token logit of a command from the n-th ranked sentence, times n.
 COMMAND_RANK_PRIOR = 1.0
-# "Which directories get cleaned at boot?", "What risks do I take …?": the answer names every item.
-LIST_QUESTION = re.compile(r"(?i)^\s*(?:which|what)\s+(?:[\w-]+\s+){0,2}?([a-z][\w-]*[^s\W]s)\b"
-                           r"(?!\s+(?:is|was|does|has|the|a|an|my|your|its|their|this|that|these|those)\b)")
 # Two or more quoted items in a row ("/tmp", "/var/lock", and "/var/run"): the enumeration is the answer.
 QUOTED_ENUMERATION = re.compile(r'"[^"]{1,80}"(?:\s*,\s*(?:and\s+|or\s+)?"[^"]{1,80}"|\s+(?:and|or)\s+"[^"]{1,80}")+')
 LIST_ITEMS = 8  # the most items a list answer names
 ITEM_WORDS = 16  # a line longer than this is prose, not an item
-# "Who was Rollo?", "What is photosynthesis?": a definition is a sentence, not a phrase.
-DEFINITION_QUESTION = re.compile(r"(?i)^\s*(?:who|what|where) (?:is|was|are|were) (?:an? |the )?([^?]+?)\s*\?*\s*$")
-# A time said without a number also answers "when": "every Tuesday at noon", "in spring", "each morning".
-TIME_WORD = re.compile(
-    r"(?i)^(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekdays?|weekends?|noon|midday|midnight|"
-    r"dawn|dusk|sunrise|sunset|mornings?|afternoons?|evenings?|nights?|spring|summer|autumn|fall|winter|every|"
-    r"each|daily|weekly|monthly|yearly|annually|today|tomorrow|yesterday|tonight)\b")
-# A "when" answered by an event rather than a date: "after completing their probation", "on the end date of the
-# contract", "at boot". "on" and "at" count only before a word of time within three words.
-TEMPORAL_PREPOSITIONS = frozenset("after before until during within upon once whenever".split())
-TIMED_PHRASE = re.compile(r"(?i)^(?:on|at)\s+(?:\S+\s+){0,2}?(?:date|day|end|beginning|boot|startup|shutdown|login|"
-                          r"logon|installation|upgrade|reboot|restart)\b")
-ARTICLES = frozenset({"the", "a", "an"})
 OPENING_QUOTES = {'"': '"', "“": "”", "‘": "’"}  # an opening quote and the one that closes it
 # A word, with "U.S.", "1,548", "3.5", "50%" and "don't" each read as one word: a short answer never ends
 # inside one ("U" of "U.S." was once an answer).
@@ -109,44 +65,14 @@ WORD_BOUNDARY = re.compile(r"$|[\s,.;:!?)\]\"'”’]")
 # --with-foo), a dotted name, a version, a URL, an e-mail address, a hyphenated package name. An answer never
 # ends or starts at one of them when a letter or digit follows: not "/etc/rsyslog" of "/etc/rsyslog.conf".
 TOKEN_GLUE = "/.=:-_@~+"
-# Words an answer never ends on: it would leave its clause unfinished ("each file that a user", "If the Web
-# can", "you can", "more"); besides the stop words and prepositions.
-DANGLING_WORDS = frozenset(
-    "a an the of to in on at for with by from into onto via per and or nor but that which who whom whose if when "
-    "whether because while although unless until than as so can could may might must shall should will would is "
-    "are was were be been being has have had do does did you we they he she it i more less most each every such "
-    "not no".split())
 NUMBER_NEXT = re.compile(r"\s+\d")
-ARTICLE_NEXT = re.compile(r"(?i)\s+(?:the|a|an)\s")
-# Words that open a clause, never an answer ("Although time and space are…", "Historically, Victoria…").
-CLAUSE_OPENERS = frozenset("although while however historically since because though after before during whereas "
-                           "thus therefore also then yet still subsequently similarly if unless whether once until "
-                           "otherwise".split())
-# Priors on where an answer starts, added to the model's logit of the span's first token. Tuned on 200 dev
-# questions (seed 5): F1 0.266 / exact 16.5% with none; 0.306 / 21.5% with these and the cut at the
-# question's words (`candidate_spans`); a stronger pull to the question's words (4, 6) lost (0.28, 0.27).
+# Priors on where an answer starts, added to the model's logit of the span's first token (tuned on dev F1:
+# docs/benchmark-notes.md).
 TYPE_PRIOR = 3.0  # a year or month for "when", a capitalised word for "who", a place after "in/at" for "where"
 DISTANCE_PRIOR = 2.0  # times log(1 + words to the nearest of the question's words)
-YEAR_OR_MONTH = re.compile(r"(?i)^(?:1\d{3}|20\d{2})s?\b|^(?:january|february|march|april|may|june|july|august|"
-                           r"september|october|november|december)\b")
-TIME_QUESTION = re.compile(r"(?i)^\s*(?:when|(?:in |by |since )?(?:what|which) (?:year|decade|century|date|month))\b")
-PERSON_QUESTION = re.compile(r"(?i)^\s*(?:who|whom|whose)\b")
-PLACE_QUESTION = re.compile(r"(?i)^\s*where\b")
 # An answer may hold two of the question's words ("Latin monastery at Sant'Eufemia" for "What monastery…"),
-# not run on through a third (clause copies). Dev F1 over seeds 5/0/1 (200 each): 0.311/0.304/0.271 with 2,
-# 0.306/0.283/0.269 stopping at the first, 0.297/0.287/0.274 never stopping.
+# not run on through a third (clause copies).
 QUESTION_WORDS_IN_ANSWER = 2
-PLACE_PREPOSITIONS = frozenset({"in", "at", "near", "from", "on", "into", "to"})
-# Words an answer never ends on ("The cities and communities along"), besides the stop words.
-PREPOSITIONS = frozenset("along across through between within without toward towards via under over among upon "
-                         "onto beside besides despite per about against beyond like than".split())
-# A number is not said without its magnitude or unit of time ("12" of "12 million", "9th" of "9th century").
-MAGNITUDE_NEXT = re.compile(r"(?i)\s+(?:million|billion|trillion|thousand|hundred|centur(?:y|ies)|percent|per cent)\b")
-MONTH = re.compile(r"(?i)^(?:january|february|march|april|may|june|july|august|september|october|november|"
-                   rf"december|{'|'.join(map(re.escape, MONTHS))})$")
-# Nor a day without the month its ordinal dot runs into ("31" of "bis zum 31. März"; months of
-# rag/core/sentence_rules.toml).
-ORDINAL_DATE_NEXT = re.compile(rf"\.\s+(?:{'|'.join(map(re.escape, MONTHS))})\b")
 
 
 @dataclass(frozen=True)
@@ -157,10 +83,6 @@ class Quote:
     quote: str
     start: int
     end: int
-
-
-def is_howto(question: str) -> bool:
-    return bool(HOWTO_QUESTION.match(question))
 
 
 def commands_in(sentence: str) -> list[str]:
@@ -205,20 +127,6 @@ def command_spans(commands: Sequence[tuple[int, str]], encode: Callable[[str], n
     return spans
 
 
-NOT_PLURALS = frozenset("does has was is this its yes us thus".split())
-
-
-# "What should I do to …?": answered with the steps the documentation lists.
-STEPS_QUESTION = re.compile(r"(?i)^\s*what (?:should|must|do|can|could) (?:i|we|you|one) do\b")
-
-
-def is_list(question: str) -> bool:
-    """The question asks for several things: "Which directories …?", or the steps of "What should I do …?"."""
-    match = LIST_QUESTION.match(question)
-    return (bool(match) and match.group(1).lower() not in NOT_PLURALS and not is_yes_no(question)) \
-        or bool(STEPS_QUESTION.match(question))
-
-
 def enumeration(sentence: str) -> str | None:
     """The quoted items a sentence lists, as it spells them ('"/tmp", "/var/lock", and "/var/run"'), or None."""
     found = QUOTED_ENUMERATION.search(sentence)
@@ -231,14 +139,10 @@ def is_item(sentence: str) -> bool:
         and not PROMPT_LINE.match(sentence)
 
 
-def is_yes_no(question: str) -> bool:
-    return bool(YES_NO_QUESTION.match(question))
-
-
-def yes_no_spans(sentence: str, question: str, encode: Callable[[str], np.ndarray]) -> list[TokenSpan]:
+def yes_no_spans(sentence: str, question: QuestionShape, encode: Callable[[str], np.ndarray]) -> list[TokenSpan]:
     """The two answers a yes/no question may get, the one the sentence's polarity points to favoured (a question
     that negates itself, "Isn't X …?", flips it)."""
-    negative = bool(NEGATION.search(sentence)) != bool(NEGATION.search(question))
+    negative = bool(NEGATION.search(sentence)) != question.negated
     spans = []
     for answer in ("Yes", "No"):
         tokens = tuple(int(t) for t in encode(answer))
@@ -253,29 +157,6 @@ def yes_no_messages(question: str, sentence: str, earlier: Sequence[str] = ()) -
                                         f"Question: {question.strip()}\nAnswer (Yes or No):"}]
 
 
-def is_explanatory(question: str) -> bool:
-    return bool(EXPLANATORY_QUESTION.match(question)) or (
-        definition_subject(question) is not None and not PLACE_QUESTION.match(question))
-
-
-# "What is the default X?", "What is the maximum Y?": a value is asked for, not a definition.
-VALUE_WORDS = frozenset("default value name maximum minimum max min size number port path location version limit "
-                        "setting".split())
-
-
-def definition_subject(question: str) -> str | None:
-    """What a definition question names ("Rollo" of "Who was Rollo?", "Victoria" of "Where is Victoria?"): up
-    to 3 words, none a function word nor a possessive ("What is Melbourne's population?" asks a fact, not a
-    definition); else None."""
-    definition = DEFINITION_QUESTION.match(question)
-    words = definition.group(1).lower().split() if definition else []
-    if words and words[0] in VALUE_WORDS:  # "What is the default wal_level?" asks for a value
-        return None
-    if 0 < len(words) <= 3 and not any(w in STOPWORDS or re.search(r"['’]s?$", w) for w in words):
-        return definition.group(1) if definition else None
-    return None
-
-
 def sentence_quote(source: int, chunk_text: str, sentence: str) -> Quote | None:
     """Where ``sentence`` (as ``split_sentences`` cut it: line breaks read as spaces) is in the chunk."""
     start = chunk_text.replace("\n", " ").find(sentence)
@@ -284,17 +165,14 @@ def sentence_quote(source: int, chunk_text: str, sentence: str) -> Quote | None:
     return Quote(source, chunk_text[start:start + len(sentence)], start, start + len(sentence))
 
 
-def answer_starts(sentence: str, question: str) -> list[int]:
+def answer_starts(sentence: str, question: QuestionShape) -> list[int]:
     """Offsets in ``sentence`` where a short answer may begin: a word that is not one of the question's
     content words (the answer is what the question does not already say), not a function word other than an
     article, not a clause opener, and, for a when / how-many question, a number, a date or a month (or, for
     "when", a day, a time of day or a season)."""
     # The question's own one-letter words too: not "Q" of "Sky Q" for "What is the name of Sky Q's router?"
-    asked = content_words(question) | {w for w in re.findall(r"\w+", question.lower()) if len(w) == 1}
-    asked_stems = {stem(w) for w in asked}
-    numeric = bool(NUMERIC_QUESTION.match(question))
-    timing = bool(TIME_QUESTION.match(question))
-    counting = numeric and not timing
+    asked, asked_stems = question.words, question.word_stems
+    numeric, timing, counting = question.numeric, question.timing, question.counting
     starts = []
     tokens = list(re.finditer(r"\S+", sentence))
     for i, match in enumerate(tokens):
@@ -335,13 +213,17 @@ def is_acronym(token: str) -> bool:
     return len(letters) >= 2 and letters.isalpha() and letters.isupper()
 
 
-def holds_the_asked_type(sentence: str, question: str) -> bool:
+def holds_the_asked_type(sentence: str, question: QuestionShape) -> bool:
     """False for a when / how-many question whose sentence holds no number, date or month (nor, for "when", a
     day, a time of day or a season) besides the question's own: "How many people live in Melbourne?" over a
-    sentence on the Koori is not answered "Koori".
-    Over all 1407 squad2-dev questions, 5 of 114 answerable numeric ones had no number in the best sentence
-    (and none the answer there), against 15 of 90 unanswerable ones."""
-    return not NUMERIC_QUESTION.match(question) or bool(answer_starts(sentence, question))
+    sentence on the Koori is not answered "Koori" (such sentences are far likelier under unanswerable questions)."""
+    return not question.numeric or bool(answer_starts(sentence, question))
+
+
+def defines_the_subject(question: QuestionShape, sentence: str | None) -> bool:
+    """``sentence`` says what a definition question's subject is ("…the famed Viking ruler Rollo" for "Who was
+    Rollo?"): it answers the question however far its words are from the question's."""
+    return bool(question.subject and sentence and defines(question.subject, sentence))
 
 
 def inside_a_date(before: str, word: str) -> bool:
@@ -351,30 +233,27 @@ def inside_a_date(before: str, word: str) -> bool:
                 or (re.fullmatch(r"\d{1,2}(?:st|nd|rd|th)?", before) and MONTH.match(word)))
 
 
-def is_question_word(word: str, asked_stems: set[str]) -> bool:
+def is_question_word(word: str, asked_stems: frozenset[str]) -> bool:
     """A content word whose stem is one of the question's (``asked_stems``)."""
     return word.lower() not in STOPWORDS and stem(word) in asked_stems
 
 
-def start_priors(sentence: str, question: str) -> dict[int, float]:
+def start_priors(sentence: str, question: QuestionShape) -> dict[int, float]:
     """For each word of ``sentence`` (by its offset), how much the words around it favour an answer beginning
     there: the type the question asks for, and closeness to the words of the question (an answer stands next
-    to what the question says of it: on 136 dev answers in their evidence sentence, 69% lie within two words
-    of a question word)."""
+    to what the question says of it: most dev answers lie within two words of a question word)."""
     words = list(WORD_OR_NUMBER.finditer(sentence))
-    asked = {stem(w) for w in content_words(question)}
-    near = [i for i, m in enumerate(words) if is_question_word(m.group(), asked)]
+    near = [i for i, m in enumerate(words) if is_question_word(m.group(), question.content_stems)]
     # Nearness counts to the question's words the sentence says once: "a broadband router (Sky Q Hub)", not the
-    # "Sky Q" said three times. Dev F1 seeds 5/0/1: 0.438/0.453/0.431 → 0.444/0.469/0.447.
+    # "Sky Q" said three times.
     said = collections.Counter(stem(words[i].group()) for i in near)
     near = [i for i in near if said[stem(words[i].group())] == 1] or near
-    time_q, person_q, place_q = (bool(q.match(question)) for q in (TIME_QUESTION, PERSON_QUESTION, PLACE_QUESTION))
     priors = {}
     for at, match in enumerate(words):
         word, before = match.group(), words[at - 1].group().lower() if at else ""
         prior = 0.0
-        if (time_q and YEAR_OR_MONTH.match(word)) or (person_q and word[:1].isupper() and at > 0) \
-                or (place_q and word[:1].isupper() and before in PLACE_PREPOSITIONS):
+        if (question.timing and YEAR_OR_MONTH.match(word)) or (question.person and word[:1].isupper() and at > 0) \
+                or (question.place and word[:1].isupper() and before in PLACE_PREPOSITIONS):
             prior += TYPE_PRIOR
         if near:
             prior -= DISTANCE_PRIOR * math.log1p(min(abs(at - i) for i in near))
@@ -382,13 +261,7 @@ def start_priors(sentence: str, question: str) -> dict[int, float]:
     return priors
 
 
-def start_prior(sentence: str, question: str, start: int) -> float:
-    """``start_priors`` for the word at or after ``start``."""
-    priors = start_priors(sentence, question)
-    return next((prior for offset, prior in priors.items() if offset >= start), 0.0)
-
-
-def candidate_spans(sentence: str, question: str, encode: Callable[[str], np.ndarray],
+def candidate_spans(sentence: str, question: QuestionShape, encode: Callable[[str], np.ndarray],
                     limit: int = MAX_SPAN_TOKENS) -> list[TokenSpan]:
     """For each answer start (``answer_starts``), the sentence from there tokenised on its own, and the
     lengths at which its text ends at the end of a word (never inside one, never after a function word or
@@ -398,7 +271,7 @@ def candidate_spans(sentence: str, question: str, encode: Callable[[str], np.nda
     those word-final prefixes, where they tokenise as the head of the whole (encode only, so any generator's
     tokenizer serves), with the start's prior."""
     spans = []
-    asked = {stem(w) for w in content_words(question)}
+    asked = question.content_stems
     words = list(WORD_OR_NUMBER.finditer(sentence))
     priors = start_priors(sentence, question)
     for start in answer_starts(sentence, question):
@@ -453,11 +326,6 @@ def glued(text: str) -> bool:
     return bool(text) and (text[0].isalnum() or (text[0] in TOKEN_GLUE and len(text) > 1 and text[1].isalnum()))
 
 
-# Words that open a subordinate clause inside an answer: the answer must then run to the clause's end.
-CLAUSE_INSIDE = re.compile(r"(?i)\s(?:that|which|who|whom|whose|if|when|whether|because|where|while|although|unless)\s")
-CLAUSE_END = re.compile(r"\s*(?:$|[,.;:!?)\]])")
-
-
 def cuts_a_clause(phrase: str, rest: str) -> bool:
     """``phrase`` opens a clause it does not finish, ``rest`` being what follows it in the sentence: "each file
     that a user" of "each file that a user opens"."""
@@ -484,11 +352,8 @@ def balanced(text: str) -> bool:
 
 
 # Worked examples shown before the question (invented, from no test corpus): the small model copies the
-# entity, date or number the question asks for instead of the sentence's opening words. 200 dev questions
-# each, F1 on seeds 5/0/1: 0.312/0.325/0.284 without, 0.367/0.380/0.366 with the first two, 0.385/0.389/0.387
-# with three, 0.383/0.370/0.374 with a fourth (about 120 concerts). The examples are the same for every
-# question, so the prefix cache keeps them (no prefill per question). Qwen2.5-Coder-1.5B answers more tersely
-# with them (seed 0, 100 questions: F1 0.637, gold 51% with; 0.650, 61% without): setting answer_examples.
+# entity, date or number the question asks for instead of the sentence's opening words (three measured best:
+# docs/benchmark-notes.md). The same for every question, so the prefix cache keeps them (no prefill per question).
 SHORT_ANSWER_EXAMPLES = (
     ("The Hoover Dam was completed in 1936, two years ahead of schedule, at a cost of $49 million.",
      "When was the Hoover Dam completed?", "1936"),
@@ -501,7 +366,7 @@ SHORT_ANSWER_EXAMPLES = (
 
 def short_answer_messages(question: str, sentence: str, examples: bool = True,
                           earlier: Sequence[str] = ()) -> list[dict[str, str]]:
-    # Context first, then the question: on 60 dev questions F1 0.247 vs 0.195 with the question first.
+    # Context first, then the question: dev F1 0.247 vs 0.195 with the question first.
     def ask(context: str, asked: str, before: Sequence[str] = ()) -> dict[str, str]:
         return {"role": "user", "content": f"Context: {context}\n\n{earlier_questions(before)}"
                                            f"Question: {asked.strip()}\nShort answer:"}

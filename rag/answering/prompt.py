@@ -6,33 +6,11 @@ import re
 from typing import Sequence
 
 from rag.answering.compress import Passage
+from rag.answering.english import ELLIPTICAL, EXPLETIVE_IT, MODEL_ABSTAINS, NAME, REFERS_BACK
 from rag.core.text import content_words
 
-MODEL_ABSTENTION = "I don't know."  # the reply the system prompt asks for when the context lacks the answer
-SYSTEM_PROMPT = (
-    "You answer questions using only the numbered context. "
-    "Give a short answer (a few words or one sentence) and cite the source number like [1]. "
-    f"If the context does not contain the answer, reply exactly: {MODEL_ABSTENTION}"
-)
 ABSTENTION_MESSAGE = "The documents do not contain an answer to this question."
-# Ways a small model says it cannot answer from the context.
-MODEL_ABSTAINS = re.compile(
-    r"\b(i don'?t know|i do not know|not (?:mentioned|stated|provided|specified|given|found)|"
-    r"(?:context|text|documents?) (?:does|do) not (?:contain|mention|say|provide|specify)|"
-    r"no (?:information|answer)|cannot (?:be )?(?:answer|determine)|unable to (?:answer|determine))\b",
-    re.IGNORECASE)
 CITATION = re.compile(r"\[(\d{1,2})\]")
-# A question that leans on the conversation: a pronoun or a demonstrative standing for something named
-# earlier, "there" at the end, or an opening "and / what about"; very short questions ("And in 1900?") too.
-REFERS_BACK = re.compile(
-    r"(?i)\b(?:it|its|they|them|their|theirs|he|him|his|she|her|hers|this|these|those|the same|former|latter)\b|"
-    r"\b(?:in|from|to|at|near) there\b|^\s*(?:and|but|also|so|what about|how about)\b")
-
-
-# "it" standing for nothing: "How long does it take …?", "Is it possible to …?", "it is …".
-EXPLETIVE_IT = re.compile(r"(?i)\b(?:does|did|will|would|can|could|should)\s+it\s+(?:take|takes|took|cost|costs|mean|matter)\b|"
-                          r"\bis\s+it\s+(?:possible|necessary|true|safe|ok|okay|allowed|better|worth|wise|a good idea)\b|"
-                          r"\bit\s+(?:is|was)\s+(?:possible|necessary|true)\b")
 
 
 def refers_back(question: str) -> bool:
@@ -44,11 +22,6 @@ def refers_back(question: str) -> bool:
 
 # At most this many earlier questions make up the subject a follow-up refers to.
 SUBJECT_QUESTIONS = 3
-# "And in Berlin?", "What about contractors?": a question that only names what changes.
-ELLIPTICAL = re.compile(
-    r"(?i)^\s*(?:and|but|what about|how about)\s+(?:(in|for|at|on|with|of|from|to|during|by|under)\s+)?"
-    r"(?!(?:what|when|where|who|whom|whose|which|why|how|is|are|was|were|do|does|did|can|could)\b)([^?]+?)\s*\?*\s*$")
-NAME = re.compile(r"(?<!^)(?<![.!?]\s)\b[A-Z][\w.-]*(?:\s+[A-Z][\w.-]*)*")
 
 
 def subject_questions(earlier: Sequence[str]) -> tuple[str, ...]:
@@ -85,28 +58,6 @@ def resolve_elliptical(question: str, earlier: Sequence[str]) -> str:
     return question
 
 
-def build_messages(question: str, passages: Sequence[Passage]) -> list[dict[str, str]]:
-    # Question first, then the context, nothing after it. Measured on squad2-dev with the 135M default
-    # (230 answerable questions, two samples): 49% gold answers, against 38% with an instruction repeated
-    # after the context (the small model often echoed it back in a loop), 41-47% with the question
-    # repeated there, 40% for context first.
-    return [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": f"Question: {question.strip()}\n\nContext:\n{context_text(passages)}"},
-    ]
-
-
-def context_text(passages: Sequence[Passage]) -> str:
-    """The numbered context as the prompt shows it."""
-    return "\n".join(f"[{p.number}] {p.text}" for p in passages)
-
-
-def copy_texts(passages: Sequence[Passage]) -> tuple[str, str]:
-    """The texts whose tokens the copy bias favours: the context, and the model's own abstention reply, so
-    that "I don't know." stays as likely, relative to copying, as it was without the bias."""
-    return context_text(passages), MODEL_ABSTENTION
-
-
 def drop_repeated_tail(reply: str, min_chars: int = 12, max_chars: int = 512) -> str:
     """``reply`` without the copies of a block it ends with repeatedly (the generator stops such loops
     at the second copy, so the block is already in the answer once)."""
@@ -131,19 +82,3 @@ def grounded_share(reply: str, question: str, passages: Sequence[Passage]) -> fl
         return 1.0
     context = set().union(*(content_words(p.text) for p in passages))
     return len(words & context) / len(words)
-
-
-def cited_numbers(reply: str, passages: Sequence[Passage]) -> list[int]:
-    """Citations the reply makes explicitly, else the passages that best support its words."""
-    valid = {p.number for p in passages}
-    explicit = [n for n in dict.fromkeys(int(m) for m in CITATION.findall(reply)) if n in valid]
-    if explicit:
-        return explicit
-    words = content_words(CITATION.sub("", reply))
-    if not words:
-        return []
-    overlaps = {p.number: len(words & content_words(p.text)) / len(words) for p in passages}
-    best = max(overlaps.values(), default=0.0)
-    return [n for n, o in overlaps.items() if best >= 0.5 and o == best]
-
-

@@ -1,4 +1,4 @@
-"""Hybrid retrieval: dense (FAISS) + lexical (BM25 via FTS5), fused by reciprocal rank."""
+"""Hybrid retrieval: dense (FAISS) + lexical (BM25 via FTS5), fused by reciprocal rank, then reranked."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from rag.store import IndexReader
 from rag.core import observe
 from rag.core.access import visible
 from rag.core.errors import DocumentNotFoundError
+from rag.reranker import KeepOrder, Reranker
 
 RRF_K = 60  # the usual constant from Cormack et al.; rank differences matter, scores don't
 CANDIDATES_PER_SIDE = 4  # each side proposes k * this many before fusion
@@ -64,10 +65,11 @@ def relevance_scale(rankings: int, rrf_k: int = RRF_K) -> float:
 
 
 class Retriever:
-    def __init__(self, reader: IndexReader, embedder: Embedder) -> None:
+    def __init__(self, reader: IndexReader, embedder: Embedder, reranker: Reranker = KeepOrder()) -> None:
         reader.check_embedder(embedder.config.identity)
         self.reader = reader
         self.embedder = embedder
+        self.reranker = reranker
 
     def retrieve(self, question: str, k: int = 5, doc_ids: Sequence[str] | None = None,
                  mode: str = "hybrid", history: Sequence[str] = (),
@@ -91,14 +93,15 @@ class Retriever:
             queries.append(" ".join([*history, question]))
         vectors = self.embed_queries(queries)
         embedded = time.perf_counter()
-        pool = max(k * CANDIDATES_PER_SIDE, 20)
+        wanted = self.reranker.candidates(k)  # the fused hits the reranker orders; the first k are kept
+        pool = max(wanted * CANDIDATES_PER_SIDE, 20)
         dense_lists = [self.reader.dense_search(v, pool, doc_ids) if mode != "lexical" else [] for v in vectors]
         searched_dense = time.perf_counter()
         # A principal with groups gets BM25 over what it may see: never statistics that count hidden chunks.
         lexical_lists = [self.reader.lexical_search(q, pool, doc_ids, searched_stats=groups is not None)
                          if mode != "dense" else [] for q in queries]
         searched_lexical = time.perf_counter()
-        fused = rrf_fuse([[i for i, _ in ranked] for ranked in dense_lists + lexical_lists], k)
+        fused = rrf_fuse([[i for i, _ in ranked] for ranked in dense_lists + lexical_lists], wanted)
         records = self.reader.chunks(i for i, _ in fused)
         dense_scores: dict[int, float] = {}
         lexical_scores: dict[int, float] = {}
@@ -108,6 +111,7 @@ class Retriever:
         best_possible = relevance_scale(len([r for r in dense_lists + lexical_lists if r]))
         hits = [Hit(records[i], score, dense_scores.get(i), lexical_scores.get(i), min(1.0, score / best_possible))
                 for i, score in fused if i in records]  # a concurrent delete may have removed a chunk
+        hits = [hits[i] for i in self.reranker.rerank(queries[-1], [h.chunk for h in hits])][:k]
         done = time.perf_counter()
         best = max((s for ranked in dense_lists for _, s in ranked), default=0.0)
         return Retrieval(hits, best, (embedded - start) * 1000, (done - embedded) * 1000, vectors[-1], queries[-1],

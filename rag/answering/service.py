@@ -20,16 +20,17 @@ import anyio.to_thread
 import numpy as np
 
 from rag.embedder import Embedder
+from rag.reranker import KeepOrder, Reranker
 from rag.store import Store
 from rag.answering.answerability import (WEIGHTS, answerable_score, lexical_signals, profile_for, searchable_words,
                                          shares_a_word, stems, telling_words, unknown_signals)
-from rag.answering.compress import (Passage, Sentence, candidate_sentences, defines, defining_sentences,
-                                    score_sentences, select_passages)
+from rag.answering.compress import (Passage, Sentence, candidate_sentences, defining_sentences, score_sentences,
+                                    select_passages)
 from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, Quote, align, align_part,
                                     candidate_spans, clean_reply, command_spans, commands_in, cut_cleanly,
-                                    definition_subject, enumeration, holds_the_asked_type, introduces_code,
-                                    is_explanatory, is_howto, is_item, is_list, is_yes_no, sentence_quote,
-                                    short_answer_messages, term_of, yes_no_messages, yes_no_spans)
+                                    defines_the_subject, enumeration, holds_the_asked_type, introduces_code, is_item,
+                                    sentence_quote, short_answer_messages, term_of, yes_no_messages, yes_no_spans)
+from rag.answering.question import QuestionShape
 from rag.answering.prompt import (ABSTENTION_MESSAGE, drop_repeated_tail, grounded_share, model_abstained, refers_back,
                                   resolve_elliptical, subject_questions)
 from rag.answering.result import AnswerResult, Evidence, Metrics, Source
@@ -93,8 +94,7 @@ def options_from(settings: Settings, **overrides: Any) -> AnswerOptions:
 
     sampling = SamplingOptions(
         max_tokens=pick("max_tokens", settings.max_tokens), temperature=pick("temperature", settings.temperature),
-        top_p=pick("top_p", 1.0), top_k_sampling=pick("top_k_sampling", 0), stop=tuple(pick("stop", ())),
-        copy_bias=pick("copy_bias", settings.copy_bias))
+        top_p=pick("top_p", 1.0), top_k_sampling=pick("top_k_sampling", 0), stop=tuple(pick("stop", ())))
     documents: Sequence[str] | None = overrides.pop("documents", None)
     options = AnswerOptions(
         top_k=pick("top_k", settings.top_k), context_tokens=pick("context_tokens", settings.context_tokens),
@@ -139,7 +139,7 @@ class AnswerRequest:
 @dataclass
 class PreparedAnswer:
     request: AnswerRequest
-    question: str
+    shape: QuestionShape  # the question (as resolved against the conversation), read once
     retrieval: Retrieval | None  # None for plain chat without retrieval
     passages: list[Passage]
     prompt: Prompt | None  # None when abstaining without generation
@@ -164,17 +164,22 @@ class PreparedAnswer:
     withheld: str | None = None  # the answer refused for its answerability score (``rag eval``'s curve reads it)
 
     @property
+    def question(self) -> str:
+        return self.shape.text
+
+    @property
     def abstain_early(self) -> bool:
         return self.prompt is None and not (self.explanatory and self.ranked) and not self.items
 
 
 class AnswerService:
     def __init__(self, settings: Settings, store: Store, embedder: Embedder, generator: Generator,
-                 instruments: observe.Instruments | None = None) -> None:
+                 instruments: observe.Instruments | None = None, reranker: Reranker = KeepOrder()) -> None:
         self.settings = settings
         self.store = store
         self.embedder = embedder
         self.generator = generator
+        self.reranker = reranker
         self._retrievers: dict[str, Retriever] = {}
         self._lock = threading.Lock()
         self.instruments = instruments or observe.instruments()
@@ -187,7 +192,8 @@ class AnswerService:
             if name in self._retrievers and self._retrievers[name].reader.gone():  # deleted, maybe made anew
                 self._retrievers.pop(name).reader.close()
             if name not in self._retrievers:
-                self._retrievers[name] = Retriever(self.store.index(name).reader(), self.embedder)
+                self._retrievers[name] = Retriever(self.store.index(name).reader(), self.embedder,
+                                                     self.reranker)
             return self._retrievers[name]
 
     def forget(self, index: str | None = None) -> None:
@@ -248,19 +254,20 @@ class AnswerService:
         if not request.use_context:
             question = (request.question or "").strip()
             messages = request.messages or ({"role": "user", "content": question},)
-            return PreparedAnswer(request, question, None, [], self.generator.prompt(messages), started, 0.0,
-                                  options.sampling)
+            return PreparedAnswer(request, QuestionShape.of(question), None, [], self.generator.prompt(messages),
+                                  started, 0.0, options.sampling)
         question = self.validate_question(request.question)
         # Answerability is decided on the question as asked; the conversation is searched too only when the
         # question refers back to it ("When was it built?"), so "Who won the 2018 World Cup?" asked third in a
         # conversation about the documents is refused as it would be alone. A follow-up that only names what
         # changes ("And in Berlin?") is answered as the whole question it stands for.
         question = resolve_elliptical(question, request.history)
+        shape = QuestionShape.of(question)
         history = subject_questions(request.history) if refers_back(question) else ()
         retrieval = self.traced_retrieve(request.index, question, options.top_k, options.documents, history,
                                          request.context.groups)
         with observe.start_span("compression", {"rag.context_tokens": options.context_tokens}) as span:
-            prepared = self._compose(request, question, retrieval, options, started, history)
+            prepared = self._compose(request, shape, retrieval, options, started, history)
             if prepared.signals:
                 absent = self.retriever(request.index).absent_words(searchable_words(question), request.context.groups)
                 prepared.signals.update(unknown_signals(question, absent))
@@ -273,24 +280,24 @@ class AnswerService:
                     span.set_attribute("rag.prompt_tokens", prepared.prompt.length)
         return prepared
 
-    def _compose(self, request: AnswerRequest, question: str, retrieval: Retrieval, options: AnswerOptions,
+    def _compose(self, request: AnswerRequest, shape: QuestionShape, retrieval: Retrieval, options: AnswerOptions,
                  started: float, history: Sequence[str] = ()) -> PreparedAnswer:
         """Evidence sentences and the prompt from the retrieved chunks, or an early abstention."""
         t0 = time.perf_counter()
+        question = shape.text
         if not retrieval.hits or retrieval.best_dense < options.abstain_threshold:
-            return PreparedAnswer(request, question, retrieval, [], None, started,
+            return PreparedAnswer(request, shape, retrieval, [], None, started,
                                   (time.perf_counter() - t0) * 1000, options.sampling)
         floor = max((h.dense_score for h in retrieval.hits if h.dense_score is not None), default=1.0) \
             - TRUSTED_DENSE_MARGIN
         # Passages far below the best one do not reach the prompt, except a sentence of theirs that says what a
         # definition question's subject is ("…the famed Viking ruler Rollo" for "Who was Rollo?").
-        subject = definition_subject(question)
         texts = [h.chunk.text if h.dense_score is not None and h.dense_score >= floor
-                 else defining_sentences(h.chunk.text, subject) for h in retrieval.hits]
+                 else defining_sentences(h.chunk.text, shape.subject) for h in retrieval.hits]
         sentences = candidate_sentences(texts)
         vectors = self.embedder.embed([s.text for s in sentences]) if options.sentence_vectors and sentences \
             else None
-        scores = score_sentences(question, retrieval.query_vector, sentences, vectors, " ".join(history))
+        scores = score_sentences(shape, retrieval.query_vector, sentences, vectors, " ".join(history))
         passages = select_passages(sentences, scores, self.generator.count_tokens, options.context_tokens)
         order = [int(i) for i in np.argsort(-scores, kind="stable")]
         ranked = tuple((sentences[i].source + 1, sentences[i].text) for i in order[:8])
@@ -299,21 +306,20 @@ class AnswerService:
             # Evidence that says nothing the question itself asks about: found through the conversation only
             # ("How long does it take light from the Sun to reach Earth?" after questions on the documents), or
             # the best of unrelated sentences ("What is the freezing point of water in Fahrenheit?" was answered
-            # "The state symbols include the pink heath"). On the dev dumps (seeds 0/1, 400 questions and 110
-            # off-topic each) this refuses that off-topic question and changes no other answer.
-            return PreparedAnswer(request, question, retrieval, passages, None, started,
+            # "The state symbols include the pink heath"); on the dev dumps it changed no other answer.
+            return PreparedAnswer(request, shape, retrieval, passages, None, started,
                                   (time.perf_counter() - t0) * 1000, options.sampling)
-        commands = commands_for(sentences, order, question)
-        items = () if commands else items_for(sentences, order, question)
-        explanatory = is_explanatory(question) and not commands and not items
-        if best and not explanatory and not holds_the_asked_type(best, question):
+        commands = commands_for(sentences, order, shape)
+        items = () if commands else items_for(sentences, order, shape)
+        explanatory = shape.explanatory and not commands and not items
+        if best and not explanatory and not holds_the_asked_type(best, shape):
             # No number where one is asked for: a close runner-up that holds one and every telling word of the
             # question answers it ("two Major League Soccer teams in Los Angeles"), else nothing does.
             runner_up = next((i for i, (_, text) in enumerate(ranked[1:3], 1)
-                              if holds_the_asked_type(text, question) and telling_words(question) <= stems(text)),
+                              if holds_the_asked_type(text, shape) and telling_words(question) <= stems(text)),
                              None)
             if runner_up is None:
-                return PreparedAnswer(request, question, retrieval, passages, None, started,
+                return PreparedAnswer(request, shape, retrieval, passages, None, started,
                                       (time.perf_counter() - t0) * 1000, options.sampling)
             ranked = (ranked[runner_up], *ranked[:runner_up], *ranked[runner_up + 1:])
             best = ranked[0][1]
@@ -321,7 +327,7 @@ class AnswerService:
                                   retrieval.best_dense, self._cosine(best, retrieval)) if best else {}
         prompt, sampling = None, options.sampling
         decline = tuple(int(t) for t in self.generator.encode(DECLINE_REPLY))
-        yes_no = bool(best) and not explanatory and not commands and is_yes_no(question)
+        yes_no = bool(best) and not explanatory and not commands and shape.yes_no
         if items:
             pass  # the items are the answer: nothing to generate
         elif commands:
@@ -330,26 +336,26 @@ class AnswerService:
             prompt = self.generator.prompt(short_answer_messages(question, context, options.answer_examples, history))
             spans = command_spans([(rank, command) for rank, (command, _, _) in enumerate(commands)],
                                   self.generator.encode)
-            sampling = dataclasses.replace(sampling, spans=tuple(spans), copy_bias=0.0, decline=decline,
+            sampling = dataclasses.replace(sampling, spans=tuple(spans), decline=decline,
                                            max_tokens=min(sampling.max_tokens, max(len(s.tokens) for s in spans) + 1))
         elif yes_no:
             prompt = self.generator.prompt(yes_no_messages(question, best, history))
-            sampling = dataclasses.replace(sampling, spans=tuple(yes_no_spans(best, question, self.generator.encode)),
-                                           copy_bias=0.0, max_tokens=min(sampling.max_tokens, 4), decline=decline)
+            sampling = dataclasses.replace(sampling, spans=tuple(yes_no_spans(best, shape, self.generator.encode)),
+                                           max_tokens=min(sampling.max_tokens, 4), decline=decline)
         elif best and not explanatory:
             # The model picks the phrase, and so the sentence, among the best ``answer_sentences`` ones that
             # hold the type asked for; a lower-ranked sentence's starts are less likely.
             chosen = [text for _, text in ranked[:options.answer_sentences]
-                      if text == best or holds_the_asked_type(text, question)]
+                      if text == best or holds_the_asked_type(text, shape)]
             prompt = self.generator.prompt(short_answer_messages(question, " ".join(chosen), options.answer_examples,
                                                                  history))
             spans = [dataclasses.replace(span, prior=span.prior - SENTENCE_RANK_PRIOR * rank)
-                     for rank, text in enumerate(chosen) for span in candidate_spans(text, question, self.generator.encode)]
-            # Declining is not offered as a span: on 60 dev questions the small model then declined 38% of
-            # answerable questions (10% without); it is measured (``decline``) for the answerability decision.
-            sampling = dataclasses.replace(sampling, spans=tuple(spans), copy_bias=0.0,
+                     for rank, text in enumerate(chosen) for span in candidate_spans(text, shape, self.generator.encode)]
+            # Declining is not offered as a span (the small model then declined 38% of answerable dev questions,
+            # 10% without); it is measured (``decline``) for the answerability decision.
+            sampling = dataclasses.replace(sampling, spans=tuple(spans),
                                            max_tokens=min(sampling.max_tokens, MAX_SPAN_TOKENS + 1), decline=decline)
-        return PreparedAnswer(request, question, retrieval, passages, prompt, started,
+        return PreparedAnswer(request, shape, retrieval, passages, prompt, started,
                               (time.perf_counter() - t0) * 1000, sampling, best, ranked, explanatory, yes_no,
                               commands, items, signals)
 
@@ -460,7 +466,7 @@ class AnswerService:
             # question's subject is ("…the famed Viking ruler Rollo" for "Who was Rollo?") answers it, however
             # far its words are from the question's.
             if score < options.answerable_threshold \
-                    and not defines_the_subject(prepared.question, prepared.best_sentence):
+                    and not defines_the_subject(prepared.shape, prepared.best_sentence):
                 prepared.withheld = answer
                 answer, abstained, reason, quotes = ABSTENTION_MESSAGE, True, "unanswerable", []
         kind = answer_kind(prepared, answer, abstained)
@@ -526,12 +532,12 @@ COMMAND_SENTENCES = 3  # the best-ranked sentences whose commands a how-to quest
 TERM_LINES = 2  # the term lines above a description that may name the option it describes
 
 
-def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: str
+def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: QuestionShape
                  ) -> tuple[tuple[str, tuple[int, str], tuple[int, str] | None], ...]:
     """A how-to question's candidate commands from its best sentences (``order``: sentence indices, best first):
     the code each shows, or the code line right under a sentence that announces one ("…the following command."
     then "# dpkg --configure -a"). Empty for any other question."""
-    if not is_howto(question):
+    if not question.howto:
         return ()
     following = {(s.source, s.position): s for s in sentences}
     found: dict[str, tuple[tuple[int, str], tuple[int, str] | None]] = {}
@@ -553,11 +559,6 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
     return tuple((command, where, intro) for command, (where, intro) in found.items())
 
 
-def defines_the_subject(question: str, sentence: str | None) -> bool:
-    subject = definition_subject(question)
-    return bool(subject and sentence and defines(subject, sentence))
-
-
 def answer_kind(prepared: PreparedAnswer, answer: str, abstained: bool) -> str:
     """What the answer line is (``AnswerResult.answer_kind``)."""
     if prepared.retrieval is None:
@@ -575,11 +576,11 @@ def answer_kind(prepared: PreparedAnswer, answer: str, abstained: bool) -> str:
     return "phrase"
 
 
-def items_for(sentences: Sequence[Sentence], order: Sequence[int], question: str) -> tuple[tuple[int, str, str], ...]:
+def items_for(sentences: Sequence[Sentence], order: Sequence[int], question: QuestionShape) -> tuple[tuple[int, str, str], ...]:
     """A list question's answer from its best sentences (``order``): the first that lists quoted items, or the
     item lines right under one that announces them ("…you need to make following actions."). Empty when none
     does, and for any other question."""
-    if not (is_list(question) or is_howto(question)):
+    if not question.wants_items:
         return ()
     at = {(s.source, s.position): s for s in sentences}
     for i in order[:COMMAND_SENTENCES]:

@@ -25,7 +25,7 @@ class ChatTrace:
         attributes: dict[str, Any] = {
             **self.metric, observe.REQUEST_TEMPERATURE: sampling.temperature,
             observe.REQUEST_MAX_TOKENS: sampling.max_tokens, observe.REQUEST_TOP_P: sampling.top_p,
-            observe.REQUEST_STREAM: True, "rag.copy_bias": sampling.copy_bias,
+            observe.REQUEST_STREAM: True,
             "rag.constrained_spans": len(sampling.spans)}
         if remote:
             attributes.update(observe.server_attributes(generator.url))

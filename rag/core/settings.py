@@ -72,6 +72,9 @@ class Settings:
     load_timeout_s: float = field(
         default=600.0, metadata={"doc": "seconds one file may take to load (OCR included) before it fails; 0 = none"})
     top_k: int = field(default=5, metadata={"doc": "chunks retrieved per question"})
+    reranker: str = field(default="none", metadata={
+        "doc": "the step after fusion that may reorder the retrieved chunks (rag/reranker.py); none keeps the "
+               "fused order"})
     context_tokens: int = field(default=100, metadata={"doc": "prompt context budget (tokens)"})
     sentence_vectors: bool = field(
         default=False, metadata={"doc": "rank context sentences by embedding too (else word overlap only)"})
@@ -132,9 +135,6 @@ class Settings:
         default='{"use_context": false}',
         metadata={"doc": "remote generator: JSON object merged into each request (the default stops an upstream "
                          "rag serve from retrieving again; other servers ignore the field; {} for strict ones)"})
-    copy_bias: float = field(
-        default=0.0, metadata={"doc": "logit bias toward the passages' tokens (rag bench engine --copy-bias); answers "
-                                      "from the documents are constrained to copied spans, which supersedes it"})
     # Access control (README "Access control"): keys, tokens, the browser guard, the audit trail.
     allowed_hosts: str = field(
         default="", metadata={"doc": "comma-separated host names accepted in Host and Origin besides localhost and "

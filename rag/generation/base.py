@@ -27,11 +27,6 @@ class SamplingOptions:
     top_p: float = 1.0
     top_k_sampling: int = 0  # sample among the k likeliest tokens; 0 = no cut
     stop: tuple[str, ...] = ()  # generation ends where one of these strings appears; it is not returned
-    # Copy bias: ``copy_bias`` is added to the logits of ``copy_tokens`` at every step, before greedy or
-    # sampled picking. The answering layer fills ``copy_tokens`` with the token ids of the passages it gave
-    # the model (and of its abstention reply); plain chat leaves it empty, which turns the bias off.
-    copy_bias: float = Settings.copy_bias
-    copy_tokens: tuple[int, ...] = ()
     # Constrained decoding (``logits.SpanConstraint``): when set, the reply is a prefix of one of these spans
     # (the answering layer's candidate answers, copied from the passages). A generator without a logits step
     # (a remote server, the batching engine) ignores it; the answering layer verifies the reply either way.
@@ -51,8 +46,6 @@ class SamplingOptions:
         bounds.TOP_K_SAMPLING.check(self.top_k_sampling)
         if len(self.stop) > 4 or not all(self.stop):
             raise BadRequestError("stop takes at most 4 non-empty strings")
-        if not 0.0 <= self.copy_bias <= 10.0:
-            raise BadRequestError("copy_bias must be between 0 and 10")
         return self
 
     @property

@@ -1,9 +1,8 @@
 """Logits processing before the next token is picked: pure numpy, no model.
 
-Copy bias: the small default model often knows where the answer is in its context but words around it.
-Adding a constant to the logits of every token id that occurs in the passages it was given (then picking
-as usual: argmax, or ORT GenAI's temperature / top-p / top-k sampling over the biased logits) makes it
-copy the evidence instead.
+``SpanConstraint`` is the answer path's step: the reply is copied from candidate spans of the evidence.
+``LogitBias`` (a constant added to some token ids' logits) is what ``rag bench engine --copy-bias`` times: the
+cost per token of reading, changing and writing back the logits. Answers no longer use it.
 """
 
 from __future__ import annotations
@@ -36,8 +35,7 @@ class LogitBias:
 
 
 # Added to the end-of-answer logit where a span may stop: without it the small model copies on to the end of
-# the sentence. Dev (60 questions, seed 5): 3 gave F1 0.215 / 8 words, 2 gave 0.192-0.204 / 9-11 words; a bonus
-# growing with length (0.3 a token) shortened answers but lost gold answers.
+# the sentence (tuned on dev F1: docs/benchmark-notes.md).
 END_BONUS = 3.0
 
 

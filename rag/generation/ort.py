@@ -327,8 +327,6 @@ class GenerationSession:
                 f"prompt of {stats.prompt_tokens} tokens does not fit the {owner.context_length}-token context")
         self._options = options
         self._prompt_tokens = prompt_tokens
-        # EOS is biased with the passages' tokens: copying must not make stopping less likely than it was.
-        self._bias = LogitBias.of(options.copy_tokens, options.copy_bias, also=owner.eos_token_ids)
         self._constraint = SpanConstraint(options.spans, owner.eos_token_ids, owner.period_ids, options.decline) \
             if options.spans else None
         cache = owner.prefix_cache
@@ -351,7 +349,7 @@ class GenerationSession:
         if self.done or generator.is_done():
             return self._close()
         self._healthy = False
-        token = next_token(generator, self._bias, self._constraint)
+        token = next_token(generator, constraint=self._constraint)
         self._healthy = True
         if self._constraint is not None and stats.output_tokens == 0:
             stats.decline_margin = self._constraint.decline_margin
@@ -389,8 +387,8 @@ class EngineEvent:
 
 class BatchingEngine:
     """ORT GenAI's continuous-batching ``og.Engine`` over the generator's model. It may only be used from
-    the thread that created it. The engine picks tokens itself, with no logits hook: ``copy_bias`` is
-    ignored on this path (the default model cannot run it and is served by ``GenerationSession``)."""
+    the thread that created it. The engine picks tokens itself, with no logits hook: a span constraint
+    is ignored on this path (the default model cannot run it and is served by ``GenerationSession``)."""
 
     def __init__(self, generator: LocalGenerator) -> None:
         og = generator._og

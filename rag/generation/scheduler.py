@@ -9,7 +9,7 @@ caller's loop, so generation never blocks the event loop. The scheduler implemen
   time (no batching). Used when the engine cannot serve the model: onnxruntime-genai 0.18's engine
   fails on models built with ``prune_lm_head`` (our default: faster prefill), and on 2 CPU cores the
   engine's batching gained only ~15% aggregate throughput at 10 clients while costing 40% TTFT for
-  a single client (measured). The engine picks tokens itself, so it ignores ``copy_bias`` (see
+  a single client (measured). The engine picks tokens itself, so it ignores a span constraint (see
   ``rag.generation.logits``); the interleaved path applies it.
 
 A request whose client goes away is cancelled at the next token step. Beyond ``max_queue``

@@ -17,8 +17,7 @@ from app.bench.evaluate import answer_report, load_questions
 from app.runtime import Models, answer_service, load_answer_generator, load_embedder, load_generator
 n = int(sys.argv[1])
 D = Path(__file__).resolve().parents[3] / "shared" / "data" / "squad2-dev"
-# Without the copy bias: it is a local logits step an OpenAI-compatible server does not take.
-s = load_settings(overrides={"copy_bias": 0.0}, environ={})
+s = load_settings(environ={})
 emb = load_embedder(s)
 questions = load_questions(D / "questions.jsonl")
 with tempfile.TemporaryDirectory() as tmp:

@@ -1,0 +1,145 @@
+"""The English the answer flow reads: every heuristic on words, as regexes and word lists, in one place.
+
+What a question asks for (``QuestionShape`` is read from these once per question), where a short answer may start
+and end, what a sentence says of itself, how a follow-up leans on the conversation, how a model declines. Another
+language would get a module like this one; the rest of the answer flow holds no English word.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rag.core.text import MONTHS
+
+# ------------------------------------------------------------------ questions: what is asked for
+# "When …", "What year …", "How many …": questions whose answer starts with a number, a date or a month.
+NUMERIC_QUESTION = re.compile(
+    r"(?i)^\s*(?:when|(?:in |by |since )?(?:what|which) (?:year|decade|century|date|month|percentage|percent|age)|"
+    r"how (?:many|much|long|old|large|big|far|tall|high)|"
+    r"what (?:is|was|are|were) (?:the )?(?:[\w'’-]+ ){0,3}?(?:population|area|height|length|cost|price|budget|"
+    r"rate|limit|allowance|fee|amount|size|salary|total|maximum|minimum|number)s?\b)")
+TIME_QUESTION = re.compile(r"(?i)^\s*(?:when|(?:in |by |since )?(?:what|which) (?:year|decade|century|date|month))\b")
+PERSON_QUESTION = re.compile(r"(?i)^\s*(?:who|whom|whose)\b")
+PLACE_QUESTION = re.compile(r"(?i)^\s*where\b")
+# Questions asking for an explanation get the evidence sentences themselves, each cited, not a phrase.
+EXPLANATORY_QUESTION = re.compile(
+    r"(?i)^\s*(?:explain|describe|summari[sz]e|outline|discuss|tell me about|give an overview|"
+    r"why\b|how (?:does|do|did|is|are|was|were|can|could)\b|what (?:is|are) the (?:difference|reason|purpose)s?\b)")
+# "Is alcohol reimbursed?", "Can I run pg_dump on a live database?": answered "Yes" or "No", with the quote that
+# decides it; not "Is it A or B?", which asks for a choice.
+YES_NO_QUESTION = re.compile(
+    r"(?i)^\s*(?:is|are|was|were|am|do|does|did|can|could|may|might|must|shall|should|will|would|has|have|had|"
+    r"isn't|aren't|doesn't|don't|can't)\b(?!.*\bor\b)")
+# "How do I purge removed packages' configuration?", "Which command lists …?": answered with the command, option,
+# path or configuration line the documentation shows, verbatim.
+HOWTO_QUESTION = re.compile(
+    r"(?i)^\s*(?:how (?:do|can|could|should|would|might|may|must) (?:i|you|we|one)\b|how to\b|"
+    r"(?:what|which) (?:[\w.-]+ )?(?:commands?|options?|lines?|settings?|parameters?|directives?|flags?|"
+    r"switch(?:es)?|variables?)\b)")
+# "Which directories get cleaned at boot?", "What risks do I take …?": the answer names every item.
+LIST_QUESTION = re.compile(r"(?i)^\s*(?:which|what)\s+(?:[\w-]+\s+){0,2}?([a-z][\w-]*[^s\W]s)\b"
+                           r"(?!\s+(?:is|was|does|has|the|a|an|my|your|its|their|this|that|these|those)\b)")
+NOT_PLURALS = frozenset("does has was is this its yes us thus".split())
+# "What should I do to …?": answered with the steps the documentation lists.
+STEPS_QUESTION = re.compile(r"(?i)^\s*what (?:should|must|do|can|could) (?:i|we|you|one) do\b")
+# "Who was Rollo?", "What is photosynthesis?": a definition is a sentence, not a phrase.
+DEFINITION_QUESTION = re.compile(r"(?i)^\s*(?:who|what|where) (?:is|was|are|were) (?:an? |the )?([^?]+?)\s*\?*\s*$")
+# "What is the default X?", "What is the maximum Y?": a value is asked for, not a definition.
+VALUE_WORDS = frozenset("default value name maximum minimum max min size number port path location version limit "
+                        "setting".split())
+
+# ------------------------------------------------------------------ answers: where a short answer starts and ends
+NUMERIC_START = re.compile(
+    r"(?i)^(?:[£$€¥]?\d|(?:january|february|march|april|may|june|july|august|september|october|november|december|"
+    r"one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|forty|fifty|sixty|seventy|"
+    r"eighty|ninety|hundred|thousand|million|billion|several|over|about|around|more|less|nearly|approximately)\b)")
+YEAR_OR_MONTH = re.compile(r"(?i)^(?:1\d{3}|20\d{2})s?\b|^(?:january|february|march|april|may|june|july|august|"
+                           r"september|october|november|december)\b")
+# A time said without a number also answers "when": "every Tuesday at noon", "in spring", "each morning".
+TIME_WORD = re.compile(
+    r"(?i)^(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekdays?|weekends?|noon|midday|midnight|"
+    r"dawn|dusk|sunrise|sunset|mornings?|afternoons?|evenings?|nights?|spring|summer|autumn|fall|winter|every|"
+    r"each|daily|weekly|monthly|yearly|annually|today|tomorrow|yesterday|tonight)\b")
+# A "when" answered by an event rather than a date: "after completing their probation", "on the end date of the
+# contract", "at boot". "on" and "at" count only before a word of time within three words.
+TEMPORAL_PREPOSITIONS = frozenset("after before until during within upon once whenever".split())
+TIMED_PHRASE = re.compile(r"(?i)^(?:on|at)\s+(?:\S+\s+){0,2}?(?:date|day|end|beginning|boot|startup|shutdown|login|"
+                          r"logon|installation|upgrade|reboot|restart)\b")
+ARTICLES = frozenset({"the", "a", "an"})
+# Words that open a clause, never an answer ("Although time and space are…", "Historically, Victoria…").
+CLAUSE_OPENERS = frozenset("although while however historically since because though after before during whereas "
+                           "thus therefore also then yet still subsequently similarly if unless whether once until "
+                           "otherwise".split())
+PLACE_PREPOSITIONS = frozenset({"in", "at", "near", "from", "on", "into", "to"})
+# Words an answer never ends on: it would leave its clause unfinished ("each file that a user", "If the Web
+# can", "you can", "more"); besides the stop words and prepositions.
+DANGLING_WORDS = frozenset(
+    "a an the of to in on at for with by from into onto via per and or nor but that which who whom whose if when "
+    "whether because while although unless until than as so can could may might must shall should will would is "
+    "are was were be been being has have had do does did you we they he she it i more less most each every such "
+    "not no".split())
+# Words an answer never ends on ("The cities and communities along"), besides the stop words.
+PREPOSITIONS = frozenset("along across through between within without toward towards via under over among upon "
+                         "onto beside besides despite per about against beyond like than".split())
+ARTICLE_NEXT = re.compile(r"(?i)\s+(?:the|a|an)\s")
+# A number is not said without its magnitude or unit of time ("12" of "12 million", "9th" of "9th century").
+MAGNITUDE_NEXT = re.compile(r"(?i)\s+(?:million|billion|trillion|thousand|hundred|centur(?:y|ies)|percent|per cent)\b")
+MONTH = re.compile(r"(?i)^(?:january|february|march|april|may|june|july|august|september|october|november|"
+                   rf"december|{'|'.join(map(re.escape, MONTHS))})$")
+# Nor a day without the month its ordinal dot runs into ("31" of "bis zum 31. März"; months of
+# rag/core/sentence_rules.toml).
+ORDINAL_DATE_NEXT = re.compile(rf"\.\s+(?:{'|'.join(map(re.escape, MONTHS))})\b")
+# Words that open a subordinate clause inside an answer: the answer must then run to the clause's end.
+CLAUSE_INSIDE = re.compile(r"(?i)\s(?:that|which|who|whom|whose|if|when|whether|because|where|while|although|unless)\s")
+CLAUSE_END = re.compile(r"\s*(?:$|[,.;:!?)\]])")
+
+# ------------------------------------------------------------------ sentences: what one says of itself
+# Words that turn a sentence's statement into its negation ("Alcohol is never reimbursed.").
+NEGATION = re.compile(r"(?i)\b(?:not|never|no|none|cannot|neither|nor|without|forbidden|prohibited)\b|n['’]t\b")
+# A sentence that says it runs or shows a command: a quoted run of lowercase words in it is one ("aptitude
+# unmarkauto vim"), not prose.
+RUNS_A_COMMAND = re.compile(r"(?i)\b(?:use|using|used|run|running|execute|type|invoke|command|enter|start|call|apply)\b")
+# A sentence that announces the code under it ("…with the following command.", "…as follows:").
+INTRODUCES = re.compile(r"(?i)(?:\bfollowing(?:\s+[\w-]+){0,2}|\bas follows\b|\bbelow\b|\bas:?|:)\s*\.?\s*$")
+
+
+def defines(subject: str, sentence: str) -> bool:
+    """The sentence says what ``subject`` is: "Victoria (abbreviated as Vic) is a state…", "Rollo, a Viking
+    leader…", "…the famed Viking ruler Rollo" (not "Before Rollo's arrival…")."""
+    name = re.escape(subject)
+    return bool(re.match(rf"(?i:(?:the |an? )?{name})(?:\s*\([^)]*\))?,?\s+(?:is|was|are|were)\s+(?:a|an|the|one)\b", sentence)
+                or re.search(rf"(?i:\b{name}),\s+(?:a|an|the)\s", sentence)
+                or re.search(rf"\b[a-z]+(?:er|or|ist|ian|ent|ant)\s+(?i:{name})\b(?!['’])", sentence))
+
+
+# ------------------------------------------------------------------ conversation: a follow-up and what it leans on
+# A question that leans on the conversation: a pronoun or a demonstrative standing for something named
+# earlier, "there" at the end, or an opening "and / what about"; very short questions ("And in 1900?") too.
+REFERS_BACK = re.compile(
+    r"(?i)\b(?:it|its|they|them|their|theirs|he|him|his|she|her|hers|this|these|those|the same|former|latter)\b|"
+    r"\b(?:in|from|to|at|near) there\b|^\s*(?:and|but|also|so|what about|how about)\b")
+# "it" standing for nothing: "How long does it take …?", "Is it possible to …?", "it is …".
+EXPLETIVE_IT = re.compile(r"(?i)\b(?:does|did|will|would|can|could|should)\s+it\s+(?:take|takes|took|cost|costs|mean|matter)\b|"
+                          r"\bis\s+it\s+(?:possible|necessary|true|safe|ok|okay|allowed|better|worth|wise|a good idea)\b|"
+                          r"\bit\s+(?:is|was)\s+(?:possible|necessary|true)\b")
+# "And in Berlin?", "What about contractors?": a question that only names what changes.
+ELLIPTICAL = re.compile(
+    r"(?i)^\s*(?:and|but|what about|how about)\s+(?:(in|for|at|on|with|of|from|to|during|by|under)\s+)?"
+    r"(?!(?:what|when|where|who|whom|whose|which|why|how|is|are|was|were|do|does|did|can|could)\b)([^?]+?)\s*\?*\s*$")
+NAME = re.compile(r"(?<!^)(?<![.!?]\s)\b[A-Z][\w.-]*(?:\s+[A-Z][\w.-]*)*")
+
+# ------------------------------------------------------------------ replies: a model declining
+# Ways a small model says it cannot answer from the context.
+MODEL_ABSTAINS = re.compile(
+    r"\b(i don'?t know|i do not know|not (?:mentioned|stated|provided|specified|given|found)|"
+    r"(?:context|text|documents?) (?:does|do) not (?:contain|mention|say|provide|specify)|"
+    r"no (?:information|answer)|cannot (?:be )?(?:answer|determine)|unable to (?:answer|determine))\b",
+    re.IGNORECASE)
+
+# ------------------------------------------------------------------ answerability: words that tell little
+# Words too common to tie evidence to a question ("How long does it take light to reach Earth?" and a sentence
+# on a war "long before the First Crusade").
+GENERIC_WORDS = frozenset("long take took many much first last time times year years people name named called "
+                          "used use make made new one two number known large small high best most part area type "
+                          "kind way also still later early".split())
+CONTRACTION = re.compile(r"(?i)(\w+)n['’]t\b")
