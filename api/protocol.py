@@ -32,7 +32,7 @@ TopP = Annotated[float, msgspec.Meta(**bounds.TOP_P.schema())]
 SamplingTopK = Annotated[int, msgspec.Meta(**bounds.TOP_K_SAMPLING.schema())]
 StopString = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 IndexName = Annotated[str, msgspec.Meta(pattern=INDEX_NAME_PATTERN)]
-# ``top_k`` has two meanings, side by side (README, "top_k: two meanings"): retrieval depth on /v1/ask and
+# ``top_k`` has two meanings, side by side (docs/api.md, "top_k: two meanings"): retrieval depth on /v1/ask and
 # /v1/retrieve, sampling top-k on the seed-compatible /v1/chat, whose meaning is kept.
 RetrievalTopK = Annotated[int, msgspec.Meta(**bounds.TOP_K.schema(), description=(
     "retrieval depth: how many chunks are retrieved (default: the server's top_k setting, `rag ask --top-k`). "
@@ -449,7 +449,7 @@ OPENAI_EVENTS = (ChatCompletionChunk, ErrorResponse)  # then the literal "[DONE]
 JOB_EVENTS = (JobStatus,)
 
 
-# --------------------------------------------------------------------------- access control (README "Access control")
+# --------------------------------------------------------------------------- access control (docs/access.md, "Access control")
 KeyName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")]
 Grant = Annotated[str, msgspec.Meta(pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$")]
 

@@ -313,7 +313,7 @@ class JsonFormatter(logging.Formatter):
                  "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
         entry.update(getattr(record, "fields", {}))
         span = trace.get_current_span().get_span_context()
-        if span.is_valid:  # the same ids as the OpenTelemetry spans and log records (README "Telemetry")
+        if span.is_valid:  # the same ids as the OpenTelemetry spans and log records (docs/telemetry.md, "Telemetry")
             entry["trace_id"] = format(span.trace_id, "032x")
             entry["span_id"] = format(span.span_id, "016x")
         if record.exc_info:

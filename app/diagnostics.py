@@ -350,7 +350,7 @@ def permission_warnings(settings: Settings) -> list[str]:
             continue
         if who:
             warnings.append(f"{path} may be changed by {who}: give it to its owner and the service account only "
-                            "(README, \"Windows / manual setup\")")
+                            "(docs/install.md, \"Windows / manual setup\")")
     return warnings
 
 

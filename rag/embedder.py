@@ -61,7 +61,7 @@ def validate_embedder_dir(path: Path) -> EmbedderConfig:
 
 class Embedder:
     """Batches run side by side, one core each: for this small encoder that beat one batch at a time on
-    every core (all-MiniLM int8, 2 cores: 82-86 vs 67-81 chunks/s, interleaved runs; README "Growth")."""
+    every core (all-MiniLM int8, 2 cores: 82-86 vs 67-81 chunks/s, interleaved runs; docs/performance.md, "Growth")."""
 
     def __init__(self, path: Path, threads: int = 0, batch_size: int = 4) -> None:
         # lazy: keeps rag --help fast (onnxruntime with numpy: ~0.35 s of a CLI start)

@@ -73,7 +73,7 @@ def engine_generator(models_dir: Path, settings: Settings):
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """The bounds of the fuzzing test (tests/test_fuzz.py); a long run is one flag away (README, "Fuzzing").
+    """The bounds of the fuzzing test (tests/test_fuzz.py); a long run is one flag away (docs/api.md, "Fuzzing").
     ``--windows-rules``: the Windows pass (``make test`` runs the modules that touch files once more with it)."""
     parser.addoption("--windows-rules", action="store_true",
                      help="run every test under Windows' file-system rules (tests/windows.py), the servers it "

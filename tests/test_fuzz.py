@@ -4,7 +4,7 @@ checks on: no response may be a 5xx, or break the schema (status, content type, 
 
 The run is bounded by ``--fuzz-examples`` / ``--fuzz-seconds`` (tests/conftest.py); the server counts what it
 answered (``rag_requests_total`` on /metrics), which is how the test knows that answers were generated.
-Settings shared with the long run (README, "Fuzzing"): tests/schemathesis.toml and tests/fuzz_hooks.py.
+Settings shared with the long run (docs/api.md, "Fuzzing"): tests/schemathesis.toml and tests/fuzz_hooks.py.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def test_fuzzing_as_a_restricted_principal_finds_no_errors_and_no_leak(request: 
     two finance documents — one ingested from a folder, one uploaded by an admin: no 5xx, and no response the
     fuzzer got (every one is recorded, bodies and streams included) nor the audit trail of what it asked names
     either document, its id or a word of its secret. ``--fuzz-restricted-examples`` / ``--fuzz-restricted-seconds``
-    make it a long run (README, "Fuzzing")."""
+    make it a long run (docs/api.md, "Fuzzing")."""
     from rag.store.keys import SqliteKeyStore
     from rag.store.audit_files import load_key, read_records, verify
     from rag.core.keys import new_key, parse_grants

@@ -1,4 +1,4 @@
-"""Watched folders (README "Sources and sync"): `rag sources add` + `rag sync` against a real folder that
+"""Watched folders (docs/sources.md, "Sources and sync"): `rag sources add` + `rag sync` against a real folder that
 changes, on the embedded store and on PostgreSQL; the index after a sync equals a clean ingest of the folder."""
 
 from __future__ import annotations

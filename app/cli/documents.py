@@ -237,7 +237,7 @@ def embedded_store(ctx: click.Context, action: str):
     settings = settings_from(ctx)
     if settings.store_url:
         raise BadRequestError(f"rag index {action} works on the embedded store; with store_url (PostgreSQL) use "
-                              "pg_dump / pg_restore on the rag schemas (README, Backup and restore)")
+                              "pg_dump / pg_restore on the rag schemas (docs/sources.md, Backup and restore)")
     return settings, open_store(settings)
 
 

@@ -88,7 +88,7 @@ WantedBy=multi-user.target
 @click.group("service", invoke_without_command=True)
 @click.option("--user", default="rag", show_default=True, help="The system user the service runs as.")
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Bind address (keep loopback behind a reverse proxy with TLS; README \"TLS\").")
+              help="Bind address (keep loopback behind a reverse proxy with TLS; docs/install.md, \"TLS\").")
 @click.option("--port", type=int, default=8000, show_default=True, help="Port.")
 @click.option("--install", is_flag=True, help=f"Write the unit to /etc/systemd/system/{UNIT_NAME} (or --unit-dir).")
 @click.option("--unit-dir", type=click.Path(path_type=Path, file_okay=False), default=Path("/etc/systemd/system"),
@@ -158,7 +158,7 @@ def windows_service_commands(python: str, home: str, host: str, port: int,
 @handle_errors
 def service_commands(ctx: click.Context, python: str | None, account: str) -> None:
     """Print the cmd.exe commands (run them in an elevated prompt) that install `rag serve` as a service with
-    this home, host and port (README, "Running as a Windows service")."""
+    this home, host and port (docs/install.md, "Running as a Windows service")."""
     settings = settings_from(ctx)
     for comment, argv in windows_service_commands(python or sys.executable, str(settings.home), settings.host,
                                                   settings.port, account):

@@ -1,4 +1,4 @@
-"""The ``chat {model}`` span and GenAI metrics of one generation (README "Telemetry")."""
+"""The ``chat {model}`` span and GenAI metrics of one generation (docs/telemetry.md, "Telemetry")."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Precedence (lowest first): built-in defaults, ``rag.toml`` (in the home dir, or the
 file named by ``RAG_CONFIG``), ``RAG_*`` environment variables, explicit overrides
-(CLI flags). Every field is documented in README.md (``rag config`` prints them).
+(CLI flags). Every field is documented in docs/cli.md (``rag config`` prints them).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class Settings:
                                       "answering 202 with a job to follow (GET /v1/jobs/{id}); 0: always a job"})
     max_queue: int = field(default=32, metadata={"doc": "waiting generations before 503"})
     log_file: Path | None = field(default=None, metadata={"doc": "rotating JSON log file"})
-    # Scaling out (README "Scaling out"): each part can move onto an existing engine.
+    # Scaling out (docs/scaling.md, "Scaling out"): each part can move onto an existing engine.
     store_url: str | None = field(
         default=None, metadata={"doc": "postgresql://… : keep indexes in PostgreSQL + pgvector (unset = the "
                                        "embedded FAISS + SQLite store under indexes/)"})
@@ -135,7 +135,7 @@ class Settings:
         default='{"use_context": false}',
         metadata={"doc": "remote generator: JSON object merged into each request (the default stops an upstream "
                          "rag serve from retrieving again; other servers ignore the field; {} for strict ones)"})
-    # Access control (README "Access control"): keys, tokens, the browser guard, the audit trail.
+    # Access control (docs/access.md, "Access control"): keys, tokens, the browser guard, the audit trail.
     allowed_hosts: str = field(
         default="", metadata={"doc": "comma-separated host names accepted in Host and Origin besides localhost and "
                                      "the bound address (the public name behind a reverse proxy); * = any Host"})
@@ -163,7 +163,7 @@ class Settings:
     audit_key_file: Path | None = field(
         default=None, metadata={"doc": "the audit trail's HMAC key (made on first use, owner-only; default: "
                                        "home/audit.key): keep it apart from the trail; replicas share one"})
-    # OpenTelemetry (README "Telemetry"): traces, metrics and logs with the GenAI conventions.
+    # OpenTelemetry (docs/telemetry.md, "Telemetry"): traces, metrics and logs with the GenAI conventions.
     telemetry: str = field(default="file", metadata={
         "doc": "off | file | otlp: OTLP JSON Lines files under telemetry_dir, or OTLP/HTTP to otlp_endpoint"})
     telemetry_dir: Path | None = field(

@@ -10,7 +10,7 @@ the upstream answers that is not a completion stream (502).
 
 Token counts (context budget, question length) come from a ``tokenizer.json``: the remote model's own
 (``generator_tokenizer``) counts exactly; without it the embedder's tokenizer is used, an approximation
-(within a few percent of the default generator's counts on English text, see README "Scaling out").
+(within a few percent of the default generator's counts on English text, see docs/scaling.md, "Scaling out").
 """
 
 from __future__ import annotations

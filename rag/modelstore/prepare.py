@@ -38,7 +38,7 @@ from rag.core.files import replace_file, scratch_folder
 Report = Callable[[str], None]
 EMBEDDER_MAX_LENGTH = 256  # all-MiniLM-L6-v2 was trained with max_seq_length 256
 EMBEDDER_OPTIONS = ("eager-attention", "fused", "int8:per_channel:reduce_range")  # recorded so that a change of recipe triggers a rebuild
-# How each known generator's GGUF weights are quantised (README "Models" has the measurements).
+# How each known generator's GGUF weights are quantised (docs/models.md, "Models" has the measurements).
 GENERATOR_PLANS: dict[str, WeightPlan] = {}
 
 
@@ -246,7 +246,7 @@ def export_embedder(wheel: Path, work: Path, out_fp32: Path, out_int8: Path, rep
                                 token_type_ids=token_type_ids).last_hidden_state
 
     # Eager attention exports the classic pattern ORT fuses into one Attention op; the default (SDPA) exports
-    # Where/IsNaN masking that took a fifth of the int8 embedder's time (measured, README "Growth").
+    # Where/IsNaN masking that took a fifth of the int8 embedder's time (measured, docs/performance.md, "Growth").
     encoder = AutoModel.from_pretrained(src, dtype=torch.float32, attn_implementation="eager").eval()
     dim = int(encoder.config.hidden_size)
     sample = torch.ones((2, 8), dtype=torch.int64)

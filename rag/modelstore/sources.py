@@ -126,5 +126,5 @@ def known_source(package: str | None) -> WheelSource | MultiPartSource | None:
 # The builder's options for the default generator. k-quant mixed precision applies where the whole model is
 # dequantised first (another precision or device, an architecture the stream loader does not map); a GGUF
 # read tensor by tensor gets the same placement from gguf_stream.WeightPlan. prune_lm_head computes logits
-# for the last prompt position only: ~2x faster prefill, same weights (see README, "Models").
+# for the last prompt position only: ~2x faster prefill, same weights (see docs/models.md, "Models").
 GENERATOR_BUILDER_OPTIONS = ("algo_config=k_quant_mixed", "prune_lm_head=true")

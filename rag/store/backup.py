@@ -6,7 +6,7 @@ readers and a writer work) and ``vectors.faiss`` (that generation's vectors; a g
 rewritten, only a newer one written beside it). Taken while an ingest commits, the copy is retried until the
 database and the vectors file are of one generation. Restoring verifies every checksum first and writes the
 index beside its final name, then renames it into place: a failed restore leaves nothing behind.
-PostgreSQL indexes are backed up with ``pg_dump`` (README, Backup and restore).
+PostgreSQL indexes are backed up with ``pg_dump`` (docs/sources.md, Backup and restore).
 """
 
 from __future__ import annotations

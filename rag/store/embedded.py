@@ -155,12 +155,12 @@ def _new_faiss(dimension: int):
 # --------------------------------------------------------------------------- vector index by size
 # Exact search reads every vector for every query (linear in the corpus); past ANN_MIN_VECTORS the commit
 # turns the index into IVF (k-means cells, a query scans NPROBE_FRACTION of them) with 8-bit scalar-quantised
-# codes (a quarter of float32's memory). Measurements behind the numbers: README, "Growth".
+# codes (a quarter of float32's memory). Measurements behind the numbers: docs/performance.md, "Growth".
 ANN_MIN_VECTORS = 50_000
 NLIST_PER_SQRT_N = 2  # cells ~ 2 sqrt(n), a power of two
 TRAIN_PER_CELL = 40  # k-means sample: faiss warns under 39 points per centroid
 # Probing 1/8 of the cells: dense recall@5 of the dev questions at 1M chunks 0.535 vs 0.565 probing all of them,
-# p95 6.7 ms vs 40 ms (1/64: 0.370, 1.2 ms; 1/16: 0.485, 3.3 ms) -- README, "Growth".
+# p95 6.7 ms vs 40 ms (1/64: 0.370, 1.2 ms; 1/16: 0.485, 3.3 ms) -- docs/performance.md, "Growth".
 NPROBE_FRACTION = 1 / 8
 MIN_NPROBE = 32
 FILTERED_EXACT_MAX = 100_000  # a document filter this small is scored exactly (all its vectors) on an IVF index

@@ -57,7 +57,7 @@ from rag.core.text import content_terms
 SCHEMA_VERSION = 4
 TEXT_SEARCH_CONFIG = "english"  # stemming + stop words, like FTS5's porter tokenizer in the embedded store
 # HNSW candidate list per search (pgvector's default is 40). Retrieval asks for 20 per side; 100 keeps the
-# approximate search's results equal to the exact ones on the dev corpus at a small cost (README, Scaling out).
+# approximate search's results equal to the exact ones on the dev corpus at a small cost (docs/scaling.md, Scaling out).
 HNSW_EF_SEARCH = 100
 # PostgreSQL's share of ``rag.store.lexical``'s rule: counting a word's rows visits the heap and ts_rank
 # reads each matching row's tsvector, so its budget is smaller than FTS5's. 100,000 synthetic chunks, 40
@@ -480,7 +480,7 @@ class PostgresReader:
         rarest ones: ``choose_words``): the score of a chunk is the sum, over the query's
         words it contains, of idf(word) x ``ts_rank(chunk, word, 1)`` (a saturating term frequency divided by
         1 + log(length)). Positive, higher is better. ``ts_rank_cd`` alone knows no word rarity: lexical
-        recall@5 on squad2-dev was 0.913 with it, 0.979 with this, 0.983 for FTS5's BM25 (README, Scaling out)."""
+        recall@5 on squad2-dev was 0.913 with it, 0.979 with this, 0.983 for FTS5's BM25 (docs/scaling.md, Scaling out)."""
         terms = content_terms(text)
         if not terms:
             return []

@@ -4,7 +4,7 @@
 
 Prints per prompt whether the replies are identical, else the length of their common token prefix and
 both texts; ends with the counts. Used to check a new import recipe against the one it replaces
-(README, "Models").
+(docs/models.md, "Models").
 """
 
 from __future__ import annotations

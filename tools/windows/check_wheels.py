@@ -4,7 +4,7 @@ named) for win_amd64 with wheels only, per Python version, using ``pip download`
     python tools/windows/check_wheels.py [--python 3.13 ...] [--extra postgres] [--dest DIR]
 
 With ``--dest`` the wheels stay there: the folder to carry to a disconnected Windows machine
-(``pip install --no-index --find-links DIR offline-rag``, see README "Windows / manual setup").
+(``pip install --no-index --find-links DIR offline-rag``, see docs/install.md, "Windows / manual setup").
 Exit status 0 when every version resolves; the failing versions' pip output otherwise.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PLATFORM = "win_amd64"
-PYTHONS = ["3.11", "3.12", "3.13", "3.14"]  # the versions the README supports on Windows
+PYTHONS = ["3.11", "3.12", "3.13", "3.14"]  # the versions docs/install.md supports on Windows
 
 
 def requirements(pyproject: Path, extras: list[str]) -> list[str]:
