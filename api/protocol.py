@@ -449,7 +449,7 @@ OPENAI_EVENTS = (ChatCompletionChunk, ErrorResponse)  # then the literal "[DONE]
 JOB_EVENTS = (JobStatus,)
 
 
-# --------------------------------------------------------------------------- access control (docs/access.md, "Access control")
+# --------------------------------------------------------------------------- access control (docs/access.md)
 KeyName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")]
 Grant = Annotated[str, msgspec.Meta(pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$")]
 

@@ -64,7 +64,7 @@ def cli_env(settings: Settings, **extra: str) -> dict[str, str]:
                PYTHONUNBUFFERED="1", RAG_JOB_WAIT_S=str(INLINE_JOB_WAIT_S))
     env.update(extra)
     if urlsplit(env.get("RAG_STORE_URL", "")).path == "/postgres" and "RAG_AUDIT_KEY_FILE" not in env:
-        # Writers of one PostgreSQL trail share one audit key (docs/access.md, "Audit trail"): the servers and commands of
+        # Writers of one PostgreSQL trail share one audit key (docs/access.md): the servers and commands of
         # many tests, each with a home of its own, write the session's database (``postgres_url``), so they hold
         # one key file, as a deployment's replicas would. Tests with a database of their own keep their homes'.
         digest = hashlib.sha256(env["RAG_STORE_URL"].encode()).hexdigest()[:16]

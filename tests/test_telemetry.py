@@ -1,4 +1,4 @@
-"""OpenTelemetry (docs/telemetry.md, "Telemetry"): a real `rag serve` and real `rag` commands write OTLP JSON Lines files that
+"""OpenTelemetry (docs/telemetry.md): a real `rag serve` and real `rag` commands write OTLP JSON Lines files that
 parse into the official protobuf messages, one trace per request with the GenAI stages beneath it; OTLP/HTTP
 reaches a real receiver; a disk that refuses the files never fails a request."""
 
@@ -253,7 +253,7 @@ def test_content_capture_records_the_question_and_retrieved_chunks(settings: Set
     assert c["gen_ai.usage.output_tokens"] == result["metrics"]["output_tokens"]
 
 
-# What /metrics calls each OpenTelemetry metric: the OpenTelemetry-to-Prometheus translation (docs/telemetry.md, "Telemetry").
+# What /metrics calls each OpenTelemetry metric: the OpenTelemetry-to-Prometheus translation (docs/telemetry.md).
 PROMETHEUS_NAMES = {
     "gen_ai.client.token.usage": "gen_ai_client_token_usage",
     "gen_ai.client.operation.duration": "gen_ai_client_operation_duration_seconds",

@@ -140,7 +140,7 @@ class AnswerProfile:
 # A generator without a profile of its own (an imported model, a remote server) gets the settings' defaults.
 DEFAULT_PROFILE = AnswerProfile(True, 1)
 PROFILES: dict[str, AnswerProfile] = {
-    "smollm2-135m-instruct-int4": AnswerProfile(True, 1),  # the small model needs the examples (docs/models.md, "Models")
+    "smollm2-135m-instruct-int4": AnswerProfile(True, 1),  # the small model needs the examples (docs/models.md)
     # Choosing among the best three sentences hit more answers on the dev set (docs/benchmark-notes.md).
     "qwen25-coder-0.5b-int4": AnswerProfile(False, 3),
     "qwen25-coder-1.5b-int4": AnswerProfile(False, 1),  # three sentences not measured

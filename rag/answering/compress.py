@@ -21,7 +21,7 @@ from rag.core.text import content_words, split_sentences, stem
 # candidate sentences: a word every retrieved sentence has tells little; docs/benchmark-notes.md).
 LEXICAL_WEIGHT = 0.5
 # Added to a sentence that says what a definition question's subject is ("Who was Rollo?"): without it the
-# the Asking page's own example (docs/asking.md) quoted "Before Rollo's arrival, its populations did not differ from Picardy…".
+# docs/asking.md's example quoted "Before Rollo's arrival, its populations did not differ from Picardy…".
 DEFINITION_BONUS = 0.3
 HISTORY_WEIGHT = 0.3  # a follow-up's earlier questions' words, against the question's own
 RANK_WEIGHT = 0.05  # slight preference for sentences from higher-ranked chunks

@@ -480,7 +480,7 @@ class PostgresReader:
         rarest ones: ``choose_words``): the score of a chunk is the sum, over the query's
         words it contains, of idf(word) x ``ts_rank(chunk, word, 1)`` (a saturating term frequency divided by
         1 + log(length)). Positive, higher is better. ``ts_rank_cd`` alone knows no word rarity: lexical
-        recall@5 on squad2-dev was 0.913 with it, 0.979 with this, 0.983 for FTS5's BM25 (docs/scaling.md, Scaling out)."""
+        recall@5 on squad2-dev was 0.913 with it, 0.979 with this, 0.983 for FTS5's BM25 (docs/scaling.md)."""
         terms = content_terms(text)
         if not terms:
             return []

@@ -1,5 +1,5 @@
 """Backup / restore / verify timings of a 10,000-chunk embedded index (synthetic chunks, random unit vectors):
-    python tools/scaleout/backup_timing.py   (docs/sources.md, "Backup and restore"; a scratch folder under the temp dir)"""
+    python tools/scaleout/backup_timing.py   (docs/sources.md; a scratch folder under the temp dir)"""
 
 import sys
 import tempfile
