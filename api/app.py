@@ -177,7 +177,7 @@ def server_spans() -> list:
     """OpenTelemetry's ASGI instrumentation (through Litestar's config): one SERVER span per request under the
     HTTP conventions, continuing an incoming ``traceparent``; no span per ASGI send/receive (one per SSE event).
     Its metrics are off (a no-op meter): each request is recorded once, by ``_log``, with telemetry on or off."""
-    from litestar.plugins.opentelemetry import OpenTelemetryConfig
+    from litestar.plugins.opentelemetry import OpenTelemetryConfig  # lazy: only a server that traces
 
     return [OpenTelemetryConfig(exclude_spans=["receive", "send"], meter_provider=NoOpMeterProvider(),
                                 scope_span_details_extractor=lambda scope: (

@@ -7,6 +7,7 @@ service from here, so each component is chosen by settings in exactly one place.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import uuid
 from contextlib import contextmanager
@@ -57,9 +58,7 @@ def postgres_packages_missing(name: str | None) -> ConfigError:
 
 
 def _postgres_store(settings: Settings) -> Store:
-    import importlib.util
-
-    from rag.store.postgres import PostgresStore
+    from rag.store.postgres import PostgresStore  # lazy: only with store_url (the postgres extra)
 
     # Looked up, not imported: the drivers are rag.store's to import (an import-linter contract).
     missing = next((m for m in ("psycopg", "psycopg_pool", "pgvector") if importlib.util.find_spec(m) is None), None)
@@ -86,7 +85,7 @@ def open_audit_trail(settings: Settings, writing: bool = False, chain: str | Non
     key = load_key(settings.audit_key_path)
     if store_kind(settings) == POSTGRESQL:
         try:
-            from rag.store.audit_postgres import PostgresAuditTrail
+            from rag.store.audit_postgres import PostgresAuditTrail  # lazy: the postgres extra is optional
         except ImportError as exc:
             raise postgres_packages_missing(exc.name) from exc
         trail = PostgresAuditTrail(settings.store_url or "", key)
@@ -195,7 +194,7 @@ def load_answer_generator(settings: Settings, embedder: Embedder) -> Generator:
     """The generator answers come from: an OpenAI-compatible server with ``generator_url`` (its token counts
     from ``generator_tokenizer``, else from the embedder's tokenizer), else the local model."""
     if settings.generator_url:
-        from rag.generation.remote import RemoteGenerator, TokenCounter
+        from rag.generation.remote import RemoteGenerator, TokenCounter  # lazy: only with generator_url
 
         counter = TokenCounter.from_file(settings.generator_tokenizer or embedder.path / "tokenizer.json")
         return RemoteGenerator(settings.generator_url, counter, model=settings.generator_model,

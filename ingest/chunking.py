@@ -11,15 +11,13 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+
+from tokenizers import Tokenizer
 
 from ingest.loaders import LoadedDocument, Section
 from rag.core.records import Chunk
 from rag.core.settings import Settings
 from rag.core.text import SENTENCE_BOUNDARY
-
-if TYPE_CHECKING:
-    from tokenizers import Tokenizer
 
 _PARAGRAPH_RE = re.compile(r"\S(?:.*?\S)?(?=\s*\n[ \t]*\n|\s*$)", re.DOTALL)
 _MAX_REPAIR_ROUNDS = 4
@@ -77,8 +75,6 @@ def _counting_view(tokenizer: Tokenizer) -> tuple[Tokenizer, int]:
     truncation = tokenizer.truncation
     if truncation is None or truncation.get("direction", "right") == "right":
         return tokenizer, (truncation or {}).get("stride", 0)
-    from tokenizers import Tokenizer
-
     copy = Tokenizer.from_str(tokenizer.to_str())
     copy.no_truncation()
     return copy, 0

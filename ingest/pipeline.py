@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ingest.chunking import chunk_document
+from ingest.formats.mail import attachment_title
 from ingest.formats.worker import FileLoader
 from ingest.loaders import SUPPORTED_SUFFIXES, LoadedDocument, UnsupportedFileType
 from ingest.parameters import IngestParameters
@@ -361,8 +362,6 @@ def prepare_attachments(mail: Path, loaded: LoadedDocument, writer: IndexWriter,
                         display: Callable[[Path], str] = str) -> list[tuple[FileOutcome, _Pending | None]]:
     """Outcomes (and documents to write) for a freshly loaded mail's attachments, which get the mail's
     access ``groups``; attachments an older version of the mail had and this one has not are deleted."""
-    from ingest.formats.mail import attachment_title
-
     results: list[tuple[FileOutcome, _Pending | None]] = []
     kept: set[str] = set()
     for attachment in loaded.attachments:
