@@ -12,7 +12,8 @@ DEV     := $(VENV)/.dev-stamp
 DOCS    := $(VENV)/.docs-stamp
 BUILD_VENV := .venv-build
 
-# `make serve` installs the runtime dependencies only (no torch, transformers, pytest, playwright, matplotlib);
+# `make serve` installs the runtime dependencies and the docs extra (MkDocs, to build the manual it serves at
+# /docs/) only (no torch, transformers, pytest, playwright, matplotlib);
 # `make test` adds the build, test and plotting extras. Each (re)installs whenever pyproject.toml changes.
 $(RUNTIME): pyproject.toml
 	@echo "setting up $(VENV): installing the runtime dependencies (a few minutes the first time)..."

@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 from ingest.parameters import IngestParameters
 from ingest.pipeline import FileOutcome, delete_document, ingest_paths
 from ingest.progress import Progress
+from rag.core.access import visible
 from rag.core.records import DocumentRecord, FolderGroups, document_id, normalise_path
 from rag.store import StoredIndex
 from rag.core.errors import BadRequestError
@@ -256,7 +257,7 @@ def placement(folder: Path, names: Sequence[str], scope: Scope, visible: Callabl
 def _visible_in(index: StoredIndex, scope: Scope) -> Callable[[Path], bool]:
     """Whether the document stored from a path is one an uploader of ``scope`` sees (no document: no)."""
 
-    def visible(path: Path) -> bool:
+    def sees(path: Path) -> bool:
         if scope is None:
             return True
         if not index.exists():
@@ -266,9 +267,9 @@ def _visible_in(index: StoredIndex, scope: Scope) -> Callable[[Path], bool]:
             record = reader.find_document(document_id(path))
         finally:
             reader.close()
-        return record is not None and (not record.groups or bool(scope & record.groups))
+        return record is not None and visible(record.groups, scope)
 
-    return visible
+    return sees
 
 
 def _unstorable(final: Path, exc: OSError) -> FileOutcome:

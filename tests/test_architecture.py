@@ -222,3 +222,20 @@ def test_no_function_local_import_without_a_reason() -> None:
     assert not new, ("imports inside functions hide arrows of the import graph: hoist them to the module's top, "
                      "or say why on the line (# lazy: optional dependency / keeps rag --help fast / ...):\n"
                      + "\n".join(new))
+
+
+# --------------------------------------------------------------------------- every room placed
+def test_every_room_is_placed_in_the_rooms_contract() -> None:
+    """A layers contract fences only the rooms it names: a new module or package directly under a floor that is not
+    a room of its own (``ingest`` and ``api`` are one room each) must be placed in a layer of the "Rooms" contract,
+    or nothing stops it importing upward."""
+    contracts = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    rooms_contract = next(c for c in contracts["contracts"] if c["name"].startswith("Rooms"))
+    rooms = {room.strip() for layer in rooms_contract["layers"] for room in re.split(r"[|:]", layer)}
+    assert {"ingest", "api"} <= rooms
+    children = {f"{floor}.{child.stem if child.is_file() else child.name}"
+                for floor in ("rag", "app") for child in (PROJECT_ROOT / floor).iterdir()
+                if (child.suffix == ".py" and child.stem != "__init__")
+                or (child.is_dir() and (child / "__init__.py").is_file())}
+    assert children, "no rooms found"
+    assert children <= rooms, f"not placed in a layer of the Rooms contract: {sorted(children - rooms)}"

@@ -1,10 +1,10 @@
-"""Refresh the README screenshots in docs/ from the browser tests' own: a real `rag serve`, headless Chromium.
+"""Refresh the manual's screenshots in docs/ from the browser tests' own: a real `rag serve`, headless Chromium.
 
     python tools/docs/screenshots.py [--no-run]
 
 Runs the tests that take them (tests/test_web.py: the layout test of every page state at 1280x900 and 390x844,
 the conversation list, the API docs with a key), which save them under test-artifacts/ only once their
-geometry checks passed, then copies the README's ones to docs/. --no-run copies what the last run left.
+geometry checks passed, then copies the manual's ones to docs/. --no-run copies what the last run left.
 """
 
 from __future__ import annotations

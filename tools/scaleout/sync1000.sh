@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sync timings for 1,000 small files (README "Sources and sync"): the first sync, then three with nothing
+# Sync timings for 1,000 small files (docs/sources.md, "Sources and sync"): the first sync, then three with nothing
 # changed. Run from the project root after `make models`; uses a scratch home under ${TMPDIR:-/tmp}.
 set -euo pipefail
 export RAG_TELEMETRY=off
