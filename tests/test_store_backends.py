@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -17,14 +18,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.services.documents import Documents
 from ingest.pipeline import delete_document, ingest_paths
 from ingest.parameters import IngestParameters
 from rag.core.records import Chunk, DocumentRecord, document_id
 from rag.store.copy import copy_index
-from rag.store.embedded import EmbeddedStore
+from rag.store.embedded import DB_NAME, EmbeddedStore
 from rag.answering.retrieval import Retriever
 from rag.core.access import EVERY_DOCUMENT, Principal, stored_groups, visible
-from rag.core.errors import DocumentNotFoundError, EmbedderMismatchError
+from rag.core.errors import DocumentNotFoundError, EmbedderMismatchError, IndexNotFoundError
 from rag.core.settings import PROJECT_ROOT
 from tests.conftest import SQUAD_DOCS
 from tests.helpers import cli_env
@@ -478,3 +480,18 @@ def test_an_index_from_before_document_groups_reads_as_public_and_migrates(embed
         assert reader.visible_documents(frozenset()) == [document_id(public)]
     finally:
         reader.close()
+
+
+def test_an_index_its_first_writer_has_not_yet_given_tables_is_no_index(tmp_path: Path) -> None:
+    """A writer making a new embedded index creates ``store.sqlite`` and then its tables; a reader in between (a
+    fuzzing run's restricted editor following its async upload's job into a new index) got sqlite3's "no such
+    table: documents" as a 500. Such a file is not an index yet: not found, and its document list is empty."""
+    store = EmbeddedStore(tmp_path / "indexes")
+    folder = tmp_path / "indexes" / "new"
+    folder.mkdir(parents=True)
+    sqlite3.connect(folder / DB_NAME).close()  # the file a writer's first connection makes, no tables yet
+    index = store.index("new")
+    assert index.exists()
+    with pytest.raises(IndexNotFoundError):
+        index.reader()
+    assert Documents.all_documents(index) == []

@@ -11,7 +11,7 @@ from app.services.access import require_role
 from app.services.audit import Auditor
 from ingest.uploads import Uploads
 from rag.core.access import RequestContext
-from rag.core.errors import DocumentNotFoundError, ForbiddenError, IndexBusyError, RagError
+from rag.core.errors import DocumentNotFoundError, ForbiddenError, IndexBusyError, IndexNotFoundError, RagError
 from rag.core.files import remove_tree
 from rag.core.names import IndexName, index_name
 from rag.core.records import DocumentRecord
@@ -70,7 +70,10 @@ class Documents:
         """Every document of ``target`` (none for an index not created yet)."""
         if not target.exists():
             return []
-        reader = target.reader()
+        try:
+            reader = target.reader()
+        except IndexNotFoundError:  # deleted, or still being made by its first writer, since exists()
+            return []
         try:
             return reader.documents()
         finally:

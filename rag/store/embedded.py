@@ -505,6 +505,11 @@ class EmbeddedReader:
         self.root = root
         self.name = root.name
         self._conn = _connect(root / DB_NAME)
+        if not self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'documents'").fetchone():
+            # Its first writer has made the file and not yet its tables (a fuzzing run read one in that moment,
+            # an async upload's job into a new index): not an index yet.
+            self._conn.close()
+            raise index_not_found(root.name, EmbeddedStore(root.parent).names())
         # One connection shared by the server's worker threads: serialise its use.
         self._lock = threading.RLock()
         self._generation = -1
