@@ -121,12 +121,17 @@ def server_and_process(settings: Settings, home: Path, log_path: Path, wait_read
             time.sleep(0.05 if not wait_ready else 0.25)
         yield base, proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout_s=15)
+
+
+def stop_process(proc: subprocess.Popen, timeout_s: float) -> None:
+    """Ask ``proc`` to stop; kill it when it has not within ``timeout_s``."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 # --------------------------------------------------------------------------- single sign-on (JWT) and proxies

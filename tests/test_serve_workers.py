@@ -20,7 +20,7 @@ import httpx
 import psutil
 import pytest
 
-from helpers import cli_env, free_port
+from helpers import cli_env, free_port, stop_process
 from rag.core.errors import ConfigError
 from rag.core.settings import COMMAND_LINE_ENV, PROJECT_ROOT, Settings, load_settings
 
@@ -134,12 +134,7 @@ def test_two_workers_serve_a_lan_client_with_the_whole_command_line(settings: Se
         assert len(served) == WORKERS, served
     finally:
         children = server.children(recursive=True)
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout_s=30)
         for child in children:
             try:
                 child.kill()
