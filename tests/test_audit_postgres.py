@@ -87,6 +87,27 @@ def test_processes_appending_at_once_make_one_chain(settings: Settings, database
         verified.stderr
 
 
+def test_a_replica_connecting_while_another_appends_neither_waits_nor_deadlocks(database: str):
+    """CI at f360be2: a replica opening its first connection re-ran the schema's DDL, whose table locks (ALTER
+    TABLE's ACCESS EXCLUSIVE) wait for any append in progress; with the append's INSERT behind the DDL's CREATE
+    INDEX, PostgreSQL broke the deadlock by failing one of them (a 503 to the user)."""
+    first = PostgresAuditTrail(database)
+    first.append("retrieve", principal="one", index="default", outcome="retrieved")  # the tables exist
+    with psycopg.connect(database) as appending:  # an append in progress: the head row locked, not committed
+        appending.execute("SELECT seq FROM rag.audit_head FOR UPDATE")
+        with ThreadPoolExecutor(1) as pool:
+            second = PostgresAuditTrail(database)
+            read = pool.submit(second.records)
+            try:
+                assert [r["principal"] for r in read.result(timeout=20)] == ["one"]
+            finally:
+                appending.rollback()  # lets an old build's DDL through, so that a failing run ends
+                second.close()
+    first.append("retrieve", principal="two", index="default", outcome="retrieved")
+    assert first.verify()[1] == []
+    first.close()
+
+
 def test_replicas_share_one_trail_and_verify_names_the_tampered_record(settings: Settings, database: str,
                                                                          tmp_path: Path):
     keys = {}

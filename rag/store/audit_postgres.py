@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rag.store.shared import MIGRATION_LOCK, redact
+from rag.store.shared import ensure_tables, redact
 from rag.store.audit_files import (GENESIS, MAC, AuditKey, Verified, canonical, chain_name, check_record, load_key,
                             missing_key_error, sign, timestamp, write_key)
 from rag.core.errors import StoreUnavailableError
@@ -37,6 +37,9 @@ SCHEMA = (
     f"INSERT INTO {HEAD} (seq, hash) VALUES (0, '{GENESIS}') ON CONFLICT DO NOTHING",
     f"ALTER TABLE {HEAD} ADD COLUMN IF NOT EXISTS mac text",
 )
+# Whether SCHEMA ran to its end: its index and its last column exist.
+PRESENT = ("SELECT to_regclass('rag.audit_ts') IS NOT NULL AND EXISTS (SELECT 1 FROM pg_attribute "
+           f"WHERE attrelid = to_regclass('{HEAD}') AND attname = 'mac' AND NOT attisdropped)")
 
 
 def head_mac(key: AuditKey, seq: int, hash_: str) -> str:
@@ -74,10 +77,7 @@ class PostgresAuditTrail:
         if self._conn is None or self._conn.closed:
             conn = self._psycopg.connect(self.url, autocommit=True, connect_timeout=10)
             try:
-                with conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-                    for statement in SCHEMA:
-                        conn.execute(statement)
+                ensure_tables(conn, SCHEMA, PRESENT)
             except BaseException:
                 conn.close()
                 raise

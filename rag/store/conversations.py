@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
-from rag.store.shared import MIGRATION_LOCK
+from rag.store.shared import ensure_tables
 from rag.core.errors import NotFoundError, StoreUnavailableError
 
 DB_NAME = "conversations.sqlite"
@@ -169,10 +169,7 @@ class PostgresConversationStore:
         try:
             with self._psycopg.connect(self.url, autocommit=True, connect_timeout=10) as conn:
                 if not self._ready:
-                    with conn.transaction():  # under the schema's migration lock, as the other tables
-                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-                        for statement in SCHEMA:
-                            conn.execute(statement)
+                    ensure_tables(conn, SCHEMA, "SELECT to_regclass('rag.conversations_by_principal') IS NOT NULL")
                     self._ready = True
                 cursor = conn.execute(sql, args)
                 return cursor.fetchall() if cursor.description else []

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
-from rag.store.shared import MIGRATION_LOCK
+from rag.store.shared import ensure_tables
 from rag.core.errors import ConflictError, NotFoundError, StoreUnavailableError
 from rag.core.access import EVERY_DOCUMENT
 from rag.core.keys import ApiKey
@@ -202,10 +202,7 @@ class PostgresKeyStore:
                 if not self._ready:
                     # Under the schema's migration lock: two replicas starting at once would otherwise race in
                     # CREATE ... IF NOT EXISTS (a duplicate key in PostgreSQL's catalogue for one of them).
-                    with conn.transaction():
-                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-                        for statement in SCHEMA:
-                            conn.execute(statement)
+                    ensure_tables(conn, SCHEMA, "SELECT to_regclass('rag.api_keys') IS NOT NULL")
                     self._ready = True
                 cursor = conn.execute(sql, args)
                 return cursor.fetchall() if fetch and cursor.description else []
