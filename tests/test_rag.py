@@ -24,6 +24,7 @@ from ingest.parameters import IngestParameters
 from rag.store.embedded import EmbeddedIndex
 from rag.core.access import RequestContext
 from rag.answering.service import AnswerOptions, AnswerRequest, AnswerService, options_from
+from rag.answering.answerability import missing_names, names
 from rag.answering.compress import Passage, Sentence, candidate_sentences, score_sentences, select_passages, split_sentences
 from rag.core.errors import BadRequestError, ConfigError
 from rag.core.records import ChunkRecord
@@ -349,6 +350,42 @@ def test_candidate_and_score_sentences():
     scores = score_sentences(QuestionShape.of("Who led the Normans?"), np.zeros(4, dtype=np.float32), sentences, None)
     assert scores.shape == (3,) and int(np.argmax(scores)) == 0
     assert scores[2] < scores[1]  # no overlap, lower-ranked source
+
+
+def test_with_sentence_vectors_the_fitted_ranker_weighs_what_the_question_asks_for(embedder):
+    """The fitted ranker (``SentenceWeights``): a how-to question's best sentence is the one showing the command,
+    a how-many question's the one holding a number, over sentences sharing as many of the question's words."""
+    howto = QuestionShape.of("How do I check the file system on the next boot?")
+    chunks = ["The file system check on boot is slow for large disks.",
+              'To check the file system on the next boot, run "touch /forcefsck" as root.']
+    sentences = candidate_sentences(chunks)
+    vectors = embedder.embed([s.text for s in sentences])
+    query = embedder.embed([howto.text])[0]
+    fitted = score_sentences(howto, query, sentences, vectors, "", chunks, [0.0, 0.0])
+    assert int(np.argmax(fitted)) == 1
+    counting = QuestionShape.of("How many seats does the parliament have?")
+    chunks = ["The parliament has seats for the members of both houses.", "The parliament has 128 seats."]
+    sentences = candidate_sentences(chunks)
+    vectors = embedder.embed([s.text for s in sentences])
+    fitted = score_sentences(counting, embedder.embed([counting.text])[0], sentences, vectors, "", chunks, [0.0, 0.0])
+    assert int(np.argmax(fitted)) == 1
+    # A passage the vector search ranked far below the best one pulls its sentences down.
+    far = score_sentences(counting, embedder.embed([counting.text])[0], sentences, vectors, "", chunks, [0.0, -0.5])
+    assert far[1] < fitted[1] and far[0] == pytest.approx(fitted[0])
+
+
+def test_the_names_a_question_asks_about_and_where_they_are_missing():
+    """Capitals that open a sentence of the question, and function words, name nothing; a name the document's
+    title holds is not missing (the PostgreSQL manual's pages rarely say "PostgreSQL")."""
+    assert names("udev is not loading modules because modules.dep is broken. How do I fix it?") == []
+    assert names("Which URL opens the CUPS web configuration? Is it OK over TLS?") == ["cups", "tls"]
+    assert names("What was the default ssl_min_protocol_version in PostgreSQL 12?") == ["postgresql", "12"]
+    question = "What was the default ssl_min_protocol_version in PostgreSQL 12?"
+    page = "The default is TLSv1.2, in PostgreSQL 15."
+    assert missing_names(question, page) == 1  # the version asked about is not the page's
+    port = "Which TCP port does PostgreSQL listen on?"
+    assert missing_names(port, "Connections\nThe TCP port is 5432.") == 1
+    assert missing_names(port, "PostgreSQL 15 manual\nThe TCP port is 5432.") == 0
 
 
 # --------------------------------------------------------------------------- 5. prompt helpers

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from rag.answering.english import CONTRACTION, GENERIC_WORDS
-from rag.core.text import content_words, stem
+from rag.core.text import STOPWORDS, content_words, stem
 
 # A name or a number the question asks about: a capitalised word not opening the question, a word with a digit
 # ("Paris", "PostgreSQL 15", "1975"), a path or an option ("/etc/fstab", "--verbose").
 NAME_TOKEN = re.compile(r"[\w./=+:-]*[\w/]")
+NOT_NAMES = STOPWORDS | {"ok", "url", "urls"}
 
 
 def telling_words(question: str) -> set[str]:
@@ -41,12 +42,16 @@ def names(question: str) -> list[str]:
     """The names, numbers and technical tokens the question asks about, lower-cased: "Paris" of "What is the
     hotel rate in Paris?", "15" of "…in PostgreSQL 15?", "/etc/fstab"."""
     found = []
-    for i, match in enumerate(NAME_TOKEN.finditer(question)):
+    for match in NAME_TOKEN.finditer(question):
         token = match.group()
         technical = any(c in token for c in "/=") or token.startswith("-")
-        if token == "I":  # the asker, not a name
+        # Capitals that open a sentence of the question ("…is broken. How do I fix it?") or a function word
+        # ("Which", "OK") name nothing: on the dev set they were most of the "missing names" of answerable
+        # questions.
+        opens = not question[:match.start()].strip() or question[:match.start()].rstrip()[-1] in ".?!:;"
+        if token == "I" or (not technical and token.lower() in NOT_NAMES):
             continue
-        if technical or any(c.isdigit() for c in token) or (i > 0 and token[:1].isupper()):
+        if technical or any(c.isdigit() for c in token) or (not opens and token[:1].isupper()):
             found.append(token.lower())
     return list(dict.fromkeys(found))
 

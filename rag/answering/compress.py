@@ -7,6 +7,7 @@ module does no I/O and holds no model.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -14,10 +15,12 @@ from typing import Callable, Sequence
 import numpy as np
 
 from rag.answering.english import defines
+from rag.answering.evidence import answer_starts, commands_in
 from rag.answering.question import QuestionShape
+from rag.answering.retrieval import Hit
 from rag.core.text import content_words, split_sentences, stem
 
-# Added to a sentence's cosine: the idf-weighted share of the question's word stems it holds (idf over the
+# Without sentence vectors: the idf-weighted share of the question's word stems a sentence holds (idf over the
 # candidate sentences: a word every retrieved sentence has tells little; docs/benchmark-notes.md).
 LEXICAL_WEIGHT = 0.5
 # Added to a sentence that says what a definition question's subject is ("Who was Rollo?"): without it the
@@ -25,6 +28,33 @@ LEXICAL_WEIGHT = 0.5
 DEFINITION_BONUS = 0.3
 HISTORY_WEIGHT = 0.3  # a follow-up's earlier questions' words, against the question's own
 RANK_WEIGHT = 0.05  # slight preference for sentences from higher-ranked chunks
+
+
+@dataclass(frozen=True)
+class SentenceWeights:
+    """The sentence ranker used with sentence vectors: a linear score fitted as a conditional logit (the gold
+    sentence against the other candidates of its question) on the Debian/PostgreSQL dev set and squad2-dev
+    (tools/answers/fit_sentences.py). Gold in the best sentence of the dev set's answerable questions: words
+    and rank alone 51.8%, the cosine added 54.0%, this ranker 56.3% (55.3% held out, fitted without half the
+    set's pages); squad2-dev 78.3% / 82.6% / 82.6%, the policies 95.5% throughout (docs/benchmark-notes.md).
+    Without the cosine the fitted words gained little held out (53.7%), so without sentence vectors the lexical
+    score stays."""
+
+    words: float = 5.85  # the idf-weighted share of the question's stems the sentence holds
+    cosine: float = 5.07  # the sentence's embedding against the question's
+    chunk_words: float = 2.89  # the same share, held by the whole passage the sentence is in
+    source_rank: float = 1.45  # × 1 / (1 + the passage's rank)
+    dense_gap: float = 1.46  # × the passage's cosine minus the best passage's (−0.3 where keywords alone found it)
+    first: float = -1.29  # the passage's first sentence: often a heading or the tail of the one before
+    command: float = 2.71  # a how-to question, a sentence holding a command
+    asked_type: float = 1.96  # a number / date / time question, a sentence where such an answer may start
+
+
+FITTED = SentenceWeights()
+KEYWORDS_ONLY_GAP = -0.3  # ``dense_gap`` of a passage the vector search did not return
+# A hit the dense side scored this far below the best one, or found only by keywords, gives no evidence
+# sentence: an unrelated document sharing a rare word must not supply the answer (``--distractors``).
+TRUSTED_DENSE_MARGIN = 0.15
 LABEL_TOKENS = 4  # "[n] " label and line break around each passage
 
 
@@ -48,12 +78,64 @@ def candidate_sentences(chunks: Sequence[str]) -> list[Sentence]:
     return [Sentence(s, i, j) for i, chunk in enumerate(chunks) for j, s in enumerate(split_sentences(chunk))]
 
 
+def evidence_texts(hits: Sequence[Hit], subject: str | None) -> list[str]:
+    """What each retrieved passage may give as evidence: its whole text where its cosine is within
+    ``TRUSTED_DENSE_MARGIN`` of the best one's, else only its sentences that say what a definition question's
+    ``subject`` is ("…the famed Viking ruler Rollo" for "Who was Rollo?")."""
+    floor = max((h.dense_score for h in hits if h.dense_score is not None), default=1.0) - TRUSTED_DENSE_MARGIN
+    return [h.chunk.text if h.dense_score is not None and h.dense_score >= floor
+            else defining_sentences(h.chunk.text, subject) for h in hits]
+
+
+def dense_gaps(hits: Sequence[Hit]) -> list[float]:
+    """Each passage's cosine minus the best passage's; ``KEYWORDS_ONLY_GAP`` where the vector search missed it."""
+    best = max((h.dense_score for h in hits if h.dense_score is not None), default=0.0)
+    return [h.dense_score - best if h.dense_score is not None else KEYWORDS_ONLY_GAP for h in hits]
+
+
+def sentence_features(question: QuestionShape, question_vector: np.ndarray, sentences: Sequence[Sentence],
+                      sentence_vectors: np.ndarray, history: str = "", passages: Sequence[str] = (),
+                      gaps: Sequence[float] = ()) -> np.ndarray:
+    """One row per sentence, one column per field of ``SentenceWeights`` (in its order), and a last column: the
+    sentence says what a definition question's subject is. ``passages[source]`` is the passage a sentence
+    is in, ``gaps[source]`` its ``dense_gaps``."""
+    share = _word_share(question, sentences, history)
+    rows = np.zeros((len(sentences), len(dataclasses.fields(SentenceWeights)) + 1), dtype=np.float32)
+    if not len(sentences):
+        return rows
+    passage_share = [share(text) for text in passages]
+    rows[:, 1] = sentence_vectors @ question_vector
+    for i, sentence in enumerate(sentences):
+        source = sentence.source
+        rows[i] = (share(sentence.text), rows[i, 1], passage_share[source] if source < len(passage_share) else 0.0,
+                   1 / (1 + source), gaps[source] if source < len(gaps) else KEYWORDS_ONLY_GAP,
+                   sentence.position == 0, question.howto and bool(commands_in(sentence.text)),
+                   question.numeric and bool(answer_starts(sentence.text, question)),
+                   bool(question.subject) and defines(question.subject, sentence.text))
+    return rows
+
+
 def score_sentences(question: QuestionShape, question_vector: np.ndarray, sentences: Sequence[Sentence],
-                    sentence_vectors: np.ndarray | None, history: str = "") -> np.ndarray:
-    """Cosine to the question (if vectors are given) + lexical overlap + a small rank prior. A follow-up's
-    earlier questions (``history``) count for their words too, at ``HISTORY_WEIGHT`` of the question's own:
-    "When does it expire?" after a question on contractors' VPN access quotes the sentence that says when it
-    expires, not the one about contractors."""
+                    sentence_vectors: np.ndarray | None, history: str = "", passages: Sequence[str] = (),
+                    gaps: Sequence[float] = ()) -> np.ndarray:
+    """Each sentence's score: ``FITTED`` over its ``sentence_features`` where ``sentence_vectors`` are given,
+    else its words and a small rank prior; a sentence that says what a definition question's subject is gets
+    ``DEFINITION_BONUS`` (in the lexical score's units). A follow-up's earlier questions (``history``) count for
+    their words too, at ``HISTORY_WEIGHT`` of the question's own: "When does it expire?" after a question on
+    contractors' VPN access quotes the sentence that says when it expires, not the one about contractors."""
+    if sentence_vectors is not None and len(sentences):
+        features = sentence_features(question, question_vector, sentences, sentence_vectors, history, passages, gaps)
+        weights = [getattr(FITTED, f.name) for f in dataclasses.fields(SentenceWeights)]
+        return features @ np.array([*weights, DEFINITION_BONUS * FITTED.words / LEXICAL_WEIGHT], dtype=np.float32)
+    share = _word_share(question, sentences, history)
+    return np.array([LEXICAL_WEIGHT * share(s.text) + RANK_WEIGHT / (1 + s.source)
+                     + DEFINITION_BONUS * (bool(question.subject) and defines(question.subject, s.text))
+                     for s in sentences], dtype=np.float32)
+
+
+def _word_share(question: QuestionShape, sentences: Sequence[Sentence], history: str) -> Callable[[str], float]:
+    """The idf-weighted share of the question's word stems (and, at ``HISTORY_WEIGHT``, its earlier questions')
+    a text holds; idf over ``sentences``: a word every retrieved sentence has tells little."""
     own = set(question.content_stems)
     earlier = {stem(w) for w in content_words(history)} - own
     wanted = own | earlier
@@ -62,15 +144,11 @@ def score_sentences(question: QuestionShape, question_vector: np.ndarray, senten
     weight = {w: math.log(1 + len(sentences) / (1 + frequency[w])) * (HISTORY_WEIGHT if w in earlier else 1.0)
               for w in wanted}
     total = sum(weight.values())
-    scores = np.zeros(len(sentences), dtype=np.float32)
-    for i, sentence in enumerate(sentences):
-        overlap = sum(weight[w] for w in held[i]) / total if total else 0.0
-        scores[i] = LEXICAL_WEIGHT * overlap + RANK_WEIGHT / (1 + sentence.source)
-    if sentence_vectors is not None and len(sentences):
-        scores += sentence_vectors @ question_vector
-    if question.subject:
-        scores += DEFINITION_BONUS * np.array([defines(question.subject, s.text) for s in sentences], dtype=np.float32)
-    return scores
+
+    def share(text: str) -> float:
+        return sum(weight[w] for w in {stem(t) for t in content_words(text)} & wanted) / total if total else 0.0
+
+    return share
 
 
 def defining_sentences(text: str, subject: str | None) -> str:

@@ -24,8 +24,8 @@ from rag.reranker import KeepOrder, Reranker
 from rag.store import Store
 from rag.answering.answerability import (WEIGHTS, answerable_score, lexical_signals, profile_for, searchable_words,
                                          shares_a_word, stems, telling_words, unknown_signals)
-from rag.answering.compress import (Passage, Sentence, candidate_sentences, defining_sentences, score_sentences,
-                                    select_passages)
+from rag.answering.compress import (Passage, Sentence, candidate_sentences, dense_gaps, evidence_texts,
+                                    score_sentences, select_passages)
 from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, Quote, align, align_part,
                                     candidate_spans, clean_reply, command_spans, commands_in, cut_cleanly,
                                     defines_the_subject, enumeration, holds_the_asked_type, introduces_code, is_item,
@@ -45,9 +45,6 @@ from rag.generation.base import GenerationStats, Generator, Message, Prompt, Sam
 
 SNIPPET_CHARS = 240
 EXPLANATION_SENTENCES = 2  # the evidence sentences an explain / describe / why question is answered with
-# A hit the dense side scored this far below the best one, or found only by keywords, gives no evidence
-# sentence: an unrelated document sharing a rare word must not supply the answer (``--distractors``).
-TRUSTED_DENSE_MARGIN = 0.15
 SENTENCE_RANK_PRIOR = 1.0
 CITATION_LABEL = re.compile(r"\[\d{1,2}\]$")  # subtracted from the answer starts of the n-th best sentence, times n
 
@@ -288,18 +285,23 @@ class AnswerService:
         if not retrieval.hits or retrieval.best_dense < options.abstain_threshold:
             return PreparedAnswer(request, shape, retrieval, [], None, started,
                                   (time.perf_counter() - t0) * 1000, options.sampling)
-        floor = max((h.dense_score for h in retrieval.hits if h.dense_score is not None), default=1.0) \
-            - TRUSTED_DENSE_MARGIN
-        # Passages far below the best one do not reach the prompt, except a sentence of theirs that says what a
-        # definition question's subject is ("…the famed Viking ruler Rollo" for "Who was Rollo?").
-        texts = [h.chunk.text if h.dense_score is not None and h.dense_score >= floor
-                 else defining_sentences(h.chunk.text, shape.subject) for h in retrieval.hits]
+        texts = evidence_texts(retrieval.hits, shape.subject)
         sentences = candidate_sentences(texts)
         vectors = self.embedder.embed([s.text for s in sentences]) if options.sentence_vectors and sentences \
             else None
-        scores = score_sentences(shape, retrieval.query_vector, sentences, vectors, " ".join(history))
+        scores = score_sentences(shape, retrieval.query_vector, sentences, vectors, " ".join(history), texts,
+                                 dense_gaps(retrieval.hits))
         passages = select_passages(sentences, scores, self.generator.count_tokens, options.context_tokens)
         order = [int(i) for i in np.argsort(-scores, kind="stable")]
+        if order and not shares_a_word(question, sentences[order[0]].text):
+            # The fitted ranker's cosine may put first a sentence holding no telling word of the question, which
+            # the rule below refuses: the second and third lead instead where they hold one ("How do I book a
+            # hotel for a business trip?" over the travel policy) and, for a number asked for, every one (not
+            # "eight" universities for "How many people live in Melbourne?"). Not further down: "What is the
+            # smallest prime number?" over squad2-dev's article on complexity would be answered from its fourth.
+            lead = [i for i in order[1:3] if shares_a_word(question, sentences[i].text)
+                    and (not shape.numeric or telling_words(question) <= stems(sentences[i].text))]
+            order = [*lead, *(i for i in order if i not in lead)]
         ranked = tuple((sentences[i].source + 1, sentences[i].text) for i in order[:8])
         best = ranked[0][1] if ranked else None
         if best and not shares_a_word(question, best):
@@ -323,8 +325,12 @@ class AnswerService:
                                       (time.perf_counter() - t0) * 1000, options.sampling)
             ranked = (ranked[runner_up], *ranked[:runner_up], *ranked[runner_up + 1:])
             best = ranked[0][1]
-        signals = lexical_signals(question, best, retrieval.hits[ranked[0][0] - 1].chunk.text, texts,
-                                  retrieval.best_dense, self._cosine(best, retrieval)) if best else {}
+        # A name the question asks about counts as found in a passage's document title too ("PostgreSQL" of
+        # the PostgreSQL manual's pages, which rarely say it).
+        best_hit = retrieval.hits[ranked[0][0] - 1].chunk if best else None
+        signals = lexical_signals(question, best, f"{best_hit.title}\n{best_hit.text}",
+                                  [*texts, *dict.fromkeys(h.chunk.title for h in retrieval.hits)],
+                                  retrieval.best_dense, self._cosine(best, retrieval)) if best_hit else {}
         prompt, sampling = None, options.sampling
         decline = tuple(int(t) for t in self.generator.encode(DECLINE_REPLY))
         yes_no = bool(best) and not explanatory and not commands and shape.yes_no

@@ -77,7 +77,8 @@ class Settings:
                "fused order"})
     context_tokens: int = field(default=100, metadata={"doc": "prompt context budget (tokens)"})
     sentence_vectors: bool = field(
-        default=False, metadata={"doc": "rank context sentences by embedding too (else word overlap only)"})
+        default=True, metadata={"doc": "rank context sentences by embedding too, with the fitted ranker (else word "
+                                     "overlap only)"})
     prefix_cache_slots: int = field(
         default=4, metadata={"doc": "idle generators kept with their KV cache to reuse shared prompt prefixes; 0 = off"})
     prefix_cache_tokens: int = field(
