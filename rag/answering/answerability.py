@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 from rag.answering.english import CONTRACTION, GENERIC_WORDS
 from rag.core.text import STOPWORDS, content_words, stem
 
-# A name or a number the question asks about: a capitalised word not opening the question, a word with a digit
+# A name or a number the question asks about: a capitalised word not opening a sentence, a word with a digit
 # ("Paris", "PostgreSQL 15", "1975"), a path or an option ("/etc/fstab", "--verbose").
 NAME_TOKEN = re.compile(r"[\w./=+:-]*[\w/]")
 NOT_NAMES = STOPWORDS | {"ok", "url", "urls"}

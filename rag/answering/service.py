@@ -326,7 +326,8 @@ class AnswerService:
             ranked = (ranked[runner_up], *ranked[:runner_up], *ranked[runner_up + 1:])
             best = ranked[0][1]
         # A name the question asks about counts as found in a passage's document title too ("PostgreSQL" of
-        # the PostgreSQL manual's pages, which rarely say it).
+        # the PostgreSQL manual's pages, which rarely say it); the title's words count for the best passage's
+        # coverage of the question as well.
         best_hit = retrieval.hits[ranked[0][0] - 1].chunk if best else None
         signals = lexical_signals(question, best, f"{best_hit.title}\n{best_hit.text}",
                                   [*texts, *dict.fromkeys(h.chunk.title for h in retrieval.hits)],
