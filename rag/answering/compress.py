@@ -99,15 +99,15 @@ def sentence_features(question: QuestionShape, question_vector: np.ndarray, sent
     """One row per sentence, one column per field of ``SentenceWeights`` (in its order), and a last column: the
     sentence says what a definition question's subject is. ``passages[source]`` is the passage a sentence
     is in, ``gaps[source]`` its ``dense_gaps``."""
-    share = _word_share(question, sentences, history)
+    words, share = _word_shares(question, sentences, history)
     rows = np.zeros((len(sentences), len(dataclasses.fields(SentenceWeights)) + 1), dtype=np.float32)
     if not len(sentences):
         return rows
     passage_share = [share(text) for text in passages]
-    rows[:, 1] = sentence_vectors @ question_vector
+    cosine = sentence_vectors @ question_vector
     for i, sentence in enumerate(sentences):
         source = sentence.source
-        rows[i] = (share(sentence.text), rows[i, 1], passage_share[source] if source < len(passage_share) else 0.0,
+        rows[i] = (words[i], cosine[i], passage_share[source] if source < len(passage_share) else 0.0,
                    1 / (1 + source), gaps[source] if source < len(gaps) else KEYWORDS_ONLY_GAP,
                    sentence.position == 0, question.howto and bool(commands_in(sentence.text)),
                    question.numeric and bool(answer_starts(sentence.text, question)),
@@ -127,15 +127,17 @@ def score_sentences(question: QuestionShape, question_vector: np.ndarray, senten
         features = sentence_features(question, question_vector, sentences, sentence_vectors, history, passages, gaps)
         weights = [getattr(FITTED, f.name) for f in dataclasses.fields(SentenceWeights)]
         return features @ np.array([*weights, DEFINITION_BONUS * FITTED.words / LEXICAL_WEIGHT], dtype=np.float32)
-    share = _word_share(question, sentences, history)
-    return np.array([LEXICAL_WEIGHT * share(s.text) + RANK_WEIGHT / (1 + s.source)
+    words, _ = _word_shares(question, sentences, history)
+    return np.array([LEXICAL_WEIGHT * words[i] + RANK_WEIGHT / (1 + s.source)
                      + DEFINITION_BONUS * (bool(question.subject) and defines(question.subject, s.text))
-                     for s in sentences], dtype=np.float32)
+                     for i, s in enumerate(sentences)], dtype=np.float32)
 
 
-def _word_share(question: QuestionShape, sentences: Sequence[Sentence], history: str) -> Callable[[str], float]:
+def _word_shares(question: QuestionShape, sentences: Sequence[Sentence],
+                 history: str) -> tuple[list[float], Callable[[str], float]]:
     """The idf-weighted share of the question's word stems (and, at ``HISTORY_WEIGHT``, its earlier questions')
-    a text holds; idf over ``sentences``: a word every retrieved sentence has tells little."""
+    each sentence holds, and the same for any other text; idf over ``sentences``: a word every retrieved sentence
+    has tells little. Each sentence's stems are read once."""
     own = set(question.content_stems)
     earlier = {stem(w) for w in content_words(history)} - own
     wanted = own | earlier
@@ -145,10 +147,13 @@ def _word_share(question: QuestionShape, sentences: Sequence[Sentence], history:
               for w in wanted}
     total = sum(weight.values())
 
-    def share(text: str) -> float:
-        return sum(weight[w] for w in {stem(t) for t in content_words(text)} & wanted) / total if total else 0.0
+    def held_share(stems: set[str]) -> float:
+        return sum(weight[w] for w in stems) / total if total else 0.0
 
-    return share
+    def share(text: str) -> float:
+        return held_share({stem(t) for t in content_words(text)} & wanted)
+
+    return [held_share(h) for h in held], share
 
 
 def defining_sentences(text: str, subject: str | None) -> str:
