@@ -5,6 +5,7 @@ Real models and a real index (test_rag's two SQuAD documents); no mocks.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -23,7 +24,7 @@ from rag.answering.service import AnswerRequest, AnswerService
 from app.bench.evaluate import citation_checks, evaluate, exact_match, off_topic_questions, token_f1
 from rag.core.settings import Settings
 from rag.generation.base import SamplingOptions
-from rag.generation.logits import SpanConstraint, TokenSpan
+from rag.generation.logits import SpanConstraint, SpanSearch, TokenSpan, best_span
 
 Q = QuestionShape.of
 VICTORIA_SENTENCE = ("As of August 2010, Victoria had 1,548 public schools, 489 Catholic schools and 214 "
@@ -115,6 +116,58 @@ def test_span_constraint_masks_to_the_spans_and_ends_only_at_their_ends():
     assert masked[0, 5] == 7.0 and masked[0, 3] == 3.0
     constraint.advance(5)
     assert constraint.apply(logits.copy())[0, 6] == 6.0
+
+
+def test_span_search_scores_whole_phrases_where_greedy_commits_to_its_first_token():
+    """A toy model over ten tokens: it likes token 5 first, but after 5 it would rather go on than stop where
+    the span must end; after 3 it stops at once. Greedy (width 1) copies "5 6", the search "3"; an end's bonus
+    and the lead bonus are added to the whole phrase's score; ``seen`` gets every phrase scored."""
+    spans = (TokenSpan((5, 6), frozenset({2}), bonus=((2, 0.0),)), TokenSpan((3,), frozenset({1}), bonus=((1, 0.0),)))
+
+    def model(history: tuple[int, ...]) -> np.ndarray:
+        logits = np.zeros(10, dtype=np.float32)
+        logits[{(): 5, (5,): 6, (5, 6): 7, (3,): 0}[history]] = 6.0
+        if history == ():
+            logits[3] = 5.0
+        return logits.reshape(1, 10)
+
+    def search(width: int, lead: float = 0.0, seen: list | None = None, bonus: float = 0.0,
+               limit: int = 16) -> list[int]:
+        fed: list[int] = []
+
+        def extend(token: int, restart: bool) -> np.ndarray:
+            if restart:
+                fed.clear()
+            fed.append(token)
+            return model(tuple(fed))
+
+        chosen = [dataclasses.replace(spans[0], bonus=((2, bonus),)), spans[1]]
+        return best_span(model(()), SpanConstraint(chosen, eos_ids=[0], stop_ids=[1]), extend,
+                         SpanSearch(width, 1.0, lead), limit, seen)
+
+    assert search(1) == [5, 6]
+    seen: list = []
+    assert search(4, seen=seen) == [3]
+    assert sorted(tokens for tokens, *_ in seen) == [[3], [5, 6]]
+    assert search(4, bonus=6.0) == [5, 6]  # an end's bonus counts
+    assert search(4, lead=6.0) == [5, 6]  # the lead bonus counts for the likeliest first token only
+    assert search(4, bonus=6.0, limit=1) == [3]  # no phrase longer than ``limit`` tokens
+
+
+def test_a_searched_short_answer_is_a_whole_technical_token_the_question_asks_for(generator):
+    """"Where does psql store its command-line history?": token by token the default model began the sentence
+    it meant to copy ("The command-line"); the span search answers with the file."""
+    from rag.answering.evidence import SPAN_WEIGHTS, short_answer_messages
+
+    question = "Where does psql store its command-line history?"
+    sentence = ("The command-line history is stored in the file ~/.psql_history, or %APPDATA%\\postgresql\\"
+                "psql_history on Windows.")
+    spans = candidate_spans(sentence, Q(question), generator.encode)
+    assert any(bonus > 0 for span in spans for _, bonus in span.bonus)  # technical tokens asked for
+    prompt = generator.prompt(short_answer_messages(question, sentence))
+    text, _ = generator.generate(prompt.tokens, SamplingOptions(max_tokens=17, spans=tuple(spans),
+                                                                span_search=SPAN_WEIGHTS.search(8)))
+    assert text.strip() in sentence and "psql_history" in text
 
 
 def test_constrained_generation_copies_a_span(generator):

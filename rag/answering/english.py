@@ -48,6 +48,14 @@ DEFINITION_QUESTION = re.compile(r"(?i)^\s*(?:who|what|where) (?:is|was|are|were
 VALUE_WORDS = frozenset("default value name maximum minimum max min size number port path location version limit "
                         "setting".split())
 
+# "Which file …?", "Which option …?": what is asked for is named in the documentation by a technical token.
+TECHNICAL_NOUNS = frozenset("file files command commands option options setting settings variable variables directory "
+                            "directories folder tool tools program programs package packages parameter parameters path "
+                            "url target extension view directive key unit units template module signal utility script "
+                            "function daemon service flag argument field".split())
+# A technical token in a phrase: a path, an option, key=value, a dotted or snake_case name, a man page, "::".
+TECHNICAL_TOKEN = re.compile(r"[\w~$.*-][/=][\w~$.*-]|\w\.\w|\w_\w|::|(?:^|\s)--?\w|\w\(\d\w*\)|(?:^|\s)[/~$]\w")
+
 # ------------------------------------------------------------------ answers: where a short answer starts and ends
 NUMERIC_START = re.compile(
     r"(?i)^(?:[£$€¥]?\d|(?:january|february|march|april|may|june|july|august|september|october|november|december|"

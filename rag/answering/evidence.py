@@ -20,10 +20,10 @@ import numpy as np
 from rag.answering.english import (ARTICLE_NEXT, ARTICLES, CLAUSE_END, CLAUSE_INSIDE, CLAUSE_OPENERS,
                                    DANGLING_WORDS, defines, INTRODUCES, MAGNITUDE_NEXT, MONTH, NEGATION, NUMERIC_START,
                                    ORDINAL_DATE_NEXT, PLACE_PREPOSITIONS, PREPOSITIONS, RUNS_A_COMMAND,
-                                   TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE, YEAR_OR_MONTH)
+                                   TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE, YEAR_OR_MONTH)
 from rag.answering.question import QuestionShape
 from rag.core.text import STOPWORDS, content_words, stem
-from rag.generation.logits import TokenSpan
+from rag.generation.logits import SpanSearch, TokenSpan
 
 # The reply offered for a question the context does not answer: measured (``SamplingOptions.decline``), never
 # picked; the answerability decision weighs it.
@@ -32,6 +32,33 @@ SHORT_ANSWER_PROMPT = ("Answer the question with a short phrase copied from the 
                        f"answer the question, reply: {DECLINE_REPLY}")
 # Longest short answer in tokens (each span may stop earlier at a word end); docs/benchmark-notes.md.
 MAX_SPAN_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class SpanWeights:
+    """How a whole candidate phrase is scored when the model's phrases are searched (``logits.best_span``): its
+    log-probability (weight 1) plus these times its features. Fitted by ``tools/answers/fit_spans.py``."""
+
+    start: float  # the start's prior (``start_priors``: the type asked for, nearness to the question's words)
+    lead: float  # the phrase begins with the first token the model (and the prior) likes best
+    technical: float  # the phrase holds a technical token (a path, an option, a snake_case name)
+    technical_asked: float  # ... and the question asks for one ("Which file …?", "Where …?", how-to)
+    words: float  # per word of the phrase (the log-probability alone favours the shortest)
+
+    def search(self, width: int) -> SpanSearch:
+        return SpanSearch(width, self.start, self.lead)
+
+    def bonus(self, phrase: str, question: QuestionShape) -> float:
+        return float(np.dot(phrase_features(phrase, question), (self.technical, self.technical_asked, self.words)))
+
+
+def phrase_features(phrase: str, question: QuestionShape) -> tuple[float, float, float]:
+    """What ``SpanWeights`` weighs in a phrase besides the model's view of it."""
+    technical = bool(TECHNICAL_TOKEN.search(phrase))
+    return float(technical), float(technical and question.technical), float(len(WORD_OR_NUMBER.findall(phrase)))
+
+
+SPAN_WEIGHTS = SpanWeights(start=1.3, lead=1.2, technical=2.0, technical_asked=2.7, words=0.35)
 CITATION = re.compile(r"\s*\[\d{1,2}\]")
 # Added to the logit of the answer the evidence's polarity points to: "No" for a sentence that negates.
 POLARITY_PRIOR = 2.0
@@ -262,14 +289,14 @@ def start_priors(sentence: str, question: QuestionShape) -> dict[int, float]:
 
 
 def candidate_spans(sentence: str, question: QuestionShape, encode: Callable[[str], np.ndarray],
-                    limit: int = MAX_SPAN_TOKENS) -> list[TokenSpan]:
+                    limit: int = MAX_SPAN_TOKENS, weights: SpanWeights = SPAN_WEIGHTS) -> list[TokenSpan]:
     """For each answer start (``answer_starts``), the sentence from there tokenised on its own, and the
     lengths at which its text ends at the end of a word (never inside one, never after a function word or
     an open bracket, never past a third of the question's own words: not "The USGS has released a
     California Earthquake forecast" for "Which organization released a California Earthquake forecast?"):
     the token counts of
     those word-final prefixes, where they tokenise as the head of the whole (encode only, so any generator's
-    tokenizer serves), with the start's prior."""
+    tokenizer serves), with the start's prior and each end's bonus (``SpanWeights``)."""
     spans = []
     asked = question.content_stems
     words = list(WORD_OR_NUMBER.finditer(sentence))
@@ -277,7 +304,7 @@ def candidate_spans(sentence: str, question: QuestionShape, encode: Callable[[st
     for start in answer_starts(sentence, question):
         suffix = sentence[start:]
         tokens = tuple(int(t) for t in encode(suffix))[:limit]
-        ends, question_words = set(), 0
+        ends, question_words, bonus = set(), 0, []
         # Inside quotes, the answer ends by the closing quote at the latest.
         closing = suffix.find(OPENING_QUOTES[sentence[start - 1]]) if start and sentence[start - 1] in OPENING_QUOTES \
             else -1
@@ -314,9 +341,10 @@ def candidate_spans(sentence: str, question: QuestionShape, encode: Callable[[st
                 break
             if tokens[:len(head)] == head:
                 ends.add(len(head))
+                bonus.append((len(head), weights.bonus(suffix[:end], question)))
         if ends:
             prior = next((p for offset, p in priors.items() if offset >= start), 0.0)
-            spans.append(TokenSpan(tokens, frozenset(ends), prior))
+            spans.append(TokenSpan(tokens, frozenset(ends), prior, tuple(bonus)))
     return spans
 
 

@@ -24,6 +24,7 @@ class QuestionShape:
     yes_no: bool  # answered "Yes" or "No": "Is alcohol reimbursed?" (not "Is it A or B?")
     negated: bool  # the question negates itself ("Isn't X …?"): a yes/no answer's polarity flips
     howto: bool  # answered with a command, option, path or configuration line: "How do I …?", "Which option …?"
+    technical: bool  # a technical token is asked for: "Which file …?", "Where …?", a how-to question
     listing: bool  # several things are asked for: "Which directories …?", "What should I do …?"
     explains: bool  # an explanation is asked for: "Why …", "Describe …", "How does …"
     subject: str | None  # what a definition question names: "Rollo" of "Who was Rollo?"
@@ -42,6 +43,8 @@ class QuestionShape:
             person=bool(english.PERSON_QUESTION.match(question)), place=bool(english.PLACE_QUESTION.match(question)),
             yes_no=yes_no, negated=bool(english.NEGATION.search(question)),
             howto=bool(english.HOWTO_QUESTION.match(question)),
+            technical=bool(english.HOWTO_QUESTION.match(question) or english.PLACE_QUESTION.match(question)
+                           or english.TECHNICAL_NOUNS & set(re.findall(r"[a-z]+", question.lower()))),
             listing=(bool(plural) and plural.group(1).lower() not in english.NOT_PLURALS and not yes_no)
             or bool(english.STEPS_QUESTION.match(question)),
             explains=bool(english.EXPLANATORY_QUESTION.match(question)), subject=definition_subject(question),

@@ -26,8 +26,8 @@ from rag.answering.answerability import (WEIGHTS, answerable_score, lexical_sign
                                          shares_a_word, stems, telling_words, unknown_signals)
 from rag.answering.compress import (Passage, Sentence, candidate_sentences, dense_gaps, evidence_texts,
                                     score_sentences, select_passages)
-from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, Quote, align, align_part,
-                                    candidate_spans, clean_reply, command_spans, commands_in, cut_cleanly,
+from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, SPAN_WEIGHTS, Quote, align,
+                                    align_part, candidate_spans, clean_reply, command_spans, commands_in, cut_cleanly,
                                     defines_the_subject, enumeration, holds_the_asked_type, introduces_code, is_item,
                                     sentence_quote, short_answer_messages, term_of, yes_no_messages, yes_no_spans)
 from rag.answering.question import QuestionShape
@@ -60,6 +60,7 @@ class AnswerOptions:
     answerable_threshold: float = Settings.answerable_threshold  # answers scored below are refused
     answer_examples: bool = Settings.answer_examples  # worked examples before a factoid question
     answer_sentences: int = Settings.answer_sentences  # the best sentences a short answer may come from
+    span_search: int = Settings.span_search  # the first words whose whole phrases the model scores
     documents: tuple[str, ...] | None = None
     sampling: SamplingOptions = SamplingOptions()
 
@@ -71,6 +72,8 @@ class AnswerOptions:
             raise BadRequestError("answerable_threshold must be between 0 and 1")
         if not 1 <= self.answer_sentences <= 5:
             raise BadRequestError("answer_sentences must be between 1 and 5")
+        if not 1 <= self.span_search <= 16:
+            raise BadRequestError("span_search must be between 1 and 16")
         if not 0.0 <= self.min_grounding <= 1.0:
             raise BadRequestError("min_grounding must be between 0 and 1")
         self.sampling.validate()
@@ -101,6 +104,7 @@ def options_from(settings: Settings, **overrides: Any) -> AnswerOptions:
         answerable_threshold=pick("answerable_threshold", settings.answerable_threshold),
         answer_examples=pick("answer_examples", settings.answer_examples),
         answer_sentences=pick("answer_sentences", settings.answer_sentences),
+        span_search=pick("span_search", settings.span_search),
         documents=tuple(documents) if documents else None, sampling=sampling)
     if overrides:
         raise TypeError(f"unknown answer options: {', '.join(sorted(overrides))}")
@@ -344,6 +348,7 @@ class AnswerService:
             spans = command_spans([(rank, command) for rank, (command, _, _) in enumerate(commands)],
                                   self.generator.encode)
             sampling = dataclasses.replace(sampling, spans=tuple(spans), decline=decline,
+                                           span_search=SPAN_WEIGHTS.search(options.span_search),
                                            max_tokens=min(sampling.max_tokens, max(len(s.tokens) for s in spans) + 1))
         elif yes_no:
             prompt = self.generator.prompt(yes_no_messages(question, best, history))
@@ -361,6 +366,7 @@ class AnswerService:
             # Declining is not offered as a span (the small model then declined 38% of answerable dev questions,
             # 10% without); it is measured (``decline``) for the answerability decision.
             sampling = dataclasses.replace(sampling, spans=tuple(spans),
+                                           span_search=SPAN_WEIGHTS.search(options.span_search),
                                            max_tokens=min(sampling.max_tokens, MAX_SPAN_TOKENS + 1), decline=decline)
         return PreparedAnswer(request, shape, retrieval, passages, prompt, started,
                               (time.perf_counter() - t0) * 1000, sampling, best, ranked, explanatory, yes_no,

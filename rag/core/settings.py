@@ -98,6 +98,9 @@ class Settings:
     answer_sentences: int = field(
         default=1, metadata={"doc": "the best evidence sentences a short answer may be copied from (the model "
                                     "picks among them)"})
+    span_search: int = field(
+        default=8, metadata={"doc": "a short answer is the best-scored whole phrase among those starting with the "
+                                    "model's this many likeliest first tokens (1 = token by token, 1-16)"})
     min_grounding: float = field(
         default=0.0, metadata={"doc": "share of the reply's own content words that must occur in the passages, "
                                       "else the answer is an abstention (0 = off)"})

@@ -15,7 +15,7 @@ import numpy as np
 from rag.core import bounds
 from rag.core.errors import BadRequestError
 from rag.core.settings import Settings
-from rag.generation.logits import TokenSpan
+from rag.generation.logits import SpanSearch, TokenSpan
 
 Message = dict[str, str]  # {"role": ..., "content": ...}
 
@@ -34,6 +34,8 @@ class SamplingOptions:
     # The tokens of the reply the prompt offers for "the context does not say" (with ``spans``): measured at the
     # first step, never picked; the margin lands in ``GenerationStats.decline_margin``.
     decline: tuple[int, ...] = ()
+    # With ``spans``, greedy: how whole phrases are scored (``logits.best_span``); width 1 picks token by token.
+    span_search: SpanSearch = SpanSearch()
     # Whose prompt this is (the answering layer: the asker and the index). A cached prompt of another scope is
     # reused only as far as the fixed shared prefix (instruction and worked examples): how much of a prompt was
     # cached, and how fast it started, never tell one asker what another asked or was shown.

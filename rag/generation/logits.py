@@ -8,7 +8,7 @@ cost per token of reading, changing and writing back the logits. Answers no long
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -48,6 +48,23 @@ class TokenSpan:
     # Added to the logit of the span's first token: how much more likely the words around it make it the
     # answer than the model alone thinks (answer type, closeness to the question's words).
     prior: float = 0.0
+    # With a search (``best_span``): added to the score of the phrase that stops after so many tokens, for what
+    # the phrase itself is (a technical token where one is asked for, its length). Pairs (length, bonus).
+    bonus: tuple[tuple[int, float], ...] = ()
+
+    def bonus_at(self, length: int) -> float:
+        return next((value for at, value in self.bonus if at == length), 0.0)
+
+
+@dataclass(frozen=True)
+class SpanSearch:
+    """How ``best_span`` scores whole phrases: the ``width`` likeliest first tokens are followed (1: no search,
+    token by token); a phrase's score is its log-probability, plus ``start_weight`` times its start's prior, its
+    end's bonus, and ``lead_bonus`` where it begins with the likeliest first token."""
+
+    width: int = 1
+    start_weight: float = 1.0
+    lead_bonus: float = 0.0
 
 
 class SpanConstraint:
@@ -102,3 +119,65 @@ class SpanConstraint:
         self.live = [i for i in self.live
                      if self.step < len(self.spans[i].tokens) and self.spans[i].tokens[self.step] == token]
         self.step += 1
+
+    def fork(self) -> "SpanConstraint":
+        """A copy that advances on its own (the spans are shared, never changed)."""
+        twin = object.__new__(SpanConstraint)
+        twin.__dict__.update(self.__dict__, live=list(self.live))
+        return twin
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    flat = logits.reshape(-1).astype(np.float64)
+    top = flat.max()
+    return flat - top - np.log(np.exp(flat - top).sum())
+
+
+def best_span(first_logits: np.ndarray, constraint: SpanConstraint, extend: Callable[[int, bool], np.ndarray],
+              search: SpanSearch, limit: int, seen: list[tuple[list[int], float, float, bool]] | None = None,
+              slack: float = 0.0) -> list[int]:
+    """The tokens of the phrase that scores best as a whole (``SpanSearch``), among those starting with the
+    ``search.width`` best first tokens: each start is followed greedily, at most ``limit`` tokens, and every end
+    along the way is scored.
+    Greedy decoding instead commits to its first token: "The command-line" (the start of the sentence the model
+    meant to copy whole) for where psql keeps its history, the sentence holding "~/.psql_history".
+    ``extend(token, restart)`` feeds ``token`` to the model, after rewinding it to the prompt when ``restart``,
+    and returns the logits that follow. A log-probability only falls as a phrase grows, so a path that cannot
+    reach the best score with the largest bonus still ahead is dropped unread (``slack`` more: for ``seen``,
+    which gets every phrase scored as (tokens, log-probability, start prior, leads)).
+    ``constraint`` is used at its first step (it measures ``decline_margin`` there); it is not advanced."""
+    flat = first_logits.reshape(-1)
+    raw = log_softmax(flat)
+    masked = constraint.apply(first_logits.copy()).reshape(-1)
+    eos = {int(t) for t in constraint.eos}
+    starts = [int(t) for t in np.argsort(-masked, kind="stable")[:search.width + len(eos)]
+              if np.isfinite(masked[t]) and int(t) not in eos][:search.width]
+    best_score, best_tokens = -np.inf, []
+    for rank, token in enumerate(starts):
+        prior = float(masked[token] - flat[token])  # the start's prior, as the constraint added it
+        base = search.start_weight * prior + (search.lead_bonus if rank == 0 else 0.0)
+        path, tokens, restart, logprob = constraint.fork(), [token], True, float(raw[token])
+        while True:
+            path.advance(token)
+            logits = extend(token, restart).reshape(-1)
+            restart = False
+            step = log_softmax(logits)
+            live = [path.spans[i] for i in path.live]
+            if any(path.step in span.ends for span in live):
+                ended = logprob + float(step[path.stops].max())
+                bonus = max(span.bonus_at(path.step) for span in live if path.step in span.ends)
+                if seen is not None:
+                    seen.append((list(tokens), ended, prior, rank == 0))
+                if ended + base + bonus > best_score:
+                    best_score, best_tokens = ended + base + bonus, list(tokens)
+            allowed = path.apply(logits.copy()).reshape(-1)
+            allowed[list(eos)] = -np.inf
+            token = int(np.argmax(allowed))
+            if not np.isfinite(allowed[token]) or len(tokens) >= limit:
+                break
+            logprob += float(step[token])
+            ahead = max((value for span in live for at, value in span.bonus if at > path.step), default=0.0)
+            if logprob + base + max(ahead, 0.0) + slack <= best_score:
+                break
+            tokens.append(token)
+    return best_tokens

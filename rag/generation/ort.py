@@ -24,7 +24,7 @@ from rag.core.errors import BadRequestError, ModelError
 from rag.core.files import inside_folder, path_for_native_library
 from rag.core.settings import resolve_threads
 from rag.generation.base import GenerationStats, Message, Prompt, SamplingOptions
-from rag.generation.logits import LogitBias, SpanConstraint
+from rag.generation.logits import LogitBias, SpanConstraint, SpanSearch, best_span
 from rag.generation.prefix_cache import PrefixCache
 from rag.generation.recorder import TokenRecorder
 
@@ -154,6 +154,23 @@ def next_token(generator: object, bias: LogitBias | None = None, constraint: Spa
     if constraint is not None:
         constraint.advance(token)
     return token
+
+
+def search_after_prompt(generator: object, length: int, constraint: SpanConstraint, search: SpanSearch,
+                        limit: int, seen: list | None = None, slack: float = 0.0) -> list[int]:
+    """``logits.best_span`` on an ``og.Generator`` holding a prompt of ``length`` tokens and room for ``limit``
+    more: each phrase followed is fed after rewinding to the prompt (its KV cache is kept)."""
+
+    def extend(token: int, restart: bool) -> np.ndarray:
+        if restart:
+            generator.rewind_to(length)
+        generator.append_tokens(np.asarray([token], dtype=np.int32))
+        return generator.get_logits()
+
+    return best_span(generator.get_logits(), constraint, extend, search, limit, seen, slack)
+
+
+MAX_SEARCHED_TOKENS = 64  # room after the prompt for the phrases ``scored_phrases`` follows
 
 
 class LocalGenerator:
@@ -310,6 +327,18 @@ class LocalGenerator:
         text = "".join(self.run(prompt_tokens, options, stats))
         return text, stats
 
+    def scored_phrases(self, prompt_tokens: np.ndarray, options: SamplingOptions,
+                       slack: float) -> list[tuple[list[int], float, float, bool]]:
+        """Every phrase a span search (``options.span_search``) scores for this prompt, the ones within ``slack``
+        of the best too: (tokens, log-probability, start prior, leads). For fitting ``SpanWeights``."""
+        generator = self._greedy_generator(len(prompt_tokens) + MAX_SEARCHED_TOKENS)
+        generator.append_tokens(prompt_tokens)
+        seen: list[tuple[list[int], float, float, bool]] = []
+        search_after_prompt(generator, len(prompt_tokens), SpanConstraint(options.spans, self.eos_token_ids,
+                                                                          self.period_ids), options.span_search,
+                            MAX_SEARCHED_TOKENS, seen, slack)
+        return seen
+
     def batching_engine(self) -> "BatchingEngine":
         return BatchingEngine(self)
 
@@ -338,6 +367,8 @@ class GenerationSession:
             self._generator = owner._new_generator(
                 min(owner.context_length, stats.prompt_tokens + options.max_tokens), options)
         self._recorder = owner.recorder(stats, self.started, options.stop)
+        self._eos = min(owner.eos_token_ids)
+        self._plan: list[int] | None = None  # the whole reply, where the spans are searched (``span_search``)
         self._generator.append_tokens(prompt_tokens[stats.cached_tokens:])
         self._healthy = True
         stats.finish_reason = "length"
@@ -349,7 +380,12 @@ class GenerationSession:
         if self.done or generator.is_done():
             return self._close()
         self._healthy = False
-        token = next_token(generator, constraint=self._constraint)
+        if self._constraint is not None and self._options.span_search.width > 1 and not self._options.sampling:
+            if self._plan is None:
+                self._plan = self._search_spans()
+            token = self._plan.pop(0) if self._plan else self._eos
+        else:
+            token = next_token(generator, constraint=self._constraint)
         self._healthy = True
         if self._constraint is not None and stats.output_tokens == 0:
             stats.decline_margin = self._constraint.decline_margin
@@ -359,6 +395,11 @@ class GenerationSession:
         if self._recorder.finished or generator.is_done() or stats.output_tokens >= self._options.max_tokens:
             return piece + self._close()
         return piece
+
+    def _search_spans(self) -> list[int]:
+        # A phrase of up to ``max_tokens``: the generator's window holds the prompt and that many more.
+        return search_after_prompt(self._generator, len(self._prompt_tokens), self._constraint,
+                                   self._options.span_search, self._options.max_tokens)
 
     def cancel(self) -> None:
         self.stats.finish_reason = "cancelled"
