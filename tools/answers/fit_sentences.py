@@ -88,6 +88,15 @@ def fit(questions: list[Question], l2: float, steps: int = 800) -> np.ndarray:
     return w
 
 
+def page_halves(documents: set[str]) -> tuple[set[str], set[str]] | None:
+    """A set's pages in two halves (shuffled, seed 0) for cross-validation; None with fewer than two pages."""
+    pages = sorted(d for d in documents if d)
+    if len(pages) < 2:
+        return None
+    random.Random(0).shuffle(pages)
+    return set(pages[: len(pages) // 2]), set(pages[len(pages) // 2:])
+
+
 def gold_at(questions: list[Question], w: np.ndarray, k: int) -> float:
     return float(np.mean([y[np.argsort(-(x @ w), kind="stable")[:k]].any() for x, y, _ in questions]))
 
@@ -112,11 +121,9 @@ def main() -> None:
               f"{gold_at(rows, lexical, 1):.3f} / {gold_at(rows, lexical, 3):.3f}, words + cosine "
               f"{gold_at(rows, plus_cosine, 1):.3f} / {gold_at(rows, plus_cosine, 3):.3f}, current {gold_at(rows, current, 1):.3f}"
               f" / {gold_at(rows, current, 3):.3f}, fitted {gold_at(rows, fitted, 1):.3f} / {gold_at(rows, fitted, 3):.3f}")
-        documents = sorted({d for _, _, d in rows if d})
-        if len(documents) < 2:
+        halves = page_halves({d for _, _, d in rows})
+        if halves is None:
             continue
-        random.Random(0).shuffle(documents)
-        halves = set(documents[: len(documents) // 2]), set(documents[len(documents) // 2:])
         others = [q for other, r in sets.items() if other != name for q in r]
         held_out = {1: 0.0, 3: 0.0}
         for train, test in (halves, halves[::-1]):

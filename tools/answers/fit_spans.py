@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fit_sentences import page_halves  # tools/answers/, the script's own folder
+
 from app.bench.evaluate import LOCAL, answer_hit, load_questions
 from app.runtime import Models, answer_service, scratch_store
 from ingest.parameters import IngestParameters
@@ -106,11 +108,9 @@ def main() -> None:
         print(f"{name}: {len(rows)} questions, {sum(bool(y.any()) for _, y, _ in rows)} with a gold phrase; "
               f"the best phrase is gold: log-probability alone {hits(rows, logprob_only)}, current "
               f"{hits(rows, current)}, fitted {hits(rows, fitted)}")
-        documents = sorted({d for _, _, d in rows if d})
-        if len(documents) < 2:
+        halves = page_halves({d for _, _, d in rows})
+        if halves is None:
             continue
-        random.Random(0).shuffle(documents)
-        halves = set(documents[: len(documents) // 2]), set(documents[len(documents) // 2:])
         others = [q for other, r in sets.items() if other != name for q in r]
         held_out = sum(hits([q for q in rows if q[2] in test], fit(others + [q for q in rows if q[2] in train]))
                        for train, test in (halves, halves[::-1]))
