@@ -25,6 +25,7 @@ from rag.core.settings import Settings, tomllib
 from rag.generation.base import SamplingOptions
 from rag.generation.ort import choose_provider, provider_facts, validate_generator_dir
 from rag.modelstore.manifest import atomic_write_text, read_manifest
+from rag.embedder import validate_embedder_dir
 from rag.modelstore.sources import known_source
 from rag.store.keys import DB_NAME as KEYS_DB
 
@@ -118,11 +119,16 @@ def set_toml_key(text: str, key: str, value: str) -> str:
     return result
 
 
-def use_generator(settings: Settings, name: str) -> tuple[Path, Path]:
-    """Write ``generator_dir`` for models/NAME into the home's rag.toml (or the file RAG_CONFIG names);
-    returns (model dir, file)."""
+def use_model(settings: Settings, name: str) -> tuple[str, Path, Path]:
+    """Write ``generator_dir`` for models/NAME (``embedder_dir`` when it holds an embedder) into the home's
+    rag.toml (or the file RAG_CONFIG names); returns (key, model dir, file)."""
     path = model_path(settings, name).resolve()
-    validate_generator_dir(path)
+    if (path / "embedder.json").is_file():
+        key = "embedder_dir"
+        validate_embedder_dir(path)
+    else:
+        key = "generator_dir"
+        validate_generator_dir(path)
     named = os.environ.get("RAG_CONFIG")  # the file settings are read from, as load_settings decides
     config_file = Path(named).expanduser() if named else settings.home / "rag.toml"
     try:
@@ -130,8 +136,8 @@ def use_generator(settings: Settings, name: str) -> tuple[Path, Path]:
         tomllib.loads(text)
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{config_file}: {exc}") from exc
-    atomic_write_text(config_file, set_toml_key(text, "generator_dir", str(path)))
-    return path, config_file
+    atomic_write_text(config_file, set_toml_key(text, key, str(path)))
+    return key, path, config_file
 
 
 def check_generator(settings: Settings) -> CheckResult:
@@ -372,6 +378,23 @@ def generator_choice(settings: Settings) -> dict:
                    "generator_dir overrides it"}
 
 
+def embedder_choice(settings: Settings) -> dict:
+    """The embedder in use, the languages it reads, and why (or how to get the other one)."""
+    path = settings.embedder_path
+    try:
+        config = validate_embedder_dir(path)
+    except RagError as exc:
+        return {"in_use": str(path), "languages": None, "why": exc.message}
+    if config.languages == "multilingual":
+        why = ("multilingual (EmbeddingGemma-300m, Gemma Terms of Use): a question finds its passage whatever the "
+               "language of either; ingest is slower than the English-only default (docs/languages.md)")
+    else:
+        why = ("English only (all-MiniLM-L6-v2, the default: the fastest ingest). For documents or questions in "
+               "other languages: rag models prepare --embedder embeddinggemma-300m-int8, then rag models use "
+               "embeddinggemma-300m-int8 and ingest again (docs/languages.md)")
+    return {"in_use": str(path), "languages": config.languages, "why": why}
+
+
 def machine_info(settings: Settings, probe: bool = True, only: list[str] | None = None) -> dict:
     """Everything ``rag info`` shows: CPU, memory, GPUs, execution providers and the provider choice,
     installed models with a measured probe each, and a recommendation."""
@@ -384,7 +407,7 @@ def machine_info(settings: Settings, probe: bool = True, only: list[str] | None 
     info = {"cpu": cpu_facts(), "memory": memory_facts(), "gpus": gpu_facts(), "providers": providers,
             "device": {"setting": settings.device, "chosen": chosen, "why": why},
             "generator_in_use": str(settings.generator_path), "generator_choice": generator_choice(settings),
-            "models": rows,
+            "embedder": embedder_choice(settings), "models": rows,
             "probes": [p.__dict__ for p in probes], "budget_s": ANSWER_BUDGET_S,
             "permissions": permission_warnings(settings)}
     if probe:

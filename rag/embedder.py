@@ -1,7 +1,8 @@
-"""ONNX sentence embedder (BERT-style encoder, pooling + normalisation from its config).
+"""ONNX sentence embedder (an encoder, pooling + normalisation from its config).
 
-One implementation serves documents (batched, sorted by length to cut padding)
-and queries, so both sides of retrieval see identical vectors.
+One implementation serves documents (batched, sorted by length to cut padding) and queries. A model trained
+with task prompts (EmbeddingGemma: "task: search result | query: " before a question, "title: none | text: "
+before a passage) names them in its config; ``embed`` writes the document one, ``embed_queries`` the query one.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ class EmbedderConfig:
     max_length: int
     inputs: tuple[str, ...]
     output: str
+    query_prefix: str = ""
+    document_prefix: str = ""
+    languages: str = "en"  # what it was trained on, as `rag info` says it: "en" or "multilingual"
 
     @property
     def identity(self) -> str:
@@ -51,11 +55,14 @@ def validate_embedder_dir(path: Path) -> EmbedderConfig:
             max_length=int(raw.get("max_length", 256)),
             inputs=tuple(raw.get("inputs", ("input_ids", "attention_mask", "token_type_ids"))),
             output=str(raw.get("output", "last_hidden_state")),
+            query_prefix=str(raw.get("query_prefix", "")), document_prefix=str(raw.get("document_prefix", "")),
+            languages=str(raw.get("languages", "en")),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise ModelError(f"{path / 'embedder.json'} is invalid: {exc}") from exc
-    if config.pooling not in ("mean", "cls"):
-        raise ModelError(f"{path / 'embedder.json'}: pooling {config.pooling!r} is not 'mean' or 'cls'")
+    if config.pooling not in ("mean", "cls", "none"):
+        raise ModelError(f"{path / 'embedder.json'}: pooling {config.pooling!r} is not 'mean', 'cls' or 'none' "
+                         "(the model's output is the sentence vector)")
     return config
 
 
@@ -90,11 +97,21 @@ class Embedder:
         return self.config.dimension
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed texts in length-sorted batches; rows come back in input order."""
+        """Embed passages (chunks, sentences) in length-sorted batches; rows come back in input order."""
+        return self._embed([self.config.document_prefix + text for text in texts])
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed questions (and their rewrites) as the model was trained to see them."""
+        return self._embed([self.config.query_prefix + text for text in texts])
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed_queries([text])[0]
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         if not texts:
             return out
-        encodings = self.tokenizer.encode_batch(list(texts))
+        encodings = self.tokenizer.encode_batch(texts)
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         batches = [order[start:start + self.batch_size] for start in range(0, len(order), self.batch_size)]
         if len(batches) == 1 or self.workers == 1:
@@ -107,9 +124,6 @@ class Embedder:
                 out[rows] = vectors
         return out
 
-    def embed_query(self, text: str) -> np.ndarray:
-        return self.embed([text])[0]
-
     def _embed_batch(self, encodings: list) -> np.ndarray:
         width = max(len(e.ids) for e in encodings)
         ids = np.zeros((len(encodings), width), dtype=np.int64)
@@ -120,7 +134,9 @@ class Embedder:
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         feeds = {k: v for k, v in feeds.items() if k in self._input_names}
         hidden = self._session.run([self.config.output], feeds)[0]
-        if self.config.pooling == "cls":
+        if self.config.pooling == "none":
+            pooled = hidden
+        elif self.config.pooling == "cls":
             pooled = hidden[:, 0]
         else:
             weights = mask[..., None].astype(np.float32)

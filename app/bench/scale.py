@@ -256,7 +256,7 @@ def probe(spec: dict) -> dict:
 def exhaustive_dense_recall(root: Path, embedder: Any, questions: list[dict]) -> int | None:
     """On an IVF index: questions whose gold chunk is in the dense top 5 when every cell is probed (what
     the approximation costs, apart from what the corpus's growth costs). None on an exact index."""
-    ids = exhaustive_dense_search(root, embedder.embed([q["question"] for q in questions]), 5)
+    ids = exhaustive_dense_search(root, embedder.embed_queries([q["question"] for q in questions]), 5)
     if ids is None:
         return None
     reader = EmbeddedStore(root.parent).index(root.name).reader()

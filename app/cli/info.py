@@ -41,6 +41,8 @@ def info_cmd(settings: Settings, no_probe: bool, only: tuple[str, ...], as_json:
     out.print(Text.assemble(("Device   ", "bold"), literal(f"device = {device['setting']} -> {device['chosen']} ({device['why']})")))
     out.print(Text.assemble(("In use   ", "bold"), literal(info["generator_in_use"])))
     out.print(Text.assemble(("         ", ""), literal(info["generator_choice"]["why"])))
+    out.print(Text.assemble(("Embedder ", "bold"), literal(info["embedder"]["in_use"])))
+    out.print(Text.assemble(("         ", ""), literal(info["embedder"]["why"])))
     for warning in info["permissions"]:
         out.print(Text.assemble(("Warning  ", "bold yellow"), literal(warning)))
     if info["probes"]:

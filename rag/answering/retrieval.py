@@ -120,7 +120,7 @@ class Retriever:
 
     def embed_queries(self, queries: list[str]) -> np.ndarray:
         with observe.embeddings_span(self.embedder.config.name, len(queries)) as span:
-            vectors = self.embedder.embed(queries)
+            vectors = self.embedder.embed_queries(queries)
             span.set_attribute(observe.DIMENSIONS, int(vectors.shape[1]) if vectors.ndim == 2 else 0)
             return vectors
 

