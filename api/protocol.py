@@ -401,6 +401,7 @@ class AskDoneEvent(msgspec.Struct):
     metrics: Metrics
     evidence: list[Evidence] = []
     answer_kind: str = "phrase"  # as in AnswerResult: "command" answers are shown as code
+    language: str = "en"  # as in AnswerResult: the question's (the refusal is in it)
 
 
 class SeedDoneEvent(msgspec.Struct, omit_defaults=True):
@@ -415,6 +416,7 @@ class SeedDoneEvent(msgspec.Struct, omit_defaults=True):
     abstain_reason: str | None = None  # as in AnswerResult ("empty_index": the index holds no documents)
     content: str | None = None  # the abstention message, when it abstained
     answer_kind: str = "phrase"  # as in AnswerResult: "command" answers are shown as code
+    language: str = "en"  # as in AnswerResult: the question's (the refusal is in it)
 
 
 class Delta(msgspec.Struct, omit_defaults=True):

@@ -11,7 +11,7 @@ import importlib.util
 import logging
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, cast
 
@@ -26,6 +26,7 @@ from rag.store.conversations import ConversationStore, PostgresConversationStore
 from rag.store.keys import KeyStore, PostgresKeyStore, SqliteKeyStore
 from ingest.jobs import JobStore
 from ingest.uploads import Uploads
+from rag.answering.language import LanguageDetector
 from rag.answering.evidence import short_answer_messages
 from rag.answering.service import AnswerService
 from rag.core import observe
@@ -215,6 +216,7 @@ def generation_backend(settings: Settings) -> tuple[str, str | None]:
 class Models:
     embedder: Embedder
     generator: Generator  # a LocalGenerator, or a RemoteGenerator with ``generator_url``
+    languages: LanguageDetector = field(default_factory=LanguageDetector)  # the question's, for the refusal
 
     @classmethod
     def load(cls, settings: Settings) -> "Models":
@@ -240,6 +242,7 @@ class Models:
         cache: without it the first factoid answer after start prefilled 256 of its 259 prompt tokens (TTFT
         288 ms; 96 ms with it, `rag trace show`)."""
         self.embedder.embed(["warm-up sentence one.", "a second, somewhat longer warm-up sentence."])
+        self.languages.load()
         local = self.local_generator
         if local is not None:
             messages = short_answer_messages("What warms up?", "The model warms up.", answer_examples)
@@ -259,7 +262,7 @@ def answer_service(settings: Settings, models: Models, generator: Generator | No
     the process's metric instruments unless others (an app's own) are given; the reranker is the one the
     ``reranker`` setting names."""
     return AnswerService(settings, store or open_store(settings), models.embedder, generator or models.generator,
-                         instruments, load_reranker(settings))
+                         instruments, load_reranker(settings), models.languages)
 
 
 def open_services(settings: Settings, metrics: AnswerMetrics) -> Services:

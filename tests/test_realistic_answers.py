@@ -142,7 +142,7 @@ def test_words_no_visible_document_holds_say_so_and_hidden_ones_count_as_absent(
 def test_a_german_date_and_abbreviation_are_not_sentence_ends(settings: Settings, embedder, generator,
                                                               tmp_path: Path):
     """Issue 38, the sentence splitter: "bis zum 31. März" was answered "zum 31" (cut at the ordinal dot) and
-    "z. B." ended a sentence. The words are data (rag/core/sentence_rules.toml). Across 376 English documents
+    "z. B." ended a sentence. The words are data (rag/core/languages.toml). Across 376 English documents
     (squad2-dev, the dev sets, the Debian Reference, the Python library reference) the rules changed one sentence
     boundary: a strftime example's "21. November 2006", now whole."""
     from rag.core.text import split_sentences

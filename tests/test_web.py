@@ -1528,6 +1528,44 @@ def test_french_and_spanish_browsers_get_the_chat_in_their_language(page, server
     screenshot(page, f"layout-{lang}-phone-chat-refusal.png")
 
 
+@pytest.fixture(scope="module")
+def german_server(settings: Settings, embedder, tmp_path_factory: pytest.TempPathFactory, logs: Path):
+    """A server whose index holds one German document (tests/data/languages/de/urlaub.md)."""
+    home = tmp_path_factory.mktemp("web-home-de")
+    doc = Path(__file__).resolve().parent / "data" / "languages" / "de" / "urlaub.md"
+    summary = ingest_paths([doc], EmbeddedIndex(settings.replace(home=home).index_path()),
+                           IngestParameters.from_settings(settings, embedder))
+    assert summary.count("added") == 1, summary.as_dict()
+    with server_process(settings, home, logs / "serve-de.log", RAG_MAX_TOKENS=MAX_TOKENS) as base:
+        yield base
+
+
+@pytest.mark.parametrize("locale", ["de-DE"])
+def test_a_german_question_in_a_german_browser_gets_a_german_answer(page, german_server: str):
+    """Issue 38: a German question over a German document, in a German-language browser: the answer line is
+    German (words of the document, as its quote spells them), the quote is verbatim, the app's texts are German;
+    a German question the document does not answer is refused in German, by the server too."""
+    open_ready(page, german_server)
+    expect(page.locator("html")).to_have_attribute("lang", "de")
+    turn = ask(page, "Bis wann kann Resturlaub übertragen werden?")
+    assert turn.get_attribute("data-abstained") == "false"
+    quote = turn.locator(".evidence-quote").first
+    expect(quote).to_contain_text("“Resturlaub kann bis zum 31. März des Folgejahres übertragen werden.”")
+    answer = turn.locator(".answer-text").inner_text().strip()
+    assert answer and answer in "Resturlaub kann bis zum 31. März des Folgejahres übertragen werden.", answer
+    expect(turn.locator(".sources-heading")).to_contain_text("Quellen")
+    assert english_left(page, "de") == []
+    screenshot(page, "layout-de-desktop-german-answer.png")
+    turn = ask(page, "Wie viele Urlaubstage bekommen Praktikanten auf dem Mond?")
+    assert turn.get_attribute("data-abstained") == "true"
+    expect(turn.locator(".abstained strong")).to_have_text("Nicht in den Dokumenten")
+    expect(turn.locator(".abstained p")).to_have_text("Die Dokumente enthalten keine Antwort auf diese Frage.")
+    assert english_left(page, "de") == []
+    page.set_viewport_size(PHONE)
+    assert layout_problems(page) == []
+    screenshot(page, "layout-de-phone-german-refusal.png")
+
+
 @pytest.mark.parametrize("locale", ["de-AT"])
 def test_the_language_is_the_browsers_first_the_app_has_or_the_one_asked_for(page, server: str):
     """'de-AT' is German; ?lang=xx overrides the browser's; a language with no catalogue is English."""

@@ -81,7 +81,8 @@ async def seed_sse(events):
                                 metrics=msgspec.to_builtins(seed_metrics(item)), sources=body["sources"],
                                 abstained=item.abstained, abstain_reason=item.abstain_reason,
                                 citations=item.citations, evidence=body["evidence"],
-                                content=item.answer if item.abstained else None, answer_kind=item.answer_kind))
+                                content=item.answer if item.abstained else None, answer_kind=item.answer_kind,
+                                language=item.language))
             else:
                 yield sse(TokenEvent(token=item))
     except RagError as exc:

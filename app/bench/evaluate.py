@@ -208,6 +208,10 @@ def answer_report(service: AnswerService, questions: list[dict], top_k: int, n: 
     types = sorted({v["type"] for v in verdicts})
     if len(types) > 1:
         report["by_type"] = {t: answer_figures([v for v in verdicts if v["type"] == t], top_k) for t in types}
+    languages = sorted({v["language"] for v in verdicts if v.get("language")})
+    if languages:  # questions that say their language (the multilingual dev set, tools/languages)
+        report["by_language"] = {language: answer_figures([v for v in verdicts if v.get("language") == language],
+                                                          top_k) for language in languages}
     return {
         **report,
         "output_tokens_mean": sum(output_tokens) / len(output_tokens) if output_tokens else 0.0,
@@ -234,6 +238,7 @@ def answer_verdict(question: dict, prepared: PreparedAnswer, result: AnswerResul
     """What a reader gets for one question: the answer line against the gold, the quotes, the refusal."""
     checks = citation_checks(result)
     verdict: dict = {"type": question.get("type") or ("unanswerable" if question["unanswerable"] else "answerable"),
+                     "language": question.get("language"), "answered_in": result.language,
                      "unanswerable": question["unanswerable"], "abstained": result.abstained,
                      "reason": result.abstain_reason,
                      "cut": result.finish_reason == "length", "signals": dict(prepared.signals), **checks}

@@ -142,6 +142,8 @@ def eval_cmd(ctx: click.Context, questions: Path, docs: Path, index: str | None,
     out.print(table)
     if report.get("by_type"):
         out.print(type_table(report["by_type"]))
+    if report.get("by_language"):
+        out.print(language_table(report["by_language"]))
     if report.get("answerability_curve"):
         out.print(curve_table(report["answerability_curve"], settings.answerable_threshold))
 
@@ -174,3 +176,12 @@ def type_table(by_type: dict[str, dict]) -> Table:
     return table
 
 
+def language_table(by_language: dict[str, dict]) -> Table:
+    """The answer figures per question language (questions with a "language", as tools/languages writes them)."""
+    table = Table("language", "answerable", "answer hit", "quote hit", "false refusal", "unanswerable", "refused",
+                  title="by question language")
+    for language, f in by_language.items():
+        table.add_row(language, str(f["questions_answerable"]), f"{f['gold_in_answer']:.0%}",
+                      f"{f['gold_in_evidence']:.0%}", f"{f['false_abstention']:.0%}",
+                      str(f["questions_unanswerable"]), f"{f['abstention_unanswerable']:.0%}")
+    return table

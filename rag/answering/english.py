@@ -1,41 +1,50 @@
 """The English the answer flow reads: every heuristic on words, as regexes and word lists, in one place.
 
 What a question asks for (``QuestionShape`` is read from these once per question), where a short answer may start
-and end, what a sentence says of itself, how a follow-up leans on the conversation, how a model declines. Another
-language would get a module like this one; the rest of the answer flow holds no English word.
+and end, what a sentence says of itself, how a follow-up leans on the conversation, how a model declines. The
+question patterns take the other languages' alternatives from rag/core/languages.toml ("Wie kann ich …?",
+"¿Cómo …?", "Combien …?"); the rest is English only.
 """
 
 from __future__ import annotations
 
 import re
 
-from rag.core.text import MONTHS
+from rag.core.text import LANGUAGE_RULES, MONTHS
+
+
+def asked(english: str, key: str) -> re.Pattern[str]:
+    """A question opener: the English alternatives, then every other language's (its ``questions.key``), matched
+    case-insensitively at the question's start, after an opening "¿" or "¡"."""
+    others = [rules["questions"][key] for rules in LANGUAGE_RULES.values() if key in rules.get("questions", {})]
+    return re.compile(r"(?i)^\s*[¿¡]?\s*(?:" + "|".join([english, *others]) + ")")
+
 
 # ------------------------------------------------------------------ questions: what is asked for
 # "When …", "What year …", "How many …": questions whose answer starts with a number, a date or a month.
-NUMERIC_QUESTION = re.compile(
-    r"(?i)^\s*(?:when|(?:in |by |since )?(?:what|which) (?:year|decade|century|date|month|percentage|percent|age)|"
+NUMERIC_QUESTION = asked(
+    r"when|(?:in |by |since )?(?:what|which) (?:year|decade|century|date|month|percentage|percent|age)|"
     r"how (?:many|much|long|old|large|big|far|tall|high)|"
     r"what (?:is|was|are|were) (?:the )?(?:[\w'’-]+ ){0,3}?(?:population|area|height|length|cost|price|budget|"
-    r"rate|limit|allowance|fee|amount|size|salary|total|maximum|minimum|number)s?\b)")
-TIME_QUESTION = re.compile(r"(?i)^\s*(?:when|(?:in |by |since )?(?:what|which) (?:year|decade|century|date|month))\b")
-PERSON_QUESTION = re.compile(r"(?i)^\s*(?:who|whom|whose)\b")
-PLACE_QUESTION = re.compile(r"(?i)^\s*where\b")
+    r"rate|limit|allowance|fee|amount|size|salary|total|maximum|minimum|number)s?\b", "numeric")
+TIME_QUESTION = asked(r"(?:when|(?:in |by |since )?(?:what|which) (?:year|decade|century|date|month))\b", "time")
+PERSON_QUESTION = asked(r"(?:who|whom|whose)\b", "person")
+PLACE_QUESTION = asked(r"where\b", "place")
 # Questions asking for an explanation get the evidence sentences themselves, each cited, not a phrase.
-EXPLANATORY_QUESTION = re.compile(
-    r"(?i)^\s*(?:explain|describe|summari[sz]e|outline|discuss|tell me about|give an overview|"
-    r"why\b|how (?:does|do|did|is|are|was|were|can|could)\b|what (?:is|are) the (?:difference|reason|purpose)s?\b)")
+EXPLANATORY_QUESTION = asked(
+    r"explain|describe|summari[sz]e|outline|discuss|tell me about|give an overview|"
+    r"why\b|how (?:does|do|did|is|are|was|were|can|could)\b|what (?:is|are) the (?:difference|reason|purpose)s?\b", "why")
 # "Is alcohol reimbursed?", "Can I run pg_dump on a live database?": answered "Yes" or "No", with the quote that
 # decides it; not "Is it A or B?", which asks for a choice.
-YES_NO_QUESTION = re.compile(
-    r"(?i)^\s*(?:is|are|was|were|am|do|does|did|can|could|may|might|must|shall|should|will|would|has|have|had|"
-    r"isn't|aren't|doesn't|don't|can't)\b(?!.*\bor\b)")
+YES_NO_QUESTION = asked(
+    r"(?:is|are|was|were|am|do|does|did|can|could|may|might|must|shall|should|will|would|has|have|had|"
+    r"isn't|aren't|doesn't|don't|can't)\b(?!.*\bor\b)", "yes_no")
 # "How do I purge removed packages' configuration?", "Which command lists …?": answered with the command, option,
 # path or configuration line the documentation shows, verbatim.
-HOWTO_QUESTION = re.compile(
-    r"(?i)^\s*(?:how (?:do|can|could|should|would|might|may|must) (?:i|you|we|one)\b|how to\b|"
+HOWTO_QUESTION = asked(
+    r"how (?:do|can|could|should|would|might|may|must) (?:i|you|we|one)\b|how to\b|"
     r"(?:what|which) (?:[\w.-]+ )?(?:commands?|options?|lines?|settings?|parameters?|directives?|flags?|"
-    r"switch(?:es)?|variables?)\b)")
+    r"switch(?:es)?|variables?)\b", "howto")
 # "Which directories get cleaned at boot?", "What risks do I take …?": the answer names every item.
 LIST_QUESTION = re.compile(r"(?i)^\s*(?:which|what)\s+(?:[\w-]+\s+){0,2}?([a-z][\w-]*[^s\W]s)\b"
                            r"(?!\s+(?:is|was|does|has|the|a|an|my|your|its|their|this|that|these|those)\b)")
@@ -52,7 +61,8 @@ VALUE_WORDS = frozenset("default value name maximum minimum max min size number 
 TECHNICAL_NOUNS = frozenset("file files command commands option options setting settings variable variables directory "
                             "directories folder tool tools program programs package packages parameter parameters path "
                             "url target extension view directive key unit units template module signal utility script "
-                            "function daemon service flag argument field".split())
+                            "function daemon service flag argument field".split()) | frozenset(
+    noun for rules in LANGUAGE_RULES.values() for noun in rules.get("questions", {}).get("technical_nouns", "").split())
 # A technical token in a phrase: a path, an option, key=value, a dotted or snake_case name, a man page, "::".
 TECHNICAL_TOKEN = re.compile(r"[\w~$.*-][/=][\w~$.*-]|\w\.\w|\w_\w|::|(?:^|\s)--?\w|\w\(\d\w*\)|(?:^|\s)[/~$]\w")
 
@@ -95,7 +105,7 @@ MAGNITUDE_NEXT = re.compile(r"(?i)\s+(?:million|billion|trillion|thousand|hundre
 MONTH = re.compile(r"(?i)^(?:january|february|march|april|may|june|july|august|september|october|november|"
                    rf"december|{'|'.join(map(re.escape, MONTHS))})$")
 # Nor a day without the month its ordinal dot runs into ("31" of "bis zum 31. März"; months of
-# rag/core/sentence_rules.toml).
+# rag/core/languages.toml).
 ORDINAL_DATE_NEXT = re.compile(rf"\.\s+(?:{'|'.join(map(re.escape, MONTHS))})\b")
 # Words that open a subordinate clause inside an answer: the answer must then run to the clause's end.
 CLAUSE_INSIDE = re.compile(r"(?i)\s(?:that|which|who|whom|whose|if|when|whether|because|where|while|although|unless)\s")

@@ -44,7 +44,7 @@ class QuestionShape:
             yes_no=yes_no, negated=bool(english.NEGATION.search(question)),
             howto=bool(english.HOWTO_QUESTION.match(question)),
             technical=bool(english.HOWTO_QUESTION.match(question) or english.PLACE_QUESTION.match(question)
-                           or english.TECHNICAL_NOUNS & set(re.findall(r"[a-z]+", question.lower()))),
+                           or english.TECHNICAL_NOUNS & set(re.findall(r"[^\W\d_]+", question.lower()))),
             listing=(bool(plural) and plural.group(1).lower() not in english.NOT_PLURALS and not yes_no)
             or bool(english.STEPS_QUESTION.match(question)),
             explains=bool(english.EXPLANATORY_QUESTION.match(question)), subject=definition_subject(question),

@@ -62,6 +62,9 @@ class AnswerResult(msgspec.Struct, kw_only=True):
     # line, shown as code), "yes_no", "list" (items joined by "; "), "sentences" (cited quotes), "refusal",
     # "chat" (plain chat without the documents).
     answer_kind: str = "phrase"
+    # The question's language (ISO 639-1, among rag/answering/replies.toml's): the refusal is in it; quotes and
+    # short answers are the document's words, whatever its language.
+    language: str = "en"
 
     def to_dict(self) -> dict:
         return msgspec.to_builtins(self)

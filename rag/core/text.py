@@ -7,20 +7,22 @@ import tomllib
 from importlib.resources import files
 from urllib.parse import unquote, urlsplit
 
+# What the service knows of each language (sentence rules, function words, its refusal): rag/core/languages.toml.
+LANGUAGE_RULES = tomllib.loads(files("rag.core").joinpath("languages.toml").read_text(encoding="utf-8"))
 # Frequent words: they slow the lexical OR-query down (BM25's idf weighs them ~0 anyway) and say
-# nothing about whether a reply is grounded in a passage.
+# nothing about whether a reply is grounded in a passage; the other languages' too (a German question's "welche",
+# "meinem" were words no document held, which the answerability score read as a sign of no answer).
 STOPWORDS = frozenset(
     "a an and are as at be by did do does for from had has have how in is it its of on or that the "
     "their there these this to was were what when where which who whom whose why will with".split()
-)
+) | frozenset(word for rules in LANGUAGE_RULES.values() for word in rules.get("stopwords", "").split())
 WORD = re.compile(r"\w+")
 # A sentence boundary: end punctuation, optional closing quotes/brackets, whitespace, then something that
 # can open a sentence (an optional opening quote/bracket and a capital letter or digit); never after an
 # abbreviation ("Dr. Mira Quell" was once cut into the answer "Dr"; "z. B.", "Nr.") nor inside a date written with
-# an ordinal dot ("bis zum 31. März" was answered "zum 31"). The words are data: rag/core/sentence_rules.toml.
-SENTENCE_RULES = tomllib.loads(files("rag.core").joinpath("sentence_rules.toml").read_text(encoding="utf-8"))
-ABBREVIATIONS = tuple(dict.fromkeys(a for rules in SENTENCE_RULES.values() for a in rules.get("abbreviations", ())))
-MONTHS = tuple(dict.fromkeys(m for rules in SENTENCE_RULES.values() for m in rules.get("months", ())))
+# an ordinal dot ("bis zum 31. März" was answered "zum 31"). The words are data: rag/core/languages.toml.
+ABBREVIATIONS = tuple(dict.fromkeys(a for rules in LANGUAGE_RULES.values() for a in rules.get("abbreviations", ())))
+MONTHS = tuple(dict.fromkeys(m for rules in LANGUAGE_RULES.values() for m in rules.get("months", ())))
 SENTENCE_BOUNDARY = re.compile(  # end punctuation first: the abbreviations are tried only after it (5x faster)
     r"(?<=[.!?])" + "".join(rf"(?<!(?<!\w){re.escape(word)}\.)" for word in ABBREVIATIONS)
     + r"""["'”’“»)\]]*\s+"""

@@ -305,6 +305,7 @@ def export_gemma_embedder(archive: Path, work: Path, out: Path, report: Report) 
     """EmbeddingGemma's sentence-transformers folder (encoder, mean pooling, two dense projections,
     normalisation) -> one ONNX graph whose output is the sentence vector, quantised to int8 (its 262k-row
     token table too: 310 MB instead of 1.2 GB; cos to fp32 >= 0.98 on English and German texts, measured)."""
+    # lazy: optional dependencies (the build extra: torch, transformers, safetensors; onnx under onnxruntime's tools)
     import torch
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from safetensors.torch import load_file
