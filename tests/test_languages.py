@@ -193,3 +193,21 @@ def test_models_use_makes_the_multilingual_embedder_the_one_and_info_says_so(gem
     info = CliRunner().invoke(cli, ["--home", str(home), "info", "--no-probe", "--json"], catch_exceptions=False)
     embedder = json.loads(info.output)["embedder"]
     assert embedder["languages"] == "multilingual" and "Gemma Terms of Use" in embedder["why"], embedder
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX; Windows runs the rest of this file")
+def test_a_detector_that_cannot_load_takes_every_question_as_english():
+    """py3langid unpacks its model through a temporary file; where the disk refuses it (a file-size limit stands in
+    for a full disk) detection is off, said once in the log, and questions are still answered, as English."""
+    code = (
+        "import logging, resource\n"
+        "logging.basicConfig(level=logging.WARNING)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))\n"
+        "from rag.answering.language import LanguageDetector\n"
+        "d = LanguageDetector()\n"
+        "print(d.detect('Wie lange muss ein Passwort sein?'), d.detect('Où est le fichier ?'))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["en", "en"], proc.stdout
+    assert proc.stderr.count("language detection is off") == 1, proc.stderr

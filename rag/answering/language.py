@@ -7,9 +7,12 @@ the 1,765 English dev and squad2-dev questions anything but English; 0.03 ms a q
 
 from __future__ import annotations
 
+import logging
 from types import MappingProxyType
 
 from rag.core.text import LANGUAGE_RULES
+
+log = logging.getLogger(__name__)
 
 # The languages a reply can be written in: those with a refusal of their own.
 REPLIES = MappingProxyType({language: rules for language, rules in LANGUAGE_RULES.items()
@@ -35,18 +38,29 @@ class LanguageDetector:
     def __init__(self, languages: tuple[str, ...] = tuple(REPLIES)) -> None:
         self.languages = languages
         self._identifier = None
+        self._failed = False
 
-    def load(self) -> None:
-        if self._identifier is None:
+    def load(self) -> bool:
+        """Load the model once; False (every text then the default language, said once in the log) where it
+        cannot be: py3langid unpacks its model through a temporary file, which a full disk refuses, and a full
+        disk must not stop the service from answering."""
+        if self._identifier is None and not self._failed:
             from py3langid.langid import MODEL_FILE, LanguageIdentifier  # lazy: 0.7 s, not on `rag --help`
 
-            identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+            try:
+                identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+            except (OSError, ValueError) as exc:
+                self._failed = True
+                log.warning("language detection is off (every question is taken as %s): %s", DEFAULT_LANGUAGE, exc)
+                return False
             identifier.set_languages(list(self.languages))
             self._identifier = identifier
+        return self._identifier is not None
 
     def detect(self, text: str) -> str:
         if len(self.languages) == 1 or not any(ch.isalpha() for ch in text):
             return self.languages[0] if len(self.languages) == 1 else DEFAULT_LANGUAGE
-        self.load()
+        if not self.load():
+            return DEFAULT_LANGUAGE
         language, probability = self._identifier.classify(text)
         return language if probability >= MIN_PROBABILITY else DEFAULT_LANGUAGE
