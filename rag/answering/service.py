@@ -357,7 +357,7 @@ class AnswerService:
         best_hit = retrieval.hits[ranked[0][0] - 1].chunk if best else None
         signals = lexical_signals(question, best, f"{best_hit.title}\n{best_hit.text}",
                                   [*texts, *dict.fromkeys(h.chunk.title for h in retrieval.hits)],
-                                  retrieval.best_dense, self._cosine(best, retrieval), capitals and not across,
+                                  retrieval.best_dense, self._cosine(best, retrieval), capitals,
                                   across) if best_hit else {}
         prompt, sampling = None, options.sampling
         decline = tuple(int(t) for t in self.generator.encode(DECLINE_REPLY))

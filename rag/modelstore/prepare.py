@@ -226,11 +226,27 @@ def build_generator(wheel: Path, work: Path, out: Path, report: Report,
                             plan=plan or GENERATOR_PLANS.get(SMOLLM2.name, IMPORT_PLAN))
 
 
+def quantize_int8(source: Path, dest: Path, ops: tuple[str, ...] | None = None) -> None:
+    """An embedder's ONNX graph to int8 (``quantize_dynamic``: per-channel 7-bit weights, see export_embedder;
+    ``ops``: the operator kinds quantised, by default the quantiser's own choice). The quantiser logs "Please
+    consider to run pre-processing before quantization" on the root logger: held back here."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # lazy: onnx, under the build extra
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        quantize_dynamic(str(source), str(dest), weight_type=QuantType.QInt8, per_channel=True, reduce_range=True,
+                         op_types_to_quantize=list(ops) if ops else None,
+                         extra_options={"DefaultTensorType": 1})  # 1 = FLOAT, for fused ops without shape info
+    finally:
+        root.setLevel(level)
+
+
 def export_embedder(wheel: Path, work: Path, out_fp32: Path, out_int8: Path, report: Report) -> None:
     """safetensors -> ONNX (last_hidden_state) + a dynamically quantised int8 twin."""
     # lazy: optional dependencies (the build extra: torch, transformers, and onnx under onnxruntime's tools)
     import torch
-    from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.transformers.optimizer import optimize_model
     from transformers import AutoModel
 
@@ -284,15 +300,7 @@ def export_embedder(wheel: Path, work: Path, out_fp32: Path, out_int8: Path, rep
     # fp32 min 0.9880 vs 0.9882 over 400 dev texts; batched vs single 0.9867 vs 0.9846).
     # The quantiser logs "Please consider to run pre-processing before quantization" on the root logger: the
     # graph was just fused (optimize_model), which is that pre-processing.
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        quantize_dynamic(str(out_fp32 / "model.onnx"), str(out_int8 / "model.onnx"),
-                         weight_type=QuantType.QInt8, per_channel=True, reduce_range=True,
-                         extra_options={"DefaultTensorType": 1})  # 1 = FLOAT, for fused ops without shape info
-    finally:
-        root.setLevel(level)
+    quantize_int8(out_fp32 / "model.onnx", out_int8 / "model.onnx")
     for folder, precision in ((out_fp32, "fp32"), (out_int8, "int8")):
         shutil.copy2(src / "tokenizer.json", folder / "tokenizer.json")
         config = {"name": MINILM.upstream, "precision": precision, "dimension": dim, "pooling": "mean",
@@ -307,7 +315,6 @@ def export_gemma_embedder(archive: Path, work: Path, out: Path, report: Report) 
     token table too: 310 MB instead of 1.2 GB; cos to fp32 >= 0.98 on English and German texts, measured)."""
     # lazy: optional dependencies (the build extra: torch, transformers, safetensors; onnx under onnxruntime's tools)
     import torch
-    from onnxruntime.quantization import QuantType, quantize_dynamic
     from safetensors.torch import load_file
     from transformers import AutoModel
 
@@ -366,15 +373,7 @@ def export_gemma_embedder(archive: Path, work: Path, out: Path, report: Report) 
                           opset_version=17, dynamo=False)
     report("quantising EmbeddingGemma to int8 (onnxruntime.quantization.quantize_dynamic)")
     out.mkdir(parents=True)
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        quantize_dynamic(str(fp32 / "model.onnx"), str(out / "model.onnx"), weight_type=QuantType.QInt8,
-                         per_channel=True, reduce_range=True, op_types_to_quantize=["MatMul", "Gather"],
-                         extra_options={"DefaultTensorType": 1})
-    finally:
-        root.setLevel(level)
+    quantize_int8(fp32 / "model.onnx", out / "model.onnx", ops=("MatMul", "Gather"))
     shutil.copy2(src / "tokenizer.json", out / "tokenizer.json")
     shutil.copy2(src / "README.md", out / "MODEL_CARD.md")  # the model card names the Gemma Terms of Use
     config = {"name": EMBEDDER_SOURCES["embeddinggemma-300m-int8"].upstream, "precision": "int8",
