@@ -732,3 +732,21 @@ def test_followup_pairs_replace_a_shared_name_with_a_pronoun():
     pairs = followup_pairs(load_questions(SQUAD_QUESTIONS), 50, seed=0)
     assert len(pairs) == 50 and all(p["followup"] != p["original"] for p in pairs)
     assert all(p["unrelated_first"] and p["document"] for p in pairs)
+
+
+def test_a_description_sentence_carries_its_term_and_identifiers_stay_whole():
+    """In a definition list ("autovacuum_max_workers (integer)" over its description) each sentence of the
+    description holds the term's words too, so "The default is three." answers "What is the default value of
+    autovacuum_max_workers?" and not the same sentence of the setting above it; a snake_case name is matched
+    whole, not by its first five letters (every autovacuum_* setting shared the stem "autov")."""
+    from rag.answering.question import QuestionShape
+    from rag.core.text import stem
+    chunk = ("autovacuum_naptime (integer)\n\nSpecifies the minimum delay between autovacuum runs. The default is one "
+             "minute (1min).\n\nautovacuum_max_workers (integer)\n\nSpecifies the maximum number of autovacuum "
+             "processes. The default is three.")
+    sentences = candidate_sentences([chunk])
+    assert [s.term for s in sentences] == ["autovacuum_naptime"] * 3 + ["autovacuum_max_workers"] * 3
+    assert stem("autovacuum_max_workers") == "autovacuum_max_workers" and stem("Workers") == "worke"
+    scores = score_sentences(QuestionShape.of("What is the default value of autovacuum_max_workers?"),
+                             np.zeros(3, dtype=np.float32), sentences, None)
+    assert sentences[int(np.argmax(scores))].text == "The default is three."

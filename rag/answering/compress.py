@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from rag.answering.english import defines
-from rag.answering.evidence import answer_starts, commands_in
+from rag.answering.evidence import answer_starts, commands_in, term_of
 from rag.answering.question import QuestionShape
 from rag.answering.retrieval import Hit
 from rag.core.text import content_words, split_sentences, stem
@@ -63,6 +63,7 @@ class Sentence:
     text: str
     source: int  # 0-based index of the hit (chunk) it comes from
     position: int  # order inside that chunk
+    term: str = ""  # the option or setting a definition list names above it, whose description it is part of
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,15 @@ class Passage:
 
 
 def candidate_sentences(chunks: Sequence[str]) -> list[Sentence]:
-    return [Sentence(s, i, j) for i, chunk in enumerate(chunks) for j, s in enumerate(split_sentences(chunk))]
+    """Each chunk's sentences; one under a definition list's term line carries that term ("The default is 0.2."
+    under "autovacuum_vacuum_scale_factor (floating point)")."""
+    found = []
+    for i, chunk in enumerate(chunks):
+        term = ""
+        for j, text in enumerate(split_sentences(chunk)):
+            term = term_of(text) or term
+            found.append(Sentence(text, i, j, term))
+    return found
 
 
 def evidence_texts(hits: Sequence[Hit], subject: str | None) -> list[str]:
@@ -133,6 +142,12 @@ def score_sentences(question: QuestionShape, question_vector: np.ndarray, senten
                      for i, s in enumerate(sentences)], dtype=np.float32)
 
 
+def log_odds_scale(sentence_vectors: bool) -> float:
+    """What a ``score_sentences`` score is multiplied by to read as the fitted ranker's log-odds: 1 with sentence
+    vectors, else the fitted words weight per unit of ``LEXICAL_WEIGHT`` (the lexical score is mostly words)."""
+    return 1.0 if sentence_vectors else FITTED.words / LEXICAL_WEIGHT
+
+
 def _word_shares(question: QuestionShape, sentences: Sequence[Sentence],
                  history: str) -> tuple[list[float], Callable[[str], float]]:
     """The idf-weighted share of the question's word stems (and, at ``HISTORY_WEIGHT``, its earlier questions')
@@ -141,7 +156,9 @@ def _word_shares(question: QuestionShape, sentences: Sequence[Sentence],
     own = set(question.content_stems)
     earlier = {stem(w) for w in content_words(history)} - own
     wanted = own | earlier
-    held = [{stem(w) for w in content_words(s.text)} & wanted for s in sentences]
+    # A description's sentence holds its term's words too: "What is the default autovacuum_max_workers?" is
+    # answered by "The default is three." under the term line "autovacuum_max_workers (integer)".
+    held = [{stem(w) for w in content_words(f"{s.term} {s.text}")} & wanted for s in sentences]
     frequency = collections.Counter(w for words in held for w in words)
     weight = {w: math.log(1 + len(sentences) / (1 + frequency[w])) * (HISTORY_WEIGHT if w in earlier else 1.0)
               for w in wanted}
@@ -173,7 +190,7 @@ def select_passages(sentences: Sequence[Sentence], scores: np.ndarray, count_tok
             if not chosen:  # a single over-long best sentence: keep its head rather than nothing
                 head = _truncate(sentence.text, count_tokens, budget_tokens - LABEL_TOKENS)
                 if head:
-                    chosen.append(Sentence(head, sentence.source, sentence.position))
+                    chosen.append(dataclasses.replace(sentence, text=head))
                     used = count_tokens(head) + LABEL_TOKENS
             continue
         chosen.append(sentence)

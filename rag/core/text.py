@@ -43,8 +43,9 @@ def content_words(text: str) -> set[str]:
 
 def stem(word: str) -> str:
     """A crude stem for matching a question's words to a passage's ("married" ~ "marry", "solved" ~
-    "solve"): the first five letters, lower-cased."""
-    return word.lower()[:5]
+    "solve"): the first five letters, lower-cased. A snake_case name is an identifier, kept whole:
+    "autovacuum_max_workers" is not "autovacuum_naptime"."""
+    return word.lower() if "_" in word else word.lower()[:5]
 
 
 PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
