@@ -452,10 +452,10 @@ def test_answers_never_end_inside_a_technical_token_or_a_clause(generator):
 
 
 def test_fragment_checker_of_eval():
-    def result(answer: str, quote: str) -> AnswerResult:
+    def result(answer: str, quote: str, kind: str = "phrase") -> AnswerResult:
         return AnswerResult(question="q", answer=answer, abstained=False, abstain_reason=None, citations=[1],
                             evidence=[{"source": 1, "quote": quote, "start": 0, "end": len(quote)}], sources=[],
-                            context=[], model="m", finish_reason="stop", metrics={})
+                            context=[], model="m", finish_reason="stop", metrics={}, answer_kind=kind)
     from app.bench.evaluate import is_fragment
     import msgspec
     convert = lambda r: msgspec.convert(msgspec.to_builtins(r), AnswerResult)
@@ -463,7 +463,8 @@ def test_fragment_checker_of_eval():
     assert is_fragment("net", convert(result("net", "Set net.ifnames=0 there.")))
     assert is_fragment("each file that a user", convert(result("each file that a user", "each file that a user opens")))
     assert not is_fragment("/etc/rsyslog.conf", convert(result("/etc/rsyslog.conf", "Edit /etc/rsyslog.conf.")))
-    assert not is_fragment("No", convert(result("No", "Alcohol is never reimbursed.")))
+    assert not is_fragment("No", convert(result("No", "Alcohol is never reimbursed.", "yes_no")))
+    assert not is_fragment("Nein", convert(result("Nein", "Alkohol wird nie erstattet.", "yes_no")))
 
 
 def test_question_kinds_and_commands():

@@ -84,7 +84,8 @@ def test_the_question_language_is_named_and_the_refusal_speaks_it():
 def test_each_languages_rules_read_its_questions_and_leave_english_ones_alone():
     """rag/core/languages.toml: function words, question openers and capitalised nouns per language. On the
     1,854 English questions of the dev sets, squad2-dev and the off-topic list the question shapes did not change
-    (checked when the table was written); here a sample of each side."""
+    (checked when the table was written, and again when the yes/no rules of fr, es, it, pt and nl were: none of
+    the 1,799 dev and squad2-dev questions matches another language's opener); here a sample of each side."""
     assert not STOPWORDS & {"die", "man", "hat", "den", "son", "sin", "con", "come", "dove", "per", "pour", "plus",
                             "van", "door", "mit", "com", "von", "non", "un", "ai", "los", "os", "vi", "comment"}
     assert {"welche", "meinem", "quelle", "cómo", "dónde", "welke"} <= STOPWORDS
@@ -100,6 +101,14 @@ def test_each_languages_rules_read_its_questions_and_leave_english_ones_alone():
     assert shapes["Wo liegt die Konfigurationsdatei?"].place and shapes["Warum ist /etc/shadow nicht lesbar?"].explains
     assert shapes["Welche Datei regelt das?"].technical and shapes["Was Rollo a Viking?"].yes_no
     assert not shapes["Who was Rollo?"].howto and shapes["Who was Rollo?"].person
+    # Yes/no questions of each language, the inverted French verb and the Italian modal after the subject too; a
+    # question word before them asks for something else (each language's words, as all rules are read together).
+    yes_no = {q: QuestionShape.of(q).yes_no for q in (
+        "Müssen Passwörter mindestens 14 Zeichen lang sein?", "Les mots de passe doivent-ils être longs ?",
+        "¿Se pueden compartir las cuentas?", "Le password devono essere lunghe?", "As senhas devem ser longas?",
+        "Moeten wachtwoorden lang zijn?", "Dans quel fichier le mot de passe est-il stocké ?",
+        "Quale file deve essere modificato?", "Qual arquivo deve ser alterado?", "Combien de jours met-il ?")}
+    assert [q for q, asked in yes_no.items() if asked] == list(yes_no)[:6], yes_no
     # German writes every noun with a capital: the nouns of a German question name nothing it must find.
     assert nouns_capitalised("de") and not nouns_capitalised("en")
     question = "Welches Paket muss ich auf meinem Rechner für NetBIOS und /etc/samba installieren?"
@@ -150,7 +159,8 @@ def test_cross_language_recall_meets_the_bar(settings: Settings, gemma_dir: Path
 def test_a_german_question_over_english_pages_is_answered_and_a_german_refusal_is_german(
         settings: Settings, gemma: Embedder, generator, tmp_path: Path):
     """With the multilingual embedder, a German question over English policies gets the English sentence that
-    answers it, verbatim, as its quote; a German question the pages do not answer is refused in German."""
+    answers it, verbatim, as its quote ("Ja" or "Oui" to a yes/no question); a German question the pages do not
+    answer is refused in German."""
     local = settings.replace(home=tmp_path, embedder_dir=gemma.path)
     summary = ingest_paths([DATA / "policies" / "docs"], EmbeddedIndex(local.index_path()),
                            IngestParameters.from_settings(local, gemma))
@@ -164,6 +174,12 @@ def test_a_german_question_over_english_pages_is_answered_and_a_german_refusal_i
         quote = answered.evidence[0]
         source = next(s for s in answered.sources if s.number == quote.source)
         assert source.text[quote.start:quote.end] == quote.quote and "password" in quote.quote.lower(), answered
+        # A yes/no question is answered in its own language, the quote staying the document's words.
+        for question, yes in (("Müssen Passwörter mindestens 14 Zeichen lang sein?", "Ja"),
+                              ("Les mots de passe doivent-ils comporter au moins 14 caractères ?", "Oui")):
+            confirmed = service.ask(AnswerRequest(question=question, options=options))
+            assert confirmed.answer == yes and confirmed.answer_kind == "yes_no", confirmed
+            assert "14 characters" in confirmed.evidence[0].quote, confirmed
         refused = service.ask(AnswerRequest(question="Wie viele Urlaubstage bekommen Praktikanten auf dem Mond?",
                                             options=options))
         assert refused.abstained and refused.language == "de", refused

@@ -58,10 +58,22 @@ def without_labels(text: str) -> str:
     return " ".join(CITATION.sub(" ", text).split())
 
 
-def off_topic_questions() -> list[str]:
-    """General-knowledge questions no test corpus answers (kept beside this module)."""
-    lines = Path(__file__).with_name("offtopic_questions.txt").read_text(encoding="utf-8").splitlines()
+def off_topic_questions(language: str = "en") -> list[str]:
+    """General-knowledge questions no test corpus answers (kept beside this module), in ``language``: the same
+    questions, translated, in de, fr and es."""
+    name = "offtopic_questions.txt" if language == "en" else f"offtopic_questions.{language}.txt"
+    path = Path(__file__).with_name(name)
+    if not path.is_file():
+        raise BadRequestError(f"no off-topic questions in language {language!r}: leave out --off-topic or add {name}")
+    lines = path.read_text(encoding="utf-8").splitlines()
     return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def questions_language(questions: list[dict]) -> str:
+    """The language all ``questions`` are asked in (their ``language`` field), English where they say none or
+    are mixed."""
+    found = {q.get("language") or "en" for q in questions}
+    return found.pop() if len(found) == 1 else "en"
 
 
 # A gold answer this short or shorter ("-X", "128", "ro") must stand as a whole word: "x" is in most answers.
@@ -307,7 +319,7 @@ def is_fragment(answer: str, result: AnswerResult) -> bool:
     """A short answer that ends (or starts) inside a technical token of the quote it comes from ("/etc/rsyslog"
     of "/etc/rsyslog.conf", "net" of "net.ifnames=0") or ends inside a clause ("each file that a user", "If the
     Web can"). Answers made of whole cited sentences are never fragments."""
-    if CITATION.search(result.answer) or answer.strip() in ("Yes", "No"):
+    if CITATION.search(result.answer) or result.answer_kind == "yes_no":
         return False
     if dangles(answer):
         return True
@@ -399,7 +411,8 @@ def off_topic_report(service: AnswerService, questions: list[dict], top_k: int, 
     options = options_from(service.settings, top_k=top_k)
     on_topic = answerable(questions)
     refused_alone = refused_later = 0
-    off_topic = off_topic_questions()
+    # Asked in the language of the set's questions: a German set is checked with German off-topic questions.
+    off_topic = off_topic_questions(questions_language(questions))
     for question in off_topic:
         alone = service.ask(AnswerRequest(question=question, options=options, context=LOCAL))
         first, second = rng.sample(on_topic, 2)

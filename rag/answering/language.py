@@ -27,6 +27,12 @@ def refusal_message(language: str) -> str:
     return REPLIES.get(language, REPLIES[DEFAULT_LANGUAGE])["not_in_documents"]
 
 
+def yes_no_word(answer: str, language: str) -> str:
+    """A yes/no answer ("Yes" or "No", as decoded) in ``language``: "Ja" for a German question."""
+    replies = REPLIES.get(language, REPLIES[DEFAULT_LANGUAGE])
+    return str(replies.get("yes" if answer == "Yes" else "no", answer))
+
+
 def nouns_capitalised(language: str) -> bool:
     """Every noun of ``language`` starts with a capital (German): a capital then names nothing."""
     return bool(REPLIES.get(language, {}).get("nouns_capitalised", False))

@@ -31,7 +31,7 @@ from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, 
                                     defines_the_subject, enumeration, holds_the_asked_type, introduces_code, is_item,
                                     sentence_quote, short_answer_messages, term_of, yes_no_messages, yes_no_spans)
 from rag.answering.question import QuestionShape
-from rag.answering.language import DEFAULT_LANGUAGE, LanguageDetector, nouns_capitalised, refusal_message
+from rag.answering.language import DEFAULT_LANGUAGE, LanguageDetector, nouns_capitalised, refusal_message, yes_no_word
 from rag.answering.prompt import (ABSTENTION_MESSAGE, drop_repeated_tail, grounded_share, model_abstained, refers_back,
                                   resolve_elliptical, subject_questions)
 from rag.answering.result import AnswerResult, Evidence, Metrics, Source
@@ -516,6 +516,8 @@ class AnswerService:
         if abstained and reason != "empty_index":  # the refusal in the question's language
             answer = refusal_message(language)
         kind = answer_kind(prepared, answer, abstained)
+        if kind == "yes_no":  # "Ja" to a German question; the quote stays the document's words
+            answer = yes_no_word(answer, language)
         embed_ms, search_ms = (r.embed_ms, r.search_ms) if r is not None else (0.0, 0.0)
         gen_start_ms = embed_ms + search_ms + prepared.compress_ms
         metrics = Metrics(

@@ -3,11 +3,13 @@ question language and page language, same-language pairs and cross-language ones
 English pages only, an English one over the German pages only, ...).
 
     .venv/bin/python tools/languages/eval_languages.py [--pairs en:en,de:de,fr:fr,es:es,de:en,en:de,fr:en]
-        [--answers 0] [--json OUT.json] [--dump-dir DIR]
+        [--answers 0] [--off-topic] [--json OUT.json] [--dump-dir DIR]
 
 The embedder and generator are the settings' (RAG_EMBEDDER_DIR=models/embeddinggemma-300m-int8 for the
 multilingual one). Prints one row per pair: recall@5 (hybrid, dense, lexical), and with --answers N the answer
-hit, refusals of the unanswerable questions and false refusals.
+hit, refusals of the unanswerable questions and false refusals; with --off-topic too, the refusal of the 55
+general-knowledge questions in the question language (``app/bench/offtopic_questions*.txt``), alone and as the third
+turn of a conversation.
 """
 
 from __future__ import annotations
@@ -50,13 +52,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", default=DEFAULT_PAIRS, help="question:pages language pairs")
     parser.add_argument("--answers", type=int, default=0, help="answer this many questions of each kind per pair")
+    parser.add_argument("--off-topic", action="store_true",
+                        help="with --answers: also ask the off-topic questions in the question language")
     parser.add_argument("--json", type=Path, help="write every pair's report here")
     parser.add_argument("--dump-dir", type=Path, help="one answer dump per pair (JSONL) in this folder")
     args = parser.parse_args()
     settings = load_settings()
     reports = {}
     print(f"embedder {settings.embedder_path.name}, generator {settings.generator_path.name}")
-    print("pair   recall@5 dense  lexical | answer hit  refused (unanswerable)  false refusal")
+    print("pair   recall@5 dense  lexical | answer hit  refused (unanswerable)  false refusal"
+          + ("  | off-topic refused: alone  third turn" if args.off_topic else ""))
     for pair in args.pairs.split(","):
         question_language, page_language = pair.split(":")
         with tempfile.TemporaryDirectory(prefix="rag-languages-") as scratch:
@@ -67,13 +72,15 @@ def main() -> int:
             if dump:
                 dump.parent.mkdir(parents=True, exist_ok=True)
             report = evaluate(settings, questions, DATA / "docs" / page_language, None, 5, args.answers, 0,
-                              log=lambda *_: None, dump=dump, off_topic=False)
+                              log=lambda *_: None, dump=dump, off_topic=args.off_topic)
         reports[pair] = report
         line = (f"{question_language}>{page_language}  {report['recall@5']:.3f}    {report['recall@5_dense']:.3f}  "
                 f"{report['recall@5_lexical']:.3f}")
         if args.answers:
             line += (f"   | {report['gold_in_answer']:.3f}       {report['abstention_unanswerable']:.3f}"
                      f"                  {report['false_abstention']:.3f}")
+        if args.answers and args.off_topic:
+            line += f"          | {report['off_topic_refused_alone']:.3f}  {report['off_topic_refused_third_turn']:.3f}"
         print(line, flush=True)
     if args.json:
         args.json.write_text(json.dumps(reports, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
