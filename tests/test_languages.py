@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.bench.evaluate import evaluate
+from app.bench.evaluate import evaluate, off_topic_questions, questions_language
 from app.runtime import Models, answer_service
 from ingest.parameters import IngestParameters
 from ingest.pipeline import ingest_paths
@@ -27,6 +27,7 @@ from rag.answering.prompt import ABSTENTION_MESSAGE
 from rag.answering.question import QuestionShape
 from rag.core.text import STOPWORDS
 from rag.answering.service import AnswerRequest, options_from
+from rag.core.errors import BadRequestError
 from rag.core.settings import Settings
 from rag.embedder import Embedder
 from rag.store.embedded import EmbeddedIndex
@@ -227,3 +228,19 @@ def test_a_detector_that_cannot_load_takes_every_question_as_english():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["en", "en"], proc.stdout
     assert proc.stderr.count("language detection is off") == 1, proc.stderr
+
+
+def test_the_off_topic_questions_are_asked_in_the_sets_language():
+    """`rag eval` checks off-topic refusal with the general-knowledge list in the questions' language: the same 55
+    questions, translated, each read as that language by the detector (two short French ones aside, "Combien de
+    cordes a un violon ?"); a language without a list is a clear error, not English questions in disguise."""
+    detector = LanguageDetector()
+    english = off_topic_questions()
+    for language in ("de", "fr", "es"):
+        translated = off_topic_questions(language)
+        assert len(translated) == len(english) == 55
+        assert sum(detector.detect(q) == language for q in translated) >= 53, language
+    assert questions_language([{"language": "de"}, {"language": "de"}]) == "de"
+    assert questions_language([{"language": "de"}, {}]) == questions_language([{}]) == "en"
+    with pytest.raises(BadRequestError, match="offtopic_questions.ja.txt"):
+        off_topic_questions("ja")
