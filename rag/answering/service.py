@@ -52,7 +52,7 @@ EXPLANATION_SENTENCES = 2  # the evidence sentences an explain / describe / why 
 # them). Qwen2.5-Coder-0.5B, answer hit with 1 per rank (before) → this margin ×1 → ×2: dev set 52.7% → 53.0% →
 # 53.4%, squad2-dev seed 0 57.5% → 60.0% at ×2, the policies 86.4% → 90.9% (docs/performance.md).
 SENTENCE_MARGIN_PRIOR = 2.0
-CITATION_LABEL = re.compile(r"\[\d{1,2}\]$")  # subtracted from the answer starts of the n-th best sentence, times n
+CITATION_LABEL = re.compile(r"\[\d{1,2}\]$")  # an answer made of cited sentences ends with one
 
 
 @dataclass(frozen=True)
