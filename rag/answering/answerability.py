@@ -117,12 +117,9 @@ def lexical_signals(question: str, best: str, chunk: str, retrieved: Sequence[st
     its chunk, how many of the question's names the chunk and all retrieved chunks do not hold, and how close in
     meaning the best sentence and its chunk are to the question. ``across``: the question is in another language
     than the evidence, whose words it cannot cover (its coverage then counts as nothing)."""
-    if across:
-        return {"coverage_sentence": 0.0, "coverage_chunk": 0.0,
-                "names_missing": float(missing_names(question, " ".join(retrieved), False)),
-                "names_missing_chunk": float(missing_names(question, chunk, False)),
-                "best_dense": best_dense, "sentence_cosine": sentence_cosine}
-    return {"coverage_sentence": coverage(question, best), "coverage_chunk": coverage(question, chunk),
+    capitals = capitals and not across
+    return {"coverage_sentence": 0.0 if across else coverage(question, best),
+            "coverage_chunk": 0.0 if across else coverage(question, chunk),
             "names_missing": float(missing_names(question, " ".join(retrieved), capitals)),
             "names_missing_chunk": float(missing_names(question, chunk, capitals)),
             "best_dense": best_dense, "sentence_cosine": sentence_cosine}

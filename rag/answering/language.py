@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from types import MappingProxyType
+from typing import Any, Mapping
 
 from rag.core.text import LANGUAGE_RULES
 
@@ -23,14 +24,18 @@ DEFAULT_LANGUAGE = "en"
 MIN_PROBABILITY = 0.6
 
 
+def replies_in(language: str) -> Mapping[str, Any]:
+    """The service's own words in ``language``, English's where it has none."""
+    return REPLIES.get(language, REPLIES[DEFAULT_LANGUAGE])
+
+
 def refusal_message(language: str) -> str:
-    return REPLIES.get(language, REPLIES[DEFAULT_LANGUAGE])["not_in_documents"]
+    return replies_in(language)["not_in_documents"]
 
 
 def yes_no_word(answer: str, language: str) -> str:
     """A yes/no answer ("Yes" or "No", as decoded) in ``language``: "Ja" for a German question."""
-    replies = REPLIES.get(language, REPLIES[DEFAULT_LANGUAGE])
-    return str(replies.get("yes" if answer == "Yes" else "no", answer))
+    return str(replies_in(language).get("yes" if answer == "Yes" else "no", answer))
 
 
 def nouns_capitalised(language: str) -> bool:
