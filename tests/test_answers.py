@@ -473,6 +473,15 @@ def test_question_kinds_and_commands():
     assert not Q("Is it stable or testing?").yes_no and not Q("What is reimbursed?").yes_no
     assert Q("How do I purge removed packages?").howto and Q("Which option makes pg_dump compress?").howto
     assert not Q("How does the vacuum daemon work?").howto
+    # after what the asker says first: a leading clause, a statement
+    assert Q("If I track sid, do I still need the security line?").yes_no and Q("By default, does rsync …?").yes_no
+    assert Q("pg_hba.conf says md5 but the password is SCRAM. Will the login still work?").yes_no
+    assert Q("From a rescue CD, how do I install an old package?").howto
+    assert Q("Now about USB sticks: where does GNOME mount them?").place
+    assert Q("Con libpam-ldap en Debian, ¿en qué archivo se guarda la contraseña?").place
+    # ... but not a question word's own clause
+    assert not Q("How many problems, formerly believed hard, did Karp's paper address?").yes_no
+    assert not Q("Wie ändere ich, wie lange sudo sich mein Passwort merkt?").numeric
     assert commands_in('Use "sudo -H aptitude …" instead of "sudo aptitude …".') == ["sudo -H aptitude", "sudo aptitude"]
     assert commands_in("# dpkg --configure -a") == ["dpkg --configure -a"]
     assert commands_in("$ sudo systemctl stop exim4 $ sudo dpkg-reconfigure exim4-config") == [
