@@ -445,6 +445,14 @@ def test_answers_never_end_inside_a_technical_token_or_a_clause(generator):
     ends = span_ends(generator, "If the Web can not be reached you can set a proxy for each file that a user opens.",
                      "What can be set?")
     assert not any(e.split()[-1] in {"can", "that", "a", "each", "you", "If"} for e in ends), ends
+    # a token's closing "/" or "*" is part of it (not "http" of the URL); a path is new though it begins like the
+    # question's own
+    ends = span_ends(generator, 'Point your web browser to "http://localhost:631/" .', "Which URL opens CUPS?")
+    assert "http://localhost:631/" in ends and not {"http", "http://localhost:631"} & ends, ends
+    ends = span_ends(generator, 'Look for "/var/lib/dpkg/status-old" or "/var/backups/dpkg.status.*".',
+                     "Where is a backup copy of /var/lib/dpkg/status?")
+    assert {"/var/lib/dpkg/status-old", "/var/backups/dpkg.status.*"} <= ends, ends
+    assert "/var/backups/dpkg.status" not in ends
     # "IT" of "the IT Security team" is an acronym, not the pronoun: the answer may start there
     ends = span_ends(generator, "Contractors need the approval of the IT Security team before they get access.",
                      "Who approves access for contractors?")
@@ -461,6 +469,7 @@ def test_fragment_checker_of_eval():
     convert = lambda r: msgspec.convert(msgspec.to_builtins(r), AnswerResult)
     assert is_fragment("/etc/rsyslog", convert(result("/etc/rsyslog", "Edit /etc/rsyslog.conf now.")))
     assert is_fragment("net", convert(result("net", "Set net.ifnames=0 there.")))
+    assert is_fragment("http", convert(result("http", "Open http://localhost:631/ now.")))
     assert is_fragment("each file that a user", convert(result("each file that a user", "each file that a user opens")))
     assert not is_fragment("/etc/rsyslog.conf", convert(result("/etc/rsyslog.conf", "Edit /etc/rsyslog.conf.")))
     assert not is_fragment("No", convert(result("No", "Alcohol is never reimbursed.", "yes_no")))

@@ -93,6 +93,8 @@ WORD_BOUNDARY = re.compile(r"$|[\s,.;:!?)\]\"'”’]")
 # ends or starts at one of them when a letter or digit follows: not "/etc/rsyslog" of "/etc/rsyslog.conf".
 TOKEN_GLUE = "/.=:-_@~+"
 NUMBER_NEXT = re.compile(r"\s+\d")
+GLUED = re.compile(r"[" + re.escape(TOKEN_GLUE) + r"]*[^\W_]")
+TRAILING_GLUE = re.compile(r"(?:(?:/|\.?\*)+(?=$|[\s,;:!?)\]\"'”’]|\.(?!\w)))?")
 # Priors on where an answer starts, added to the model's logit of the span's first token (tuned on dev F1:
 # docs/benchmark-notes.md).
 TYPE_PRIOR = 3.0  # a year or month for "when", a capitalised word for "who", a place after "in/at" for "where"
@@ -205,7 +207,11 @@ def answer_starts(sentence: str, question: QuestionShape) -> list[int]:
     for i, match in enumerate(tokens):
         word = re.sub(r"\W", "", re.sub(r"['’]s\b", "", match.group().lower()))  # "Rollo's" is "Rollo"
         head = WORD_OR_NUMBER.search(match.group())  # "NTL" of "NTL:Telewest)"
-        if head and (head.group().lower() in asked or is_question_word(head.group(), asked_stems)):
+        # A technical token the question does not spell is new however it begins: "/var/lib/dpkg/status-old" for
+        # "Where is a backup copy of /var/lib/dpkg/status?"
+        token = match.group().strip("\"'“”‘’()[],;:")
+        new_token = bool(TECHNICAL_TOKEN.search(token)) and token.lower().rstrip(".") not in question.text.lower()
+        if head and not new_token and (head.group().lower() in asked or is_question_word(head.group(), asked_stems)):
             continue
         if i and inside_a_date(tokens[i - 1].group(), match.group()):  # "1998" of "1 October 1998"
             continue
@@ -304,7 +310,7 @@ def candidate_spans(sentence: str, question: QuestionShape, encode: Callable[[st
     for start in answer_starts(sentence, question):
         suffix = sentence[start:]
         tokens = tuple(int(t) for t in encode(suffix))[:limit]
-        ends, question_words, bonus = set(), 0, []
+        ends, question_words, bonus, apart = set(), 0, [], []
         # Inside quotes, the answer ends by the closing quote at the latest.
         closing = suffix.find(OPENING_QUOTES[sentence[start - 1]]) if start and sentence[start - 1] in OPENING_QUOTES \
             else -1
@@ -312,19 +318,23 @@ def candidate_spans(sentence: str, question: QuestionShape, encode: Callable[[st
             if 0 <= closing < word.end() - start:
                 break
             lowered = word.group().lower()
-            if i > 0 and is_question_word(lowered, asked):
+            # The last part of a technical token ("so" of "pam_wheel.so") is no word of its own (nor are the parts
+            # of "/var/lib/dpkg/status-old" the question's words when it asks about /var/lib/dpkg/status).
+            tail_of_token = glued(sentence[:word.start()][::-1])
+            if i > 0 and not tail_of_token and is_question_word(lowered, asked):
                 question_words += 1
                 if question_words > QUESTION_WORDS_IN_ANSWER:
                     break
             if glued(sentence[word.end():]):
                 continue  # inside a technical token: not "/etc/rsyslog" of "/etc/rsyslog.conf"
-            # The last part of a technical token ("so" of "pam_wheel.so") is no word of its own.
-            tail_of_token = glued(sentence[:word.start()][::-1])
             if not tail_of_token and (lowered in STOPWORDS or lowered in PREPOSITIONS or lowered in DANGLING_WORDS
                                       or lowered.endswith(("'s", "’s"))):
                 continue  # nor on a possessive: "one third of the world's"
-            # Past any closing brackets ("DTIME(f(n))").
+            # Past any closing brackets ("DTIME(f(n))") and a token's closing "/" or "*" ("http://localhost:631/",
+            # "/var/log/fsck/", "dpkg.status.*"), which no word ends with.
             end = word.end() + len(re.match(r"[)\]]*", sentence[word.end():]).group()) - start
+            token_end = TRAILING_GLUE.match(suffix[end:]).group()
+            end += len(token_end)
             if not balanced(suffix[:end]):  # never "DTIME(f(n", "Vic) is" nor "Mini), a router (Sky Q"
                 continue
             if not WORD_BOUNDARY.match(suffix[end:end + 1]) or glued(suffix[end:]):
@@ -342,16 +352,19 @@ def candidate_spans(sentence: str, question: QuestionShape, encode: Callable[[st
             if tokens[:len(head)] == head:
                 ends.add(len(head))
                 bonus.append((len(head), weights.bonus(suffix[:end], question)))
+            elif token_end:  # '/"' may be one token of the sentence: "http://localhost:631/" is then a span of its own
+                apart.append((head, weights.bonus(suffix[:end], question)))
+        prior = next((p for offset, p in priors.items() if offset >= start), 0.0)
         if ends:
-            prior = next((p for offset, p in priors.items() if offset >= start), 0.0)
             spans.append(TokenSpan(tokens, frozenset(ends), prior, tuple(bonus)))
+        spans.extend(TokenSpan(head, frozenset({len(head)}), prior, ((len(head), value),)) for head, value in apart)
     return spans
 
 
 def glued(text: str) -> bool:
     """``text`` (what follows an answer, or what precedes it, reversed) continues the token the answer is cut
-    from: a letter or digit at once, or a joining character (``TOKEN_GLUE``) followed by one."""
-    return bool(text) and (text[0].isalnum() or (text[0] in TOKEN_GLUE and len(text) > 1 and text[1].isalnum()))
+    from: a letter or digit at once, or joining characters (``TOKEN_GLUE``) followed by one ("://" of a URL)."""
+    return bool(GLUED.match(text))
 
 
 def cuts_a_clause(phrase: str, rest: str) -> bool:
