@@ -528,6 +528,10 @@ def test_list_questions_name_every_item():
     assert not Q("What does LVM need?").listing and not Q("Which file lists the sources?").listing
     assert enumeration('Temporary files in "/tmp", "/var/lock", and "/var/run" are cleaned.') == \
         '"/tmp", "/var/lock", and "/var/run"'
+    # unquoted: three or more paths in a row (not names); after a preposition, the question still asks for several
+    assert enumeration("Skip the contents of /proc, /sys, /tmp, and /run (see below).") == "/proc, /sys, /tmp, and /run"
+    assert enumeration("Bacula, Amanda, and BackupPC are backup suites.") is None
+    assert Q("In which directories can root drop maintenance scripts?").listing
     chunk = ("To keep people out, you need to make following actions.\n\nPrevent physical access to the disk\n\n"
              "Lock the boot loader\n\nSet a password for GRUB\n\nWith physical access, resetting it is easy.")
     sentences = candidate_sentences([chunk])

@@ -57,7 +57,8 @@ HOWTO_QUESTION = asked(
     r"(?:what|which) (?:[\w.-]+ )?(?:commands?|options?|lines?|settings?|parameters?|directives?|flags?|"
     r"switch(?:es)?|variables?)\b", "howto")
 # "Which directories get cleaned at boot?", "What risks do I take …?": the answer names every item.
-LIST_QUESTION = re.compile(r"(?i)^\s*(?:which|what)\s+(?:[\w-]+\s+){0,2}?([a-z][\w-]*[^s\W]s)\b"
+LIST_QUESTION = re.compile(r"(?i)^\s*(?:(?:in|on|from|for|with|at|by|into|under)\s+)?(?:which|what)\s+"
+                           r"(?:[\w-]+\s+){0,2}?([a-z][\w-]*[^s\W]s)\b"
                            r"(?!\s+(?:is|was|does|has|the|a|an|my|your|its|their|this|that|these|those)\b)")
 NOT_PLURALS = frozenset("does has was is this its yes us thus".split())
 # "What should I do to …?": answered with the steps the documentation lists.

@@ -79,6 +79,12 @@ COMMAND_TOKENS = 64  # the longest command offered as an answer (a longer one is
 COMMAND_RANK_PRIOR = 1.0
 # Two or more quoted items in a row ("/tmp", "/var/lock", and "/var/run"): the enumeration is the answer.
 QUOTED_ENUMERATION = re.compile(r'"[^"]{1,80}"(?:\s*,\s*(?:and\s+|or\s+)?"[^"]{1,80}"|\s+(?:and|or)\s+"[^"]{1,80}")+')
+# Three or more paths in a row, unquoted: "/proc, /sys, /tmp, and /run". Not names: "Universal, Warner Brothers,
+# and Sony" answered "Which company owns ABC?" (its "owns" read as a plural) on squad2-dev, and "Connell, Dane
+# Reynolds, and Chris Ward" lost "Shaun White".
+ENUMERATED_PATH = r"[/~$][\w./~$*-]+"
+PATH_ENUMERATION = re.compile(rf"(?<![\w/]){ENUMERATED_PATH}(?:,\s+{ENUMERATED_PATH})+,?\s+(?:and|or)\s+"
+                              rf"{ENUMERATED_PATH}(?![\w/])")
 LIST_ITEMS = 8  # the most items a list answer names
 ITEM_WORDS = 16  # a line longer than this is prose, not an item
 OPENING_QUOTES = {'"': '"', "“": "”", "‘": "’"}  # an opening quote and the one that closes it
@@ -157,8 +163,9 @@ def command_spans(commands: Sequence[tuple[int, str]], encode: Callable[[str], n
 
 
 def enumeration(sentence: str) -> str | None:
-    """The quoted items a sentence lists, as it spells them ('"/tmp", "/var/lock", and "/var/run"'), or None."""
-    found = QUOTED_ENUMERATION.search(sentence)
+    """The items a sentence lists, as it spells them: quoted ('"/tmp", "/var/lock", and "/var/run"'), or three or
+    more paths ("/proc, /sys, /tmp, and /run"); else None."""
+    found = QUOTED_ENUMERATION.search(sentence) or PATH_ENUMERATION.search(sentence)
     return found.group() if found else None
 
 
