@@ -209,6 +209,7 @@ def answer_starts(sentence: str, question: QuestionShape) -> list[int]:
     # The question's own one-letter words too: not "Q" of "Sky Q" for "What is the name of Sky Q's router?"
     asked, asked_stems = question.words, question.word_stems
     numeric, timing, counting = question.numeric, question.timing, question.counting
+    spelt = question.text.lower()
     starts = []
     tokens = list(re.finditer(r"\S+", sentence))
     for i, match in enumerate(tokens):
@@ -216,10 +217,10 @@ def answer_starts(sentence: str, question: QuestionShape) -> list[int]:
         head = WORD_OR_NUMBER.search(match.group())  # "NTL" of "NTL:Telewest)"
         # A technical token the question does not spell is new however it begins: "/var/lib/dpkg/status-old" for
         # "Where is a backup copy of /var/lib/dpkg/status?"
-        token = match.group().strip("\"'“”‘’()[],;:")
-        new_token = bool(TECHNICAL_TOKEN.search(token)) and token.lower().rstrip(".") not in question.text.lower()
-        if head and not new_token and (head.group().lower() in asked or is_question_word(head.group(), asked_stems)):
-            continue
+        if head and (head.group().lower() in asked or is_question_word(head.group(), asked_stems)):
+            token = match.group().strip("\"'“”‘’()[],;:")
+            if not TECHNICAL_TOKEN.search(token) or token.lower().rstrip(".") in spelt:
+                continue
         if i and inside_a_date(tokens[i - 1].group(), match.group()):  # "1998" of "1 October 1998"
             continue
         # "after completing the probation", "on the end date of the contract" answer "when" (not "on 1 May":
