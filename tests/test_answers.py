@@ -266,6 +266,11 @@ def test_question_shapes():
     assert not refers_back("What is the boiling point of mercury?") and not refers_back("Who discovered penicillin?")
     assert not refers_back("How many continents are there?") and refers_back("Why?")
     assert not refers_back("Who won the 2018 FIFA World Cup?")
+    # "that" standing for what was said before, not a relative or a conjunction (dev set follow-ups, squad2-dev)
+    assert refers_back("What does that do to the history?") and refers_back("Which lock does that one take?")
+    assert refers_back("How do I get rid of the control characters in that recording?")
+    assert not refers_back("Which file is the one that sets the hostname?")
+    assert not refers_back("How is one way that one should not view non-determinism?")
 
 
 def test_squad_scoring():
@@ -511,6 +516,17 @@ def test_followups_resolve_against_the_most_recent_subject():
         "Where is Victoria?", "When was it first settled?")
     ten = [f"Question {i} about topic {i}?" for i in range(9)] + ["Who approves VPN access for contractors?"]
     assert subject_questions(ten) == ("Who approves VPN access for contractors?",)
+
+
+def test_a_follow_ups_answer_names_nothing_its_earlier_questions_named():
+    sentence = "A lock that conflicts with the SHARE UPDATE EXCLUSIVE lock held by autovacuum interrupts it."
+    follow_up = QuestionShape.of("Which lock does that one take on the table?")
+    starting = {sentence[i:].split()[0] for i in answer_starts(sentence, follow_up)}
+    assert "autovacuum" in starting and "SHARE" in starting
+    earlier = ("What does VACUUM do in PostgreSQL?", "Does autovacuum ever run VACUUM FULL?")
+    starting = {sentence[i:].split()[0] for i in answer_starts(sentence, follow_up.with_earlier(earlier))}
+    assert "autovacuum" not in starting and "SHARE" in starting
+    assert follow_up.with_earlier(()) is follow_up
 
 
 def test_a_technical_token_ending_in_a_short_word_is_whole(generator):

@@ -96,6 +96,16 @@ def test_follow_ups_read_against_the_most_recent_subject(policies: AnswerService
     assert "expires automatically on the end date of the contract" in result.evidence[0].quote
 
 
+def test_a_follow_up_is_tied_to_the_evidence_by_the_words_of_the_questions_it_refers_back_to(
+        policies: AnswerService):
+    # "Who gets them then?" says nothing the hardware-key sentence says: the earlier question does. Alone, such a
+    # question is refused; before, a follow-up was too (dev set: 5 of 22 follow-ups, "What should I use for it then?").
+    result = ask(policies, "Are hardware security keys issued to every employee?", "Who gets them then?")
+    assert not result.abstained, result.abstain_reason
+    assert any("issued to administrators" in quote.quote for quote in result.evidence), result.evidence
+    assert ask(policies, "Who gets them then?").abstained
+
+
 def test_typed_eval_reports_per_type_and_the_refusal_curve(settings: Settings, tmp_path: Path):
     report = evaluate(settings, POLICIES / "questions.jsonl", POLICIES / "docs", None, 5, 100, 0,
                       log=lambda *a, **k: None, off_topic=False)

@@ -147,7 +147,11 @@ def defines(subject: str, sentence: str) -> bool:
 # earlier, "there" at the end, or an opening "and / what about"; very short questions ("And in 1900?") too.
 REFERS_BACK = re.compile(
     r"(?i)\b(?:it|its|they|them|their|theirs|he|him|his|she|her|hers|this|these|those|the same|former|latter)\b|"
-    r"\b(?:in|from|to|at|near) there\b|^\s*(?:and|but|also|so|what about|how about)\b")
+    r"\b(?:in|from|to|at|near) there\b|^\s*(?:and|but|also|so|what about|how about)\b|"
+    # "that" standing for something said before: "What does that do …?", "in that recording", "that one"; not a
+    # relative or a conjunction ("the file that sets …", "Is it true that …?").
+    r"\b(?:do|does|is|was|about|after|before|for|from|in|into|of|on|than|to|with|without) that\b|"
+    r"\bthat (?:one|ones)\b(?!\s+(?:should|must|can|could|would|will|may|might|is|was|does|did|has)\b)")
 # "it" standing for nothing: "How long does it take …?", "Is it possible to …?", "it is …".
 EXPLETIVE_IT = re.compile(r"(?i)\b(?:does|did|will|would|can|could|should)\s+it\s+(?:take|takes|took|cost|costs|mean|matter)\b|"
                           r"\bis\s+it\s+(?:possible|necessary|true|safe|ok|okay|allowed|better|worth|wise|a good idea)\b|"

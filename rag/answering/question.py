@@ -8,7 +8,7 @@ may start, whether a sentence holds the type asked for) and ``service`` (which a
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rag.answering import english
 from rag.core.text import STOPWORDS, content_words, stem
@@ -50,6 +50,15 @@ class QuestionShape:
             explains=bool(english.EXPLANATORY_QUESTION.match(question)), subject=definition_subject(question),
             words=frozenset(words), word_stems=frozenset(stem(w) for w in words),
             content_stems=frozenset(stem(w) for w in content_words(question)))
+
+    def with_earlier(self, earlier: tuple[str, ...]) -> "QuestionShape":
+        """A follow-up's shape whose words include those of the earlier questions it refers back to: its answer
+        is no more something they named than something it names ("autovacuum" for "Which lock does that one
+        take?" after "Does autovacuum ever run VACUUM FULL?")."""
+        if not earlier:
+            return self
+        words = set().union(*(content_words(q) for q in earlier))
+        return replace(self, words=self.words | words, word_stems=self.word_stems | {stem(w) for w in words})
 
     @property
     def counting(self) -> bool:

@@ -323,20 +323,24 @@ class AnswerService:
                                  dense_gaps(retrieval.hits))
         passages = select_passages(sentences, scores, self.generator.count_tokens, options.context_tokens)
         order = [int(i) for i in np.argsort(-scores, kind="stable")]
-        if order and not across and not shares_a_word(question, sentences[order[0]].text):
+        # A follow-up's telling words include those of the questions it refers back to ("What should I use for
+        # it then?" after "Is aptitude the recommended tool for a release-to-release upgrade …?").
+        asked = " ".join((question, *history))
+        if order and not across and not shares_a_word(asked, sentences[order[0]].text):
             # The fitted ranker's cosine may put first a sentence holding no telling word of the question, which
             # the rule below refuses: the second and third lead instead where they hold one ("How do I book a
             # hotel for a business trip?" over the travel policy) and, for a number asked for, every one (not
             # "eight" universities for "How many people live in Melbourne?"). Not further down: "What is the
             # smallest prime number?" over squad2-dev's article on complexity would be answered from its fourth.
-            lead = [i for i in order[1:3] if shares_a_word(question, sentences[i].text)
+            lead = [i for i in order[1:3] if shares_a_word(asked, sentences[i].text)
                     and (not shape.numeric or telling_words(question) <= stems(sentences[i].text))]
             order = [*lead, *(i for i in order if i not in lead)]
         ranked = tuple((sentences[i].source + 1, sentences[i].text) for i in order[:8])
         best = ranked[0][1] if ranked else None
-        if best and not across and not shares_a_word(question, best):
-            # Evidence that says nothing the question itself asks about: found through the conversation only
-            # ("How long does it take light from the Sun to reach Earth?" after questions on the documents), or
+        if best and not across and not shares_a_word(asked, best):
+            # Evidence that says nothing the question (or, for a follow-up, the questions it refers back to) asks
+            # about: found through the conversation only ("How long does it take light from the Sun to reach
+            # Earth?" after questions on the documents), or
             # the best of unrelated sentences ("What is the freezing point of water in Fahrenheit?" was answered
             # "The state symbols include the pink heath"); on the dev dumps it changed no other answer.
             return PreparedAnswer(request, shape, retrieval, passages, None, started,
@@ -392,7 +396,8 @@ class AnswerService:
             score_of = {sentences[i].text: float(scores[i]) * units for i in reversed(order)}
             spans = [dataclasses.replace(span, prior=span.prior - SENTENCE_MARGIN_PRIOR * max(0.0, score_of[best]
                                                                                            - score_of[text]))
-                     for text in chosen for span in candidate_spans(text, shape, self.generator.encode)]
+                     for text in chosen for span in candidate_spans(text, shape.with_earlier(history),
+                                                                    self.generator.encode)]
             # Declining is not offered as a span (the small model then declined 38% of answerable dev questions,
             # 10% without); it is measured (``decline``) for the answerability decision.
             sampling = dataclasses.replace(sampling, spans=tuple(spans),
