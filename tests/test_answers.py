@@ -518,6 +518,14 @@ def test_followups_resolve_against_the_most_recent_subject():
     assert subject_questions(ten) == ("Who approves VPN access for contractors?",)
 
 
+def test_an_explanation_says_a_sentence_two_passages_hold_once():
+    from rag.answering.compress import distinct_sentences
+    said = 'Set "SMTP relay host (blank for none):" to "[smtp.hostname.dom]:587".'
+    ranked = ((2, said), (1, said), (4, "Set the smarthost to smtp.hostname.dom:587."), (1, "Restart postfix."))
+    assert distinct_sentences(ranked, 2) == [(2, said), (4, "Set the smarthost to smtp.hostname.dom:587.")]
+    assert distinct_sentences(ranked, 5) == [ranked[0], ranked[2], ranked[3]]
+
+
 def test_a_follow_ups_answer_names_nothing_its_earlier_questions_named():
     sentence = "A lock that conflicts with the SHARE UPDATE EXCLUSIVE lock held by autovacuum interrupts it."
     follow_up = QuestionShape.of("Which lock does that one take on the table?")

@@ -87,6 +87,14 @@ def candidate_sentences(chunks: Sequence[str]) -> list[Sentence]:
     return found
 
 
+def distinct_sentences(ranked: Sequence[tuple[int, str]], limit: int) -> list[tuple[int, str]]:
+    """The first ``limit`` of the ranked (source, sentence) pairs, a sentence two passages both hold (overlapping
+    chunks, a repeated paragraph) only once, with its first source: a why answer once said the same sentence
+    twice, cited [2] and [1]."""
+    return [(source, text) for i, (source, text) in enumerate(ranked)
+            if all(text != earlier for _, earlier in ranked[:i])][:limit]
+
+
 def evidence_texts(hits: Sequence[Hit], subject: str | None) -> list[str]:
     """What each retrieved passage may give as evidence: its whole text where its cosine is within
     ``TRUSTED_DENSE_MARGIN`` of the best one's, else only its sentences that say what a definition question's

@@ -24,8 +24,8 @@ from rag.reranker import KeepOrder, Reranker
 from rag.store import Store
 from rag.answering.answerability import (WEIGHTS, answerable_score, lexical_signals, profile_for, searchable_words,
                                          shares_a_word, stems, technical_word, telling_words, unknown_signals)
-from rag.answering.compress import (Passage, Sentence, candidate_sentences, dense_gaps, evidence_texts,
-                                    log_odds_scale, score_sentences, select_passages)
+from rag.answering.compress import (Passage, Sentence, candidate_sentences, dense_gaps, distinct_sentences,
+                                    evidence_texts, log_odds_scale, score_sentences, select_passages)
 from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, SPAN_WEIGHTS, Quote, align,
                                     align_part, candidate_spans, clean_reply, command_spans, commands_in, cut_cleanly,
                                     defines_the_subject, enumeration, holds_the_asked_type, introduces_code, is_item,
@@ -498,7 +498,7 @@ class AnswerService:
             answer, abstained, reason = "; ".join(phrase for _, _, phrase in prepared.items), False, None
             finish_reason = "stop"
         elif prepared.explanatory:
-            picked = prepared.ranked[:EXPLANATION_SENTENCES]
+            picked = distinct_sentences(prepared.ranked, EXPLANATION_SENTENCES)
             quotes = [q for q in (self._quote(r, n, text) for n, text in picked) if q is not None]
             answer, abstained, reason = " ".join(f"{q.quote} [{q.source}]" for q in quotes), False, None
             finish_reason = "stop"
