@@ -492,6 +492,7 @@ def test_question_kinds_and_commands():
     assert Q("pg_hba.conf says md5 but the password is SCRAM. Will the login still work?").yes_no
     assert Q("From a rescue CD, how do I install an old package?").howto
     assert Q("Now about USB sticks: where does GNOME mount them?").place
+    assert Q("A dpkg -i failed half-way; how do I configure the partially installed packages?").howto
     assert Q("Con libpam-ldap en Debian, ¿en qué archivo se guarda la contraseña?").place
     # ... but not a question word's own clause
     assert not Q("How many problems, formerly believed hard, did Karp's paper address?").yes_no

@@ -14,14 +14,14 @@ from rag.core.text import LANGUAGE_RULES, MONTHS
 
 
 # What may stand before a question's opener: what the asker says first ("pg_hba.conf says md5. Will the login still
-# work?"), then one or two leading clauses or phrases, each ended by a comma or a colon ("If I track sid, do I …?",
+# work?", "A dpkg -i failed half-way; how do I …?"), then one or two leading clauses or phrases, each ended by a comma or a colon ("If I track sid, do I …?",
 # "By default, does rsync …?", "Now about USB sticks: where …?"); not a clause that itself opens with a question
 # word, in any language ("How many problems, formerly believed …, did Karp's paper address?" asks a number; "Wie
 # ändere ich, wie lange …?" a way).
 OPENER_PATTERNS = [r"(?:how|what|which|who|whom|whose|where|when|why)\b",
                    *(pattern for rules in LANGUAGE_RULES.values()
                      for key, pattern in rules.get("questions", {}).items() if key != "technical_nouns")]
-LEADING_CLAUSES = r"(?:[^?]*?[.!]\s+)?(?:(?!" + "|".join(OPENER_PATTERNS) + r")[^,:;?]{1,80}[,:]\s+){0,2}?"
+LEADING_CLAUSES = r"(?:[^?]*?[.!;]\s+)?(?:(?!" + "|".join(OPENER_PATTERNS) + r")[^,:;?]{1,80}[,:]\s+){0,2}?"
 
 
 def asked(english: str, key: str) -> re.Pattern[str]:
