@@ -487,6 +487,8 @@ def test_question_kinds_and_commands():
     assert not Q("Is it stable or testing?").yes_no and not Q("What is reimbursed?").yes_no
     assert Q("How do I purge removed packages?").howto and Q("Which option makes pg_dump compress?").howto
     assert not Q("How does the vacuum daemon work?").howto
+    assert Q("What is the basic command to dump a database into a file?").howto
+    assert not Q("What is the 127.0.1.1 line in /etc/hosts for?").howto
     # after what the asker says first: a leading clause, a statement
     assert Q("If I track sid, do I still need the security line?").yes_no and Q("By default, does rsync …?").yes_no
     assert Q("pg_hba.conf says md5 but the password is SCRAM. Will the login still work?").yes_no

@@ -54,7 +54,7 @@ YES_NO_QUESTION = asked(
 # path or configuration line the documentation shows, verbatim.
 HOWTO_QUESTION = asked(
     r"how (?:do|can|could|should|would|might|may|must) (?:i|you|we|one)\b|how to\b|"
-    r"(?:what|which) (?:[\w.-]+ )?(?:commands?|options?|lines?|settings?|parameters?|directives?|flags?|"
+    r"what (?:is|are) the (?:[\w-]+ )?commands?\b|(?:what|which) (?:[\w.-]+ )?(?:commands?|options?|lines?|settings?|parameters?|directives?|flags?|"
     r"switch(?:es)?|variables?)\b", "howto")
 # "Which directories get cleaned at boot?", "What risks do I take …?": the answer names every item.
 LIST_QUESTION = re.compile(r"(?i)^\s*(?:(?:in|on|from|for|with|at|by|into|under)\s+)?(?:which|what)\s+"
