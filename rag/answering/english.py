@@ -14,10 +14,10 @@ from rag.core.text import LANGUAGE_RULES, MONTHS
 
 
 # What may stand before a question's opener: what the asker says first ("pg_hba.conf says md5. Will the login still
-# work?", "A dpkg -i failed half-way; how do I …?"), then one or two leading clauses or phrases, each ended by a comma or a colon ("If I track sid, do I …?",
-# "By default, does rsync …?", "Now about USB sticks: where …?"); not a clause that itself opens with a question
-# word, in any language ("How many problems, formerly believed …, did Karp's paper address?" asks a number; "Wie
-# ändere ich, wie lange …?" a way).
+# work?", "A dpkg -i failed half-way; how do I …?"), then one or two leading clauses or phrases, each ended by a comma
+# or a colon ("If I track sid, do I …?", "By default, does rsync …?", "Now about USB sticks: where …?"); not a clause
+# that itself opens with a question word, in any language ("How many problems, formerly believed …, did Karp's paper
+# address?" asks a number; "Wie ändere ich, wie lange …?" a way).
 OPENER_PATTERNS = [r"(?:how|what|which|who|whom|whose|where|when|why)\b",
                    *(pattern for rules in LANGUAGE_RULES.values()
                      for key, pattern in rules.get("questions", {}).items() if key != "technical_nouns")]
@@ -54,7 +54,8 @@ YES_NO_QUESTION = asked(
 # path or configuration line the documentation shows, verbatim.
 HOWTO_QUESTION = asked(
     r"how (?:do|can|could|should|would|might|may|must) (?:i|you|we|one)\b|how to\b|"
-    r"what (?:is|are) the (?:[\w-]+ )?commands?\b|(?:what|which) (?:[\w.-]+ )?(?:commands?|options?|lines?|settings?|parameters?|directives?|flags?|"
+    r"what (?:is|are) the (?:[\w-]+ )?commands?\b|"
+    r"(?:what|which) (?:[\w.-]+ )?(?:commands?|options?|lines?|settings?|parameters?|directives?|flags?|"
     r"switch(?:es)?|variables?)\b", "howto")
 # "Which directories get cleaned at boot?", "What risks do I take …?": the answer names every item.
 LIST_QUESTION = re.compile(r"(?i)^\s*(?:(?:in|on|from|for|with|at|by|into|under)\s+)?(?:which|what)\s+"

@@ -340,9 +340,9 @@ class AnswerService:
         if best and not across and not shares_a_word(asked, best):
             # Evidence that says nothing the question (or, for a follow-up, the questions it refers back to) asks
             # about: found through the conversation only ("How long does it take light from the Sun to reach
-            # Earth?" after questions on the documents), or
-            # the best of unrelated sentences ("What is the freezing point of water in Fahrenheit?" was answered
-            # "The state symbols include the pink heath"); on the dev dumps it changed no other answer.
+            # Earth?" after questions on the documents), or the best of unrelated sentences ("What is the freezing
+            # point of water in Fahrenheit?" was answered "The state symbols include the pink heath"); on the dev
+            # dumps it changed no other answer.
             return PreparedAnswer(request, shape, retrieval, passages, None, started,
                                   (time.perf_counter() - t0) * 1000, options.sampling)
         commands = commands_for(sentences, order, shape)
