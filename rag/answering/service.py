@@ -394,10 +394,10 @@ class AnswerService:
                                                                  history))
             units = log_odds_scale(vectors is not None)
             score_of = {sentences[i].text: float(scores[i]) * units for i in reversed(order)}
+            span_shape = shape.with_earlier(tuple(history))
             spans = [dataclasses.replace(span, prior=span.prior - SENTENCE_MARGIN_PRIOR * max(0.0, score_of[best]
                                                                                            - score_of[text]))
-                     for text in chosen for span in candidate_spans(text, shape.with_earlier(history),
-                                                                    self.generator.encode)]
+                     for text in chosen for span in candidate_spans(text, span_shape, self.generator.encode)]
             # Declining is not offered as a span (the small model then declined 38% of answerable dev questions,
             # 10% without); it is measured (``decline``) for the answerability decision.
             sampling = dataclasses.replace(sampling, spans=tuple(spans),
