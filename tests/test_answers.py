@@ -508,6 +508,27 @@ def test_question_kinds_and_commands():
     assert commands_in('Melbourne is described as the "sporting capital of Australia".') == []
 
 
+def test_a_program_asked_for_is_named_not_a_path_an_option_or_a_url():
+    from rag.answering.compress import Sentence
+    from rag.answering.service import commands_for
+    asked = Q("Which command shows the UUID of a block device?")
+    assert asked.command and Q("Which package provides the lpr command?").command
+    assert not Q("Which file do I list the APT lines in?").command and not Q("How do I mount an ISO image?").command
+    sentences = [Sentence('mount(8) with "-U" option can mount a block device using UUID, instead of using its file '
+                          'name such as "/dev/sda3".', 0, 0),
+                 Sentence("You can probe UUID of a block special device with blkid(8).", 0, 1)]
+    assert [command for command, _, _ in commands_for(sentences, [0, 1], asked)] == ["mount(8)", "blkid(8)"]
+    # any other how-to question keeps the option and the path the sentence quotes, and names no manual page
+    assert [command for command, _, _ in commands_for(sentences, [0, 1], Q("How do I mount by UUID?"))] == [
+        "-U", "/dev/sda3"]
+    see = 'See documentations at http://www.netfilter.org/documentation/ (or in "/usr/share/doc/iptables/html/").'
+    starts = [see[i:].split()[0] for i in answer_starts(see, Q("Which commands save the netfilter rules?"))]
+    assert starts and not any(word.startswith(("http", "/", '"/')) for word in starts)
+    reportbug = "When you file a bug report, please use reportbug(1) command."
+    priors = start_priors(reportbug, Q("Which command should I use to file a Debian bug report?"))
+    assert max(priors, key=priors.get) == reportbug.index("reportbug")
+
+
 def test_followups_resolve_against_the_most_recent_subject():
     from rag.answering.prompt import resolve_elliptical, subject_questions
     rate = "What is the maximum hotel rate per night in London?"

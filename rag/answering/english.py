@@ -57,6 +57,12 @@ HOWTO_QUESTION = asked(
     r"what (?:is|are) the (?:[\w-]+ )?commands?\b|"
     r"(?:what|which) (?:[\w.-]+ )?(?:commands?|options?|lines?|settings?|parameters?|directives?|flags?|"
     r"switch(?:es)?|variables?)\b", "howto")
+# "Which command shows the UUID of a block device?", "Which package provides lpr?": a program is asked for, and a
+# path, an option or a URL (``NOT_A_PROGRAM``) is none; its manual page names one ("blkid(8)").
+COMMAND_QUESTION = asked(r"(?:what|which) (?:[\w.-]+ )?(?:commands?|tools?|programs?|utilit(?:y|ies)|packages?|"
+                         r"daemons?)\b", "command")
+NOT_A_PROGRAM = re.compile(r"^[\"'“‘(]*(?:~?/|-{1,2}\w|[a-z][a-z0-9+.-]*://)")
+MAN_PAGE = re.compile(r"[\w.+-]+\(\d\w*\)")
 # "Which directories get cleaned at boot?", "What risks do I take …?": the answer names every item.
 LIST_QUESTION = re.compile(r"(?i)^\s*(?:(?:in|on|from|for|with|at|by|into|under)\s+)?(?:which|what)\s+"
                            r"(?:[\w-]+\s+){0,2}?([a-z][\w-]*[^s\W]s)\b"

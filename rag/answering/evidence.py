@@ -18,9 +18,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from rag.answering.english import (ARTICLE_NEXT, ARTICLES, CLAUSE_END, CLAUSE_INSIDE, CLAUSE_OPENERS,
-                                   DANGLING_WORDS, defines, INTRODUCES, MAGNITUDE_NEXT, MONTH, NEGATION, NUMERIC_START,
-                                   ORDINAL_DATE_NEXT, PLACE_PREPOSITIONS, PREPOSITIONS, RUNS_A_COMMAND,
-                                   TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE, YEAR_OR_MONTH)
+                                   DANGLING_WORDS, defines, INTRODUCES, MAGNITUDE_NEXT, MAN_PAGE, MONTH, NEGATION,
+                                   NOT_A_PROGRAM, NUMERIC_START, ORDINAL_DATE_NEXT, PLACE_PREPOSITIONS, PREPOSITIONS,
+                                   RUNS_A_COMMAND, TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE,
+                                   YEAR_OR_MONTH)
 from rag.answering.question import QuestionShape
 from rag.core.text import STOPWORDS, content_words, stem
 from rag.generation.logits import SpanSearch, TokenSpan
@@ -103,7 +104,9 @@ GLUED = re.compile(r"[" + re.escape(TOKEN_GLUE) + r"]*[^\W_]")
 TRAILING_GLUE = re.compile(r"(?:(?:/|\.?\*)+(?=$|[\s,;:!?)\]\"'”’]|\.(?!\w)))?")
 # Priors on where an answer starts, added to the model's logit of the span's first token (tuned on dev F1:
 # docs/benchmark-notes.md).
-TYPE_PRIOR = 3.0  # a year or month for "when", a capitalised word for "who", a place after "in/at" for "where"
+# A year or month for "when", a capitalised word for "who", a place after "in/at" for "where", a program's manual
+# page ("blkid(8)") for "which command".
+TYPE_PRIOR = 3.0
 DISTANCE_PRIOR = 2.0  # times log(1 + words to the nearest of the question's words)
 # An answer may hold two of the question's words ("Latin monastery at Sant'Eufemia" for "What monastery…"),
 # not run on through a third (clause copies).
@@ -138,6 +141,11 @@ def commands_in(sentence: str) -> list[str]:
                     and RUNS_A_COMMAND.search(sentence)):
             found.append(text)
     return found
+
+
+def programs_in(sentence: str) -> list[str]:
+    """The programs ``sentence`` names by their manual pages: "lsmod(8)" of "The lsmod(8) program formats …"."""
+    return MAN_PAGE.findall(sentence)
 
 
 def term_of(line: str) -> str | None:
@@ -223,6 +231,8 @@ def answer_starts(sentence: str, question: QuestionShape) -> list[int]:
                 continue
         if i and inside_a_date(tokens[i - 1].group(), match.group()):  # "1998" of "1 October 1998"
             continue
+        if not of_the_asked_kind(match.group(), question):
+            continue
         # "after completing the probation", "on the end date of the contract" answer "when" (not "on 1 May":
         # the date starts there)
         # (and not "Before Rollo's arrival" for "When did Rollo arrive?": what follows must say something new)
@@ -246,6 +256,12 @@ def answer_starts(sentence: str, question: QuestionShape) -> list[int]:
         # A quoted name starts inside its quotes: '/etc/apt/preferences', not '"/etc/apt/preferences" file'
         starts.append(match.start() + (1 if match.group()[0] in OPENING_QUOTES and len(match.group()) > 1 else 0))
     return starts
+
+
+def of_the_asked_kind(phrase: str, question: QuestionShape) -> bool:
+    """False for a path, an option or a URL where a program is asked for: "Which command shows the UUID of a block
+    device?" is not answered "/dev/sda1" (of the sentence before "You can probe UUID … with blkid(8).")."""
+    return not (question.command and NOT_A_PROGRAM.match(phrase))
 
 
 def is_acronym(token: str) -> bool:
@@ -294,7 +310,8 @@ def start_priors(sentence: str, question: QuestionShape) -> dict[int, float]:
         word, before = match.group(), words[at - 1].group().lower() if at else ""
         prior = 0.0
         if (question.timing and YEAR_OR_MONTH.match(word)) or (question.person and word[:1].isupper() and at > 0) \
-                or (question.place and word[:1].isupper() and before in PLACE_PREPOSITIONS):
+                or (question.place and word[:1].isupper() and before in PLACE_PREPOSITIONS) \
+                or (question.command and MAN_PAGE.match(sentence, match.start())):
             prior += TYPE_PRIOR
         if near:
             prior -= DISTANCE_PRIOR * math.log1p(min(abs(at - i) for i in near))

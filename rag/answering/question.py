@@ -24,6 +24,7 @@ class QuestionShape:
     yes_no: bool  # answered "Yes" or "No": "Is alcohol reimbursed?" (not "Is it A or B?")
     negated: bool  # the question negates itself ("Isn't X …?"): a yes/no answer's polarity flips
     howto: bool  # answered with a command, option, path or configuration line: "How do I …?", "Which option …?"
+    command: bool  # a program is asked for: "Which command …?", "Which package …?"
     technical: bool  # a technical token is asked for: "Which file …?", "Where …?", a how-to question
     listing: bool  # several things are asked for: "Which directories …?", "What should I do …?"
     explains: bool  # an explanation is asked for: "Why …", "Describe …", "How does …"
@@ -42,7 +43,7 @@ class QuestionShape:
             timing=bool(english.TIME_QUESTION.match(question)),
             person=bool(english.PERSON_QUESTION.match(question)), place=bool(english.PLACE_QUESTION.match(question)),
             yes_no=yes_no, negated=bool(english.NEGATION.search(question)),
-            howto=bool(english.HOWTO_QUESTION.match(question)),
+            howto=bool(english.HOWTO_QUESTION.match(question)), command=bool(english.COMMAND_QUESTION.match(question)),
             technical=bool(english.HOWTO_QUESTION.match(question) or english.PLACE_QUESTION.match(question)
                            or english.TECHNICAL_NOUNS & set(re.findall(r"[^\W\d_]+", question.lower()))),
             listing=(bool(plural) and plural.group(1).lower() not in english.NOT_PLURALS and not yes_no)

@@ -29,7 +29,8 @@ from rag.answering.compress import (Passage, Sentence, candidate_sentences, dens
 from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, SPAN_WEIGHTS, Quote, align,
                                     align_part, candidate_spans, clean_reply, command_spans, commands_in, cut_cleanly,
                                     defines_the_subject, enumeration, holds_the_asked_type, introduces_code, is_item,
-                                    sentence_quote, short_answer_messages, term_of, yes_no_messages, yes_no_spans)
+                                    of_the_asked_kind, programs_in, sentence_quote, short_answer_messages, term_of,
+                                    yes_no_messages, yes_no_spans)
 from rag.answering.question import QuestionShape
 from rag.answering.language import DEFAULT_LANGUAGE, LanguageDetector, nouns_capitalised, refusal_message, yes_no_word
 from rag.answering.prompt import (ABSTENTION_MESSAGE, drop_repeated_tail, grounded_share, model_abstained, refers_back,
@@ -600,6 +601,8 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
         where = (sentence.source + 1, sentence.text)
         for command in commands_in(sentence.text):
             found.setdefault(command, (where, None))
+        for program in programs_in(sentence.text) if question.command else ():  # "lsmod(8)" for "Which command …?"
+            found.setdefault(program, (where, None))
         after = following.get((sentence.source, sentence.position + 1))
         if after is not None and introduces_code(sentence.text):
             for command in commands_in(after.text):
@@ -610,7 +613,8 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
             if term is None:
                 break
             found.setdefault(term, ((term_line.source + 1, term_line.text), None))
-    return tuple((command, where, intro) for command, (where, intro) in found.items())
+    return tuple((command, where, intro) for command, (where, intro) in found.items()
+                 if of_the_asked_kind(command, question))
 
 
 def answer_kind(prepared: PreparedAnswer, answer: str, abstained: bool) -> str:
@@ -640,7 +644,7 @@ def items_for(sentences: Sequence[Sentence], order: Sequence[int], question: Que
     for i in order[:COMMAND_SENTENCES]:
         sentence = sentences[i]
         listed = enumeration(sentence.text)
-        if listed:
+        if listed and of_the_asked_kind(listed, question):
             return ((sentence.source + 1, sentence.text, listed),)
         if introduces_code(sentence.text):
             lines = []
