@@ -508,7 +508,7 @@ def test_question_kinds_and_commands():
     assert commands_in('Melbourne is described as the "sporting capital of Australia".') == []
 
 
-def test_a_program_asked_for_is_named_not_a_path_an_option_or_a_url():
+def test_a_program_or_a_variable_asked_for_is_named_not_a_path_an_option_or_a_url():
     from rag.answering.compress import Sentence
     from rag.answering.service import commands_for
     asked = Q("Which command shows the UUID of a block device?")
@@ -524,6 +524,16 @@ def test_a_program_asked_for_is_named_not_a_path_an_option_or_a_url():
     see = 'See documentations at http://www.netfilter.org/documentation/ (or in "/usr/share/doc/iptables/html/").'
     starts = [see[i:].split()[0] for i in answer_starts(see, Q("Which commands save the netfilter rules?"))]
     assert starts and not any(word.startswith(("http", "/", '"/')) for word in starts)
+    # a variable asked for: the variables the sentences name, not the shell line nor the question's own
+    pgdata = [Sentence("Without -D, the server will try to use the data directory named by the environment variable "
+                       "PGDATA.", 0, 0), Sentence("$ postgres -D /usr/local/pgsql/data", 0, 1)]
+    variable = Q("Which environment variable does postgres use for the data directory when -D is not given?")
+    assert variable.variable and not asked.variable
+    assert [command for command, _, _ in commands_for(pgdata, [0, 1], variable)] == ["PGDATA"]
+    lang = [Sentence('The "$LANG" variable is referred first and it can be overridden by the "$LC_TIME" or "$LC_ALL" '
+                     'exported environment variables.', 0, 0)]
+    assert [command for command, _, _ in commands_for(lang, [0], Q("Which environment variables override $LANG?"))] \
+        == ["$LC_TIME", "$LC_ALL"]
     reportbug = "When you file a bug report, please use reportbug(1) command."
     priors = start_priors(reportbug, Q("Which command should I use to file a Debian bug report?"))
     assert max(priors, key=priors.get) == reportbug.index("reportbug")

@@ -63,6 +63,11 @@ COMMAND_QUESTION = asked(r"(?:what|which) (?:[\w.-]+ )?(?:commands?|tools?|progr
                          r"daemons?)\b", "command")
 NOT_A_PROGRAM = re.compile(r"^[\"'“‘(]*(?:~?/|-{1,2}\w|[a-z][a-z0-9+.-]*://)")
 MAN_PAGE = re.compile(r"[\w.+-]+\(\d\w*\)")
+# "Which environment variable overrides the proxy …?": a variable is asked for, named as one ("$http_proxy",
+# "GRUB_BACKGROUND", "the environment variable PGDATA"), not a path nor a shell line.
+VARIABLE_QUESTION = asked(r"(?:what|which) (?:[\w.-]+ )?variables?\b", "variable")
+VARIABLE_NAME = re.compile(r"\$\{?[A-Za-z_]\w*\}?|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b|(?<=variable )[A-Z][A-Z0-9_]{2,}\b")
+VARIABLE_TOKEN = re.compile(r"\$?\{?[A-Za-z_]\w*\}?")  # what may be one, on its own
 # "Which directories get cleaned at boot?", "What risks do I take …?": the answer names every item.
 LIST_QUESTION = re.compile(r"(?i)^\s*(?:(?:in|on|from|for|with|at|by|into|under)\s+)?(?:which|what)\s+"
                            r"(?:[\w-]+\s+){0,2}?([a-z][\w-]*[^s\W]s)\b"

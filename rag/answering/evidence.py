@@ -21,7 +21,7 @@ from rag.answering.english import (ARTICLE_NEXT, ARTICLES, CLAUSE_END, CLAUSE_IN
                                    DANGLING_WORDS, defines, INTRODUCES, MAGNITUDE_NEXT, MAN_PAGE, MONTH, NEGATION,
                                    NOT_A_PROGRAM, NUMERIC_START, ORDINAL_DATE_NEXT, PLACE_PREPOSITIONS, PREPOSITIONS,
                                    RUNS_A_COMMAND, TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE,
-                                   YEAR_OR_MONTH)
+                                   VARIABLE_NAME, VARIABLE_TOKEN, YEAR_OR_MONTH)
 from rag.answering.question import QuestionShape
 from rag.core.text import STOPWORDS, content_words, stem
 from rag.generation.logits import SpanSearch, TokenSpan
@@ -148,6 +148,12 @@ def programs_in(sentence: str) -> list[str]:
     return MAN_PAGE.findall(sentence)
 
 
+def variables_in(sentence: str) -> list[str]:
+    """The variables ``sentence`` names: "$TMPDIR", "GRUB_BACKGROUND", "PGDATA" of "the environment variable
+    PGDATA"."""
+    return list(dict.fromkeys(VARIABLE_NAME.findall(sentence)))
+
+
 def term_of(line: str) -> str | None:
     """The option or setting a definition-list term line names, or None for any other line."""
     match = TERM_LINE.match(line.strip())
@@ -258,10 +264,13 @@ def answer_starts(sentence: str, question: QuestionShape) -> list[int]:
     return starts
 
 
-def of_the_asked_kind(phrase: str, question: QuestionShape) -> bool:
-    """False for a path, an option or a URL where a program is asked for: "Which command shows the UUID of a block
-    device?" is not answered "/dev/sda1" (of the sentence before "You can probe UUID … with blkid(8).")."""
-    return not (question.command and NOT_A_PROGRAM.match(phrase))
+def of_the_asked_kind(phrase: str, question: QuestionShape, whole: bool = False) -> bool:
+    """False for a path, an option or a URL where a program or a variable is asked for: "Which command shows the
+    UUID of a block device?" is not answered "/dev/sda1" (of the sentence before "You can probe UUID … with
+    blkid(8)."); a ``whole`` candidate for a variable must be one ("$TMPDIR", not "postgres -D /usr/local/pgsql")."""
+    if question.variable and whole:
+        return bool(VARIABLE_TOKEN.fullmatch(phrase.strip("\"'“”‘’")))
+    return not ((question.command or question.variable) and NOT_A_PROGRAM.match(phrase))
 
 
 def is_acronym(token: str) -> bool:

@@ -25,6 +25,7 @@ class QuestionShape:
     negated: bool  # the question negates itself ("Isn't X …?"): a yes/no answer's polarity flips
     howto: bool  # answered with a command, option, path or configuration line: "How do I …?", "Which option …?"
     command: bool  # a program is asked for: "Which command …?", "Which package …?"
+    variable: bool  # a variable is asked for: "Which environment variable …?"
     technical: bool  # a technical token is asked for: "Which file …?", "Where …?", a how-to question
     listing: bool  # several things are asked for: "Which directories …?", "What should I do …?"
     explains: bool  # an explanation is asked for: "Why …", "Describe …", "How does …"
@@ -44,6 +45,7 @@ class QuestionShape:
             person=bool(english.PERSON_QUESTION.match(question)), place=bool(english.PLACE_QUESTION.match(question)),
             yes_no=yes_no, negated=bool(english.NEGATION.search(question)),
             howto=bool(english.HOWTO_QUESTION.match(question)), command=bool(english.COMMAND_QUESTION.match(question)),
+            variable=bool(english.VARIABLE_QUESTION.match(question)),
             technical=bool(english.HOWTO_QUESTION.match(question) or english.PLACE_QUESTION.match(question)
                            or english.TECHNICAL_NOUNS & set(re.findall(r"[^\W\d_]+", question.lower()))),
             listing=(bool(plural) and plural.group(1).lower() not in english.NOT_PLURALS and not yes_no)

@@ -30,7 +30,7 @@ from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, 
                                     align_part, candidate_spans, clean_reply, command_spans, commands_in, cut_cleanly,
                                     defines_the_subject, enumeration, holds_the_asked_type, introduces_code, is_item,
                                     of_the_asked_kind, programs_in, sentence_quote, short_answer_messages, term_of,
-                                    yes_no_messages, yes_no_spans)
+                                    variables_in, yes_no_messages, yes_no_spans)
 from rag.answering.question import QuestionShape
 from rag.answering.language import DEFAULT_LANGUAGE, LanguageDetector, nouns_capitalised, refusal_message, yes_no_word
 from rag.answering.prompt import (ABSTENTION_MESSAGE, drop_repeated_tail, grounded_share, model_abstained, refers_back,
@@ -603,6 +603,9 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
             found.setdefault(command, (where, None))
         for program in programs_in(sentence.text) if question.command else ():  # "lsmod(8)" for "Which command …?"
             found.setdefault(program, (where, None))
+        for variable in variables_in(sentence.text) if question.variable else ():
+            if variable.lower() not in question.text.lower():  # not "$LANG" of "Which variables override $LANG?"
+                found.setdefault(variable, (where, None))
         after = following.get((sentence.source, sentence.position + 1))
         if after is not None and introduces_code(sentence.text):
             for command in commands_in(after.text):
@@ -614,7 +617,7 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
                 break
             found.setdefault(term, ((term_line.source + 1, term_line.text), None))
     return tuple((command, where, intro) for command, (where, intro) in found.items()
-                 if of_the_asked_kind(command, question))
+                 if of_the_asked_kind(command, question, whole=True))
 
 
 def answer_kind(prepared: PreparedAnswer, answer: str, abstained: bool) -> str:
