@@ -57,6 +57,7 @@ def ask(service: AnswerService, *turns: str):
 @pytest.mark.parametrize("question", [
     "What is the maximum hotel rate per night in Paris?",  # only London and Berlin are listed
     "What is the maximum hotel rate per night in Munich?",
+    "Who approves the vpn_access_request for contractors?",  # an identifier no document holds (score 0.65)
 ])
 def test_close_but_unanswered_questions_are_refused_with_the_closest_sources(policies: AnswerService, question: str):
     """Not yet refused (issue 33, measured): "Who approves VPN access for employees?" (the policy names
@@ -147,6 +148,15 @@ def test_words_no_visible_document_holds_say_so_and_hidden_ones_count_as_absent(
         assert retriever.absent_words(["zorblat"], frozenset({"finance"})) == []
     finally:
         retriever.reader.close()
+
+
+def test_an_identifier_no_visible_document_holds_refuses_whatever_the_score():
+    from rag.answering.answerability import names_an_unknown_identifier, unknown_signals
+    asked = "What is the default value of autovacuum_work_mem with borg?"
+    signals = unknown_signals(asked, ["autovacuum_work_mem", "borg"])
+    assert signals == {"unknown_words": 2.0, "unknown_names": 1.0, "unknown_identifiers": 1.0}
+    assert names_an_unknown_identifier(signals)
+    assert not names_an_unknown_identifier(unknown_signals("How do I back up with borg to a NAS?", ["borg", "nas"]))
 
 
 def test_a_german_date_and_abbreviation_are_not_sentence_ends(settings: Settings, embedder, generator,

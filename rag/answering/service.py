@@ -22,8 +22,9 @@ import numpy as np
 from rag.embedder import Embedder
 from rag.reranker import KeepOrder, Reranker
 from rag.store import Store
-from rag.answering.answerability import (WEIGHTS, answerable_score, lexical_signals, profile_for, searchable_words,
-                                         shares_a_word, stems, technical_word, telling_words, unknown_signals)
+from rag.answering.answerability import (WEIGHTS, answerable_score, lexical_signals, names_an_unknown_identifier,
+                                         profile_for, searchable_words, shares_a_word, stems, technical_word,
+                                         telling_words, unknown_signals)
 from rag.answering.compress import (Passage, Sentence, candidate_sentences, dense_gaps, distinct_sentences,
                                     evidence_texts, log_odds_scale, score_sentences, select_passages)
 from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, SPAN_WEIGHTS, Quote, align,
@@ -514,7 +515,7 @@ class AnswerService:
             # Evidence found, but it does not answer this question; a sentence that says what a definition
             # question's subject is ("…the famed Viking ruler Rollo" for "Who was Rollo?") answers it, however
             # far its words are from the question's.
-            if score < options.answerable_threshold \
+            if (score < options.answerable_threshold or names_an_unknown_identifier(prepared.signals)) \
                     and not defines_the_subject(prepared.shape, prepared.best_sentence):
                 prepared.withheld = answer
                 answer, abstained, reason, quotes = ABSTENTION_MESSAGE, True, "unanswerable", []
