@@ -539,6 +539,21 @@ def test_a_program_or_a_variable_asked_for_is_named_not_a_path_an_option_or_a_ur
     assert max(priors, key=priors.get) == reportbug.index("reportbug")
 
 
+def test_an_explanation_takes_the_sentence_its_best_one_leans_on_or_that_leans_on_it():
+    from rag.answering.compress import in_context
+    chunk = ("Archive commands should refuse to overwrite any pre-existing archive file. This is an important safety "
+             "feature to preserve the integrity of your archive. It is advisable to test your archive command.")
+    first = "Archive commands should refuse to overwrite any pre-existing archive file."
+    assert in_context(2, first, chunk) == [(2, first), (2, "This is an important safety feature to preserve the "
+                                                            "integrity of your archive.")]
+    ciphers = ("A man-in-the-middle could read and pass communications. For these reasons NULL ciphers are not "
+               "recommended. Authentication without encryption is possible.")
+    assert [text for _, text in in_context(1, "For these reasons NULL ciphers are not recommended.", ciphers)] == [
+        "A man-in-the-middle could read and pass communications.", "For these reasons NULL ciphers are not recommended."]
+    assert in_context(1, "Authentication without encryption is possible.", ciphers) == [
+        (1, "Authentication without encryption is possible.")]  # the last sentence, leaning on nothing
+
+
 def test_followups_resolve_against_the_most_recent_subject():
     from rag.answering.prompt import resolve_elliptical, subject_questions
     rate = "What is the maximum hotel rate per night in London?"

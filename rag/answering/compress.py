@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from rag.answering.english import defines
+from rag.answering.english import LEANS_ON_BEFORE, defines
 from rag.answering.evidence import answer_starts, commands_in, term_of
 from rag.answering.question import QuestionShape
 from rag.answering.retrieval import Hit
@@ -93,6 +93,21 @@ def distinct_sentences(ranked: Sequence[tuple[int, str]], limit: int) -> list[tu
     twice, cited [2] and [1]."""
     return [(source, text) for i, (source, text) in enumerate(ranked)
             if all(text != earlier for _, earlier in ranked[:i])][:limit]
+
+
+def in_context(source: int, sentence: str, chunk_text: str) -> list[tuple[int, str]]:
+    """``sentence`` of source ``source`` with the sentence before it where it leans on that one ("For these reasons
+    NULL ciphers are not recommended.") and the one after it where that one leans on it ("This is an important
+    safety feature to preserve the integrity of your archive …"): an explanation's reason is often the next
+    sentence."""
+    sentences = split_sentences(chunk_text)
+    at = sentences.index(sentence) if sentence in sentences else -1
+    if at < 0:
+        return [(source, sentence)]
+    before = [(source, sentences[at - 1])] if at > 0 and LEANS_ON_BEFORE.match(sentence) else []
+    after = [(source, sentences[at + 1])] if at + 1 < len(sentences) and LEANS_ON_BEFORE.match(sentences[at + 1]) \
+        else []
+    return [*before, (source, sentence), *after]
 
 
 def evidence_texts(hits: Sequence[Hit], subject: str | None) -> list[str]:

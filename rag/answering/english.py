@@ -138,6 +138,10 @@ CLAUSE_END = re.compile(r"\s*(?:$|[,.;:!?)\]])")
 # ------------------------------------------------------------------ sentences: what one says of itself
 # Words that turn a sentence's statement into its negation ("Alcohol is never reimbursed.").
 NEGATION = re.compile(r"(?i)\b(?:not|never|no|none|cannot|neither|nor|without|forbidden|prohibited)\b|n['’]t\b")
+# A sentence that leans on the one before it: "This will make restoration very slow.", "Such a symlink may be
+# overwritten …", "For these reasons NULL ciphers are not recommended.", "It is done primarily for efficiency: …".
+LEANS_ON_BEFORE = re.compile(r"^(?:This|That|These|Those|Such|Doing so|It|However|Otherwise|Therefore|Thus|Hence|"
+                             r"As a result|For (?:this|that|these|those) reasons?|In (?:this|that) case)\b")
 # A sentence that says it runs or shows a command: a quoted run of lowercase words in it is one ("aptitude
 # unmarkauto vim"), not prose.
 RUNS_A_COMMAND = re.compile(r"(?i)\b(?:use|using|used|run|running|execute|type|invoke|command|enter|start|call|apply)\b")

@@ -26,7 +26,7 @@ from rag.answering.answerability import (WEIGHTS, answerable_score, lexical_sign
                                          profile_for, searchable_words, shares_a_word, stems, technical_word,
                                          telling_words, unknown_signals)
 from rag.answering.compress import (Passage, Sentence, candidate_sentences, dense_gaps, distinct_sentences,
-                                    evidence_texts, log_odds_scale, score_sentences, select_passages)
+                                    evidence_texts, in_context, log_odds_scale, score_sentences, select_passages)
 from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, SPAN_WEIGHTS, Quote, align,
                                     align_part, candidate_spans, clean_reply, command_spans, commands_in, cut_cleanly,
                                     defines_the_subject, enumeration, holds_the_asked_type, introduces_code, is_item,
@@ -501,6 +501,9 @@ class AnswerService:
             finish_reason = "stop"
         elif prepared.explanatory:
             picked = distinct_sentences(prepared.ranked, EXPLANATION_SENTENCES)
+            if picked:  # the best sentence with what it leans on, or what leans on it
+                first = in_context(*picked[0], r.hits[picked[0][0] - 1].chunk.text)
+                picked = [*first, *(p for p in picked[1:] if p not in first)]
             quotes = [q for q in (self._quote(r, n, text) for n, text in picked) if q is not None]
             answer, abstained, reason = " ".join(f"{q.quote} [{q.source}]" for q in quotes), False, None
             finish_reason = "stop"
