@@ -548,8 +548,9 @@ def test_an_explanation_takes_the_sentence_its_best_one_leans_on_or_that_leans_o
                                                             "integrity of your archive.")]
     ciphers = ("A man-in-the-middle could read and pass communications. For these reasons NULL ciphers are not "
                "recommended. Authentication without encryption is possible.")
-    assert [text for _, text in in_context(1, "For these reasons NULL ciphers are not recommended.", ciphers)] == [
-        "A man-in-the-middle could read and pass communications.", "For these reasons NULL ciphers are not recommended."]
+    reasons = "For these reasons NULL ciphers are not recommended."
+    assert [text for _, text in in_context(1, reasons, ciphers)] == [
+        "A man-in-the-middle could read and pass communications.", reasons]
     assert in_context(1, "Authentication without encryption is possible.", ciphers) == [
         (1, "Authentication without encryption is possible.")]  # the last sentence, leaning on nothing
 

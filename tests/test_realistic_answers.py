@@ -193,3 +193,23 @@ def test_a_german_date_and_abbreviation_are_not_sentence_ends(settings: Settings
                                         generator.encode)
             for k in span.ends}
     assert any(e.endswith("31. März") for e in ends) and not any(e.endswith("31") for e in ends), sorted(ends)
+
+
+def test_a_command_ending_in_a_quoted_argument_keeps_its_closing_quote(settings: Settings, embedder, generator,
+                                                                       tmp_path: Path):
+    """The dev set's "How do I purge … using aptitude?" was answered "aptitude purge '~c" (cleaning the reply took
+    the closing quote off, and the cut command no longer matched the one shown)."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "aptitude.md").write_text(
+        "# Purging\n\nRemoved packages keep their configuration files. You can purge all the leftover configuration "
+        "files of removed packages with aptitude by the following.\n\n    # aptitude purge '~c'\n", encoding="utf-8")
+    local = settings.replace(home=tmp_path / "home")
+    assert ingest_paths([docs], EmbeddedIndex(local.index_path()), IngestParameters.from_settings(local, embedder)).ok
+    service = answer_service(local, Models(embedder, generator))
+    try:
+        result = ask(service, "How do I purge the leftover configuration files of removed packages with aptitude?")
+        assert result.answer == "aptitude purge '~c'" and result.answer_kind == "command", result
+        assert any("aptitude purge '~c'" in quote.quote for quote in result.evidence), result.evidence
+    finally:
+        service.close()

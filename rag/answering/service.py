@@ -557,7 +557,12 @@ class AnswerService:
         if min_grounding and text and grounded_share(text, prepared.question, prepared.passages) < min_grounding:
             return ABSTENTION_MESSAGE, True, "ungrounded", []
         r = prepared.retrieval
-        command = next((c for c in prepared.commands if c[0] == text), None) if text else None
+        # A command ending in a quoted argument is matched as decoded too: cleaning takes its closing quote off
+        # ("aptitude purge '~c'").
+        decoded = " ".join(reply.split())
+        quoted_end = decoded[-1:] in ("'", '"', "’", "”")
+        command = next((c for c in prepared.commands if c[0] == text or (quoted_end and c[0] == decoded)), None) \
+            if text else None
         if command is not None:
             quotes = [self._quote(r, *where) for where in (command[2], command[1]) if where is not None]
             return command[0], False, None, [q for q in quotes if q is not None]
