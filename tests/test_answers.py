@@ -625,3 +625,29 @@ def test_a_question_for_a_default_value_is_no_definition():
     assert Q("What is the default wal_level?").subject is None
     assert Q("What is the maximum size?").subject is None
     assert Q("What is photosynthesis?").subject == "photosynthesis"
+
+
+def test_code_lines_under_an_announcing_sentence_carry_it_and_count_as_commands():
+    from rag.answering.compress import candidate_sentences, commands_of
+    from rag.answering.evidence import bare_command
+    from rag.answering.service import commands_for
+    sentences = candidate_sentences([
+        "The basic usage of this command is:\n\npg_dump dbname > dumpfile\n\nAs you see, pg_dump writes its result "
+        "to the standard output.\n\nThe following reconfigure the timezone used by the Debian system.\n\n"
+        "# dpkg-reconfigure tzdata\n\nUsers should be aware of the risks:\n\nlack of freedom\n\nlack of support\n\n"
+        "Then the list ends."])
+    lead = {s.text: s.lead for s in sentences}
+    assert lead["pg_dump dbname > dumpfile"] == "The basic usage of this command is:"
+    assert lead["As you see, pg_dump writes its result to the standard output."] == ""  # prose ends the code
+    assert lead["# dpkg-reconfigure tzdata"] == "The following reconfigure the timezone used by the Debian system."
+    assert lead["lack of support"] == "Users should be aware of the risks:"  # the list's second item too
+    assert lead["Then the list ends."] == "" and lead["The basic usage of this command is:"] == ""
+    assert commands_of(sentences[1]) == ["pg_dump dbname > dumpfile"]
+    assert bare_command("pg_dumpall -p 5432 | psql -d postgres -p 5433") and bare_command("psql -X -f dumpfile postgres")
+    assert not bare_command("pg_dump writes its result to the standard output.")  # prose
+    assert not bare_command("lack of freedom for such software packages")  # no option, no redirection
+    howto = Q("How do I dump a database into a file?")
+    assert howto.procedure and not Q("Which createuser option prompts for the new user's password?").procedure
+    assert [command for command, _, _ in commands_for(sentences, [0], howto)] == ["pg_dump dbname > dumpfile"]
+    alone = candidate_sentences(["pg_dump dbname > dumpfile"])  # no sentence announces it: read as prose
+    assert commands_of(alone[0]) == []

@@ -213,3 +213,27 @@ def test_a_command_ending_in_a_quoted_argument_keeps_its_closing_quote(settings:
         assert any("aptitude purge '~c'" in quote.quote for quote in result.evidence), result.evidence
     finally:
         service.close()
+
+
+def test_a_how_to_question_gets_the_command_line_under_the_sentence_announcing_it(settings: Settings, embedder,
+                                                                                  generator, tmp_path: Path):
+    """The PostgreSQL manual shows commands without a prompt, under a sentence that announces them ("The general
+    command form to restore a text dump is" above "psql -X dbname < dumpfile"); the dev set's "How do I restore a
+    plain-text SQL dump?" was answered with a sentence on pg_restore's --file option."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "restore.md").write_text(
+        "# Restoring the dump\n\nText files created by pg_dump are intended to be read by the psql program using "
+        "its default settings. The general command form to restore a text dump is\n\n    psql -X dbname < dumpfile"
+        "\n\nwhere dumpfile is the file output by the pg_dump command.\n\nNon-plain-text dumps can be inspected by "
+        "using pg_restore's --file option. If the source superusers are not trusted, the dumped SQL statements must "
+        "be inspected before restoring.\n", encoding="utf-8")
+    local = settings.replace(home=tmp_path / "home")
+    assert ingest_paths([docs], EmbeddedIndex(local.index_path()), IngestParameters.from_settings(local, embedder)).ok
+    service = answer_service(local, Models(embedder, generator))
+    try:
+        result = ask(service, "How do I restore a plain-text SQL dump?")
+        assert result.answer == "psql -X dbname < dumpfile" and result.answer_kind == "command", result
+        assert any(quote.quote == "psql -X dbname < dumpfile" for quote in result.evidence), result.evidence
+    finally:
+        service.close()

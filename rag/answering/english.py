@@ -57,6 +57,10 @@ HOWTO_QUESTION = asked(
     r"what (?:is|are) the (?:[\w-]+ )?commands?\b|"
     r"(?:what|which) (?:[\w.-]+ )?(?:commands?|options?|lines?|settings?|parameters?|directives?|flags?|"
     r"switch(?:es)?|variables?)\b", "howto")
+# "How do I restore a plain-text dump?": a procedure is asked for, the command line a sentence announces ("The
+# general command form … is") rather than an option or a setting ("Which createuser option …?").
+PROCEDURE_QUESTION = asked(r"how (?:do|can|could|should|would|might|may|must) (?:i|you|we|one)\b|how to\b|"
+                           r"what (?:is|are) the (?:[\w-]+ )?commands?\b", "procedure")
 # "Which command shows the UUID of a block device?", "Which package provides lpr?": a program is asked for, and a
 # path, an option or a URL (``NOT_A_PROGRAM``) is none; its manual page names one ("blkid(8)").
 COMMAND_QUESTION = asked(r"(?:what|which) (?:[\w.-]+ )?(?:commands?|tools?|programs?|utilit(?:y|ies)|packages?|"
@@ -145,8 +149,10 @@ LEANS_ON_BEFORE = re.compile(r"^(?:This|That|These|Those|Such|Doing so|It|Howeve
 # A sentence that says it runs or shows a command: a quoted run of lowercase words in it is one ("aptitude
 # unmarkauto vim"), not prose.
 RUNS_A_COMMAND = re.compile(r"(?i)\b(?:use|using|used|run|running|execute|type|invoke|command|enter|start|call|apply)\b")
-# A sentence that announces the code under it ("…with the following command.", "…as follows:").
-INTRODUCES = re.compile(r"(?i)(?:\bfollowing(?:\s+[\w-]+){0,2}|\bas follows\b|\bbelow\b|\bas:?|:)\s*\.?\s*$")
+# A sentence that announces the code under it ("…with the following command.", "…as follows:", "The general command
+# form to restore a text dump is", "The following reconfigure the timezone …").
+INTRODUCES = re.compile(r"(?i)(?:\bfollowing(?:\s+[\w-]+){0,2}|\bas follows\b|\bbelow\b|\bas:?|\bis|:)\s*\.?\s*$"
+                        r"|^the\s+following\b")
 
 
 def defines(subject: str, sentence: str) -> bool:

@@ -75,6 +75,8 @@ QUOTED = re.compile(r'"([^"]{2,160})"|“([^”]{2,160})”')
 # What marks a quoted span as code: a path, an option, key=value, a glob, a pipe, "::".
 CODE_CHARS = re.compile(r"[/=~*|;<>]|::|(?:^|\s)--?\w")
 COMMAND_WORD = re.compile(r"^[a-z][a-z0-9._+-]*$")
+BARE_SHELL = re.compile(r"^(?:--?[A-Za-z][\w-]*(?:=\S*)?|[<>|]|>>|2>&1)$")  # an option, a redirection, a pipe
+BARE_COMMAND_WORDS = 16
 COMMAND_TOKENS = 64  # the longest command offered as an answer (a longer one is not offered: never cut)
 # Subtracted from the first-token logit of a command from the n-th ranked sentence, times n.
 COMMAND_RANK_PRIOR = 1.0
@@ -152,6 +154,15 @@ def variables_in(sentence: str) -> list[str]:
     """The variables ``sentence`` names: "$TMPDIR", "GRUB_BACKGROUND", "PGDATA" of "the environment variable
     PGDATA"."""
     return list(dict.fromkeys(VARIABLE_NAME.findall(sentence)))
+
+
+def bare_command(line: str) -> bool:
+    """``line`` reads as a shell command shown without a prompt ("pg_dump dbname > dumpfile", "psql -X -f dumpfile
+    postgres"): a program name, then arguments with an option or a redirection, and no closing full stop. Only
+    a line under a sentence that announces code is read so (``introduces_code``)."""
+    words = line.split()
+    return 2 <= len(words) <= BARE_COMMAND_WORDS and bool(COMMAND_WORD.match(words[0])) \
+        and not line.rstrip().endswith((".", ":", "?", "!")) and any(BARE_SHELL.match(w) for w in words[1:])
 
 
 def term_of(line: str) -> str | None:

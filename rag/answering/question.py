@@ -24,6 +24,7 @@ class QuestionShape:
     yes_no: bool  # answered "Yes" or "No": "Is alcohol reimbursed?" (not "Is it A or B?")
     negated: bool  # the question negates itself ("Isn't X …?"): a yes/no answer's polarity flips
     howto: bool  # answered with a command, option, path or configuration line: "How do I …?", "Which option …?"
+    procedure: bool  # a procedure is asked for: "How do I …?", "What is the command …?" (not "Which option …?")
     command: bool  # a program is asked for: "Which command …?", "Which package …?"
     variable: bool  # a variable is asked for: "Which environment variable …?"
     technical: bool  # a technical token is asked for: "Which file …?", "Where …?", a how-to question
@@ -44,7 +45,8 @@ class QuestionShape:
             timing=bool(english.TIME_QUESTION.match(question)),
             person=bool(english.PERSON_QUESTION.match(question)), place=bool(english.PLACE_QUESTION.match(question)),
             yes_no=yes_no, negated=bool(english.NEGATION.search(question)),
-            howto=bool(english.HOWTO_QUESTION.match(question)), command=bool(english.COMMAND_QUESTION.match(question)),
+            howto=bool(english.HOWTO_QUESTION.match(question)),
+            procedure=bool(english.PROCEDURE_QUESTION.match(question)), command=bool(english.COMMAND_QUESTION.match(question)),
             variable=bool(english.VARIABLE_QUESTION.match(question)),
             technical=bool(english.HOWTO_QUESTION.match(question) or english.PLACE_QUESTION.match(question)
                            or english.TECHNICAL_NOUNS & set(re.findall(r"[^\W\d_]+", question.lower()))),

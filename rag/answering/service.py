@@ -25,10 +25,11 @@ from rag.store import Store
 from rag.answering.answerability import (WEIGHTS, answerable_score, lexical_signals, names_an_unknown_identifier,
                                          profile_for, searchable_words, shares_a_word, stems, technical_word,
                                          telling_words, unknown_signals)
-from rag.answering.compress import (Passage, Sentence, candidate_sentences, dense_gaps, distinct_sentences,
-                                    evidence_texts, in_context, log_odds_scale, score_sentences, select_passages)
+from rag.answering.compress import (Passage, Sentence, candidate_sentences, commands_of, dense_gaps,
+                                    distinct_sentences, evidence_texts, in_context, log_odds_scale, score_sentences,
+                                    select_passages)
 from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, SPAN_WEIGHTS, Quote, align,
-                                    align_part, candidate_spans, clean_reply, command_spans, commands_in, cut_cleanly,
+                                    align_part, candidate_spans, clean_reply, command_spans, cut_cleanly,
                                     defines_the_subject, enumeration, holds_the_asked_type, introduces_code, is_item,
                                     of_the_asked_kind, programs_in, sentence_quote, short_answer_messages, term_of,
                                     variables_in, yes_no_messages, yes_no_spans)
@@ -608,7 +609,7 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
     for i in order[:COMMAND_SENTENCES]:
         sentence = sentences[i]
         where = (sentence.source + 1, sentence.text)
-        for command in commands_in(sentence.text):
+        for command in commands_of(sentence):
             found.setdefault(command, (where, None))
         for program in programs_in(sentence.text) if question.command else ():  # "lsmod(8)" for "Which command …?"
             found.setdefault(program, (where, None))
@@ -617,7 +618,7 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
                 found.setdefault(variable, (where, None))
         after = following.get((sentence.source, sentence.position + 1))
         if after is not None and introduces_code(sentence.text):
-            for command in commands_in(after.text):
+            for command in commands_of(after):
                 found.setdefault(command, ((after.source + 1, after.text), where))
         for back in range(1, TERM_LINES + 1):  # the option or setting a description is listed under
             term_line = following.get((sentence.source, sentence.position - back))
