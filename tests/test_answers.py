@@ -553,6 +553,17 @@ def test_an_explanation_takes_the_sentence_its_best_one_leans_on_or_that_leans_o
         "A man-in-the-middle could read and pass communications.", reasons]
     assert in_context(1, "Authentication without encryption is possible.", ciphers) == [
         (1, "Authentication without encryption is possible.")]  # the last sentence, leaning on nothing
+    chain = ("However, a man-in-the-middle could read and pass communications. Also, encryption overhead is minimal. "
+             "For these reasons NULL ciphers are not recommended.")
+    assert [text for _, text in in_context(1, reasons, chain, reasons=True)] == [
+        "However, a man-in-the-middle could read and pass communications.", "Also, encryption overhead is minimal.",
+        reasons]  # each leaning on the one before, up to two back
+    sigkill = ("It is best not to use SIGKILL to shut down the server. Doing so will prevent the server from releasing "
+               "shared memory and semaphores. Furthermore, SIGKILL kills the postgres process without letting it "
+               "relay the signal.")
+    furthermore = "Furthermore, SIGKILL kills the postgres process without letting it relay the signal."
+    assert len(in_context(1, furthermore, sigkill, reasons=True)) == 3
+    assert in_context(1, furthermore, sigkill) == [(1, furthermore)]  # a point added: a reason only where asked why
 
 
 def test_followups_resolve_against_the_most_recent_subject():

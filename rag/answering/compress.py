@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from rag.answering.english import LEANS_ON_BEFORE, defines
+from rag.answering.english import ADDS_TO_BEFORE, LEANS_ON_BEFORE, defines
 from rag.answering.evidence import answer_starts, bare_command, commands_in, introduces_code, term_of
 from rag.answering.question import QuestionShape
 from rag.answering.retrieval import Hit
@@ -55,6 +55,9 @@ KEYWORDS_ONLY_GAP = -0.3  # ``dense_gap`` of a passage the vector search did not
 # A hit the dense side scored this far below the best one, or found only by keywords, gives no evidence
 # sentence: an unrelated document sharing a rare word must not supply the answer (``--distractors``).
 TRUSTED_DENSE_MARGIN = 0.15
+# The most sentences before an explanation's best one that it may lean on, each on the next ("For these reasons …"
+# after "Also, …" after "However, a man-in-the-middle could …").
+CONTEXT_BEFORE = 2
 LABEL_TOKENS = 4  # "[n] " label and line break around each passage
 
 
@@ -111,16 +114,21 @@ def distinct_sentences(ranked: Sequence[tuple[int, str]], limit: int) -> list[tu
             if all(text != earlier for _, earlier in ranked[:i])][:limit]
 
 
-def in_context(source: int, sentence: str, chunk_text: str) -> list[tuple[int, str]]:
-    """``sentence`` of source ``source`` with the sentence before it where it leans on that one ("For these reasons
-    NULL ciphers are not recommended.") and the one after it where that one leans on it ("This is an important
-    safety feature to preserve the integrity of your archive …"): an explanation's reason is often the next
-    sentence."""
+def in_context(source: int, sentence: str, chunk_text: str, reasons: bool = False) -> list[tuple[int, str]]:
+    """``sentence`` of source ``source`` with the sentences before it it leans on ("For these reasons NULL ciphers
+    are not recommended.") — up to ``CONTEXT_BEFORE``, each leaning on the next — and the one after it where that
+    one leans on it ("This is an important safety feature to preserve the integrity of your archive …"): an
+    explanation's reason is often the next sentence. Where ``reasons`` are asked for (a why question), a sentence
+    adding a point ("Furthermore, …") leans on the one before it too."""
     sentences = split_sentences(chunk_text)
     at = sentences.index(sentence) if sentence in sentences else -1
     if at < 0:
         return [(source, sentence)]
-    before = [(source, sentences[at - 1])] if at > 0 and LEANS_ON_BEFORE.match(sentence) else []
+    first = at
+    while first > 0 and at - first < CONTEXT_BEFORE and (LEANS_ON_BEFORE.match(sentences[first])
+                                                          or (reasons and ADDS_TO_BEFORE.match(sentences[first]))):
+        first -= 1
+    before = [(source, text) for text in sentences[first:at]]
     after = [(source, sentences[at + 1])] if at + 1 < len(sentences) and LEANS_ON_BEFORE.match(sentences[at + 1]) \
         else []
     return [*before, (source, sentence), *after]

@@ -146,6 +146,9 @@ NEGATION = re.compile(r"(?i)\b(?:not|never|no|none|cannot|neither|nor|without|fo
 # overwritten …", "For these reasons NULL ciphers are not recommended.", "It is done primarily for efficiency: …".
 LEANS_ON_BEFORE = re.compile(r"^(?:This|That|These|Those|Such|Doing so|It|However|Otherwise|Therefore|Thus|Hence|"
                              r"As a result|For (?:this|that|these|those) reasons?|In (?:this|that) case)\b")
+# A sentence that adds a point to the one before it: for a why question, that one is a reason too ("Furthermore,
+# SIGKILL kills …" after "Doing so will prevent the server from releasing shared memory …").
+ADDS_TO_BEFORE = re.compile(r"^(?:Also|Furthermore|Moreover|In addition|Besides)\b")
 # A sentence that says it runs or shows a command: a quoted run of lowercase words in it is one ("aptitude
 # unmarkauto vim"), not prose.
 RUNS_A_COMMAND = re.compile(r"(?i)\b(?:use|using|used|run|running|execute|type|invoke|command|enter|start|call|apply)\b")

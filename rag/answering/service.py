@@ -503,7 +503,7 @@ class AnswerService:
         elif prepared.explanatory:
             picked = distinct_sentences(prepared.ranked, EXPLANATION_SENTENCES)
             if picked:  # the best sentence with what it leans on, or what leans on it
-                first = in_context(*picked[0], r.hits[picked[0][0] - 1].chunk.text)
+                first = in_context(*picked[0], r.hits[picked[0][0] - 1].chunk.text, reasons=not prepared.shape.howto)
                 picked = [*first, *(p for p in picked[1:] if p not in first)]
             quotes = [q for q in (self._quote(r, n, text) for n, text in picked) if q is not None]
             answer, abstained, reason = " ".join(f"{q.quote} [{q.source}]" for q in quotes), False, None
