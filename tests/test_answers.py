@@ -617,6 +617,9 @@ def test_list_questions_name_every_item():
     assert enumeration("Skip the contents of /proc, /sys, /tmp, and /run (see below).") == "/proc, /sys, /tmp, and /run"
     assert enumeration("Bacula, Amanda, and BackupPC are backup suites.") is None
     assert Q("In which directories can root drop maintenance scripts?").listing
+    # after a clause that says what is wrong, as a how-to question may be asked
+    assert Q("A package's maintainer script is broken; which scripts should I look at?").listing
+    assert not Q("I forgot the root password. Which kernel parameter gets me a root shell?").listing
     chunk = ("To keep people out, you need to make following actions.\n\nPrevent physical access to the disk\n\n"
              "Lock the boot loader\n\nSet a password for GRUB\n\nWith physical access, resetting it is easy.")
     sentences = candidate_sentences([chunk])
@@ -630,6 +633,13 @@ def test_a_quoted_name_is_answered_inside_its_quotes(generator):
                      "Which file do I create?")
     assert "/etc/apt/preferences" in ends
     assert not any(end.count('"') % 2 for end in ends), ends  # never a quote left open
+
+
+def test_a_quoted_command_is_answered_whole_from_its_opening_quote():
+    sentence = 'apt-file(1) provided by the apt-file package must run "apt-file update" in advance.'
+    starts = [sentence[i:] for i in answer_starts(sentence, Q("What do I have to run before apt-file can search?"))]
+    assert 'apt-file update" in advance.' in starts  # though the question names apt-file
+    assert not any(start.startswith("update") for start in starts)  # never inside it
 
 
 def test_a_question_for_a_default_value_is_no_definition():

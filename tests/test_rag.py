@@ -750,3 +750,8 @@ def test_a_description_sentence_carries_its_term_and_identifiers_stay_whole():
     scores = score_sentences(QuestionShape.of("What is the default value of autovacuum_max_workers?"),
                              np.zeros(3, dtype=np.float32), sentences, None)
     assert sentences[int(np.argmax(scores))].text == "The default is three."
+    # psql's meta-commands are terms too, their arguments in brackets
+    psql = candidate_sentences(["\\timing [ on | off ]\n\nWith a parameter, turns displaying of how long each SQL "
+                                "statement takes on or off."])
+    assert [s.term for s in psql] == ["\\timing", "\\timing"]
+    assert QuestionShape.of("Which psql meta-command shows how long each statement takes?").howto

@@ -55,7 +55,7 @@ YES_NO_QUESTION = asked(
 HOWTO_QUESTION = asked(
     r"how (?:do|can|could|should|would|might|may|must) (?:i|you|we|one)\b|how to\b|"
     r"what (?:is|are) the (?:[\w-]+ )?commands?\b|"
-    r"(?:what|which) (?:[\w.-]+ )?(?:commands?|options?|lines?|settings?|parameters?|directives?|flags?|"
+    r"(?:what|which) (?:[\w.-]+ )?(?:(?:meta-)?commands?|options?|lines?|settings?|parameters?|directives?|flags?|"
     r"switch(?:es)?|variables?)\b", "howto")
 # "How do I restore a plain-text dump?": a procedure is asked for, the command line a sentence announces ("The
 # general command form … is") rather than an option or a setting ("Which createuser option …?").
@@ -73,9 +73,10 @@ VARIABLE_QUESTION = asked(r"(?:what|which) (?:[\w.-]+ )?variables?\b", "variable
 VARIABLE_NAME = re.compile(r"\$\{?[A-Za-z_]\w*\}?|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b|(?<=variable )[A-Z][A-Z0-9_]{2,}\b")
 VARIABLE_TOKEN = re.compile(r"\$?\{?[A-Za-z_]\w*\}?")  # what may be one, on its own
 # "Which directories get cleaned at boot?", "What risks do I take …?": the answer names every item.
-LIST_QUESTION = re.compile(r"(?i)^\s*(?:(?:in|on|from|for|with|at|by|into|under)\s+)?(?:which|what)\s+"
-                           r"(?:[\w-]+\s+){0,2}?([a-z][\w-]*[^s\W]s)\b"
-                           r"(?!\s+(?:is|was|does|has|the|a|an|my|your|its|their|this|that|these|those)\b)")
+LIST_QUESTION = re.compile(r"(?i)^\s*" + LEADING_CLAUSES + r"(?:(?:in|on|from|for|with|at|by|into|under)\s+)?"
+                           r"(?:which|what)\s+(?:[\w-]+\s+){0,2}?(?P<noun>[a-z][\w-]*[^s\W]s)\b"
+                           r"(?!\s+(?:is|was|does|has|the|a|an|my|your|its|their|this|that|these|those|"
+                           r"me|us|you|him|her|it|them)\b)")  # not a verb: "Which kernel parameter gets me …?"
 NOT_PLURALS = frozenset("does has was is this its yes us thus".split())
 # "What should I do to …?": answered with the steps the documentation lists.
 STEPS_QUESTION = re.compile(r"(?i)^\s*what (?:should|must|do|can|could) (?:i|we|you|one) do\b")

@@ -67,7 +67,8 @@ YES_NO_PROMPT = ("Answer the question with Yes or No, as the context says. If th
                  "unknown")
 # A term line of a definition list: an option or setting named on a line of its own above its description
 # ("-F format", "--format=format", "log_min_duration_statement (integer)"), the type in brackets left out.
-TERM_LINE = re.compile(r"^(-{1,2}[\w-]+(?:[= ][\w<>.-]+)?|[a-z][a-z0-9_.]*_[a-z0-9_.]+)(?:\s+\((?:\w+\s?){1,3}\))?$")
+TERM_LINE = re.compile(r"^(-{1,2}[\w-]+(?:[= ][\w<>.-]+)?|[a-z][a-z0-9_.]*_[a-z0-9_.]+|\\[a-z][a-z0-9+]*)"
+                       r"(?:\s+\((?:\w+\s?){1,3}\)|(?:\s+\[[^\]]*\])+)?$")  # psql's "\timing [ on | off ]" too
 # A shell line the documentation shows ("# dpkg --configure -a", "$ journalctl -b"); several flattened into one
 # sentence are split at their prompts.
 PROMPT_LINE = re.compile(r"^[#$]\s+(\S.*)$")
@@ -125,6 +126,26 @@ class Quote:
     end: int
 
 
+def quoted_commands(sentence: str) -> list[tuple[int, int]]:
+    """The (opening, closing) quote offsets of the quoted spans of ``sentence`` that read as code (``commands_in``)
+    and are more than one word."""
+    return [(match.start(), match.end() - 1) for match in QUOTED.finditer(sentence)
+            if len((match.group(1) or match.group(2)).split()) > 1 and reads_as_code(match, sentence)]
+
+
+def reads_as_code(quoted: re.Match[str], sentence: str) -> bool:
+    """The quoted span (a ``QUOTED`` match in ``sentence``) reads as code: a path, an option, key=value …
+    ("apt-get -s dist-upgrade", "/etc/default/grub", "start_smartd=yes"), one word that is a name with "-", "_"
+    or "." in it, or a run of lowercase words where the sentence says it runs a command ("aptitude unmarkauto
+    vim")."""
+    text = (quoted.group(1) or quoted.group(2)).strip().rstrip("…").rstrip(" .").strip()
+    words = text.split()
+    return bool(words) and bool(CODE_CHARS.search(text)
+                                or (len(words) == 1 and COMMAND_WORD.match(text) and any(c in text for c in "-_."))
+                                or (2 <= len(words) <= 6 and all(COMMAND_WORD.match(w) for w in words)
+                                    and RUNS_A_COMMAND.search(sentence)))
+
+
 def commands_in(sentence: str) -> list[str]:
     """The commands, options, paths and configuration lines ``sentence`` shows as code: a shell line ("#
     dpkg --configure -a"), or a quoted span that reads as code ("apt-get -s dist-upgrade", "/etc/default/grub",
@@ -132,17 +153,8 @@ def commands_in(sentence: str) -> list[str]:
     line = PROMPT_LINE.match(sentence)
     if line:
         return [part.strip() for part in re.split(r"\s+[#$]\s+", line.group(1)) if part.strip()]
-    found = []
-    for match in QUOTED.finditer(sentence):
-        text = (match.group(1) or match.group(2)).strip().rstrip("…").rstrip(" .").strip()
-        words = text.split()
-        if not words:
-            continue
-        if CODE_CHARS.search(text) or (len(words) == 1 and COMMAND_WORD.match(text) and any(c in text for c in "-_.")) \
-                or (2 <= len(words) <= 6 and all(COMMAND_WORD.match(w) for w in words)
-                    and RUNS_A_COMMAND.search(sentence)):
-            found.append(text)
-    return found
+    return [(match.group(1) or match.group(2)).strip().rstrip("…").rstrip(" .").strip()
+            for match in QUOTED.finditer(sentence) if reads_as_code(match, sentence)]
 
 
 def programs_in(sentence: str) -> list[str]:
@@ -237,7 +249,15 @@ def answer_starts(sentence: str, question: QuestionShape) -> list[int]:
     spelt = question.text.lower()
     starts = []
     tokens = list(re.finditer(r"\S+", sentence))
+    commands = quoted_commands(sentence)
     for i, match in enumerate(tokens):
+        # A quoted command is answered whole, from its opening quote, whatever words of the question it holds: not
+        # "update" of "must run "apt-file update" in advance".
+        if any(opening < match.start() < closing for opening, closing in commands):
+            continue
+        if any(opening == match.start() for opening, _ in commands):
+            starts.append(match.start() + 1)
+            continue
         word = re.sub(r"\W", "", re.sub(r"['’]s\b", "", match.group().lower()))  # "Rollo's" is "Rollo"
         head = WORD_OR_NUMBER.search(match.group())  # "NTL" of "NTL:Telewest)"
         # A technical token the question does not spell is new however it begins: "/var/lib/dpkg/status-old" for

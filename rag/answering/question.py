@@ -50,7 +50,7 @@ class QuestionShape:
             variable=bool(english.VARIABLE_QUESTION.match(question)),
             technical=bool(english.HOWTO_QUESTION.match(question) or english.PLACE_QUESTION.match(question)
                            or english.TECHNICAL_NOUNS & set(re.findall(r"[^\W\d_]+", question.lower()))),
-            listing=(bool(plural) and plural.group(1).lower() not in english.NOT_PLURALS and not yes_no)
+            listing=(bool(plural) and plural.group("noun").lower() not in english.NOT_PLURALS and not yes_no)
             or bool(english.STEPS_QUESTION.match(question)),
             explains=bool(english.EXPLANATORY_QUESTION.match(question)), subject=definition_subject(question),
             words=frozenset(words), word_stems=frozenset(stem(w) for w in words),
