@@ -672,3 +672,19 @@ def test_code_lines_under_an_announcing_sentence_carry_it_and_count_as_commands(
     assert [command for command, _, _ in commands_for(sentences, [0], howto)] == ["pg_dump dbname > dumpfile"]
     alone = candidate_sentences(["pg_dump dbname > dumpfile"])  # no sentence announces it: read as prose
     assert commands_of(alone[0]) == []
+
+
+def test_a_yes_no_answer_turns_where_the_sentence_says_the_opposite_of_the_question(generator):
+    from rag.answering.evidence import opposes, yes_no_spans
+
+    def favoured(sentence: str, question: str) -> str:
+        spans = yes_no_spans(sentence, Q(question), generator.encode)
+        return generator.decode(list(max(spans, key=lambda span: span.prior).tokens)).strip()
+
+    same = 'Emulated runlevel 2 to 4 are all symlinked to the same "multi-user.target".'
+    assert favoured(same, "Under systemd, are runlevels 2, 3 and 4 different targets?") == "No"
+    assert favoured(same, "Under systemd, are runlevels 2, 3 and 4 the same target?") == "Yes"
+    riskier = "Running stable mixed with some packages from testing is riskier than running pure unstable."
+    assert favoured(riskier, "Is running stable with a few packages from testing safer than pure unstable?") == "No"
+    assert favoured("The tar format does not support compression.", "Does the tar format support compression?") == "No"
+    assert not opposes("Is it safe?", "It is safe, not risky.")  # the word asked is said too

@@ -143,6 +143,18 @@ CLAUSE_END = re.compile(r"\s*(?:$|[,.;:!?)\]])")
 # ------------------------------------------------------------------ sentences: what one says of itself
 # Words that turn a sentence's statement into its negation ("Alcohol is never reimbursed.").
 NEGATION = re.compile(r"(?i)\b(?:not|never|no|none|cannot|neither|nor|without|forbidden|prohibited)\b|n['’]t\b")
+# Words of opposite meaning: a yes/no question asking "different" of a sentence saying "the same" is answered the
+# other way from what the sentence's own polarity says ("Are runlevels 2, 3 and 4 different targets?" — "…all
+# symlinked to the same "multi-user.target"." — No).
+OPPOSITES = tuple((re.compile(rf"(?i)\b(?:{a})\b"), re.compile(rf"(?i)\b(?:{b})\b")) for a, b in (
+    ("same|identical", "different|distinct"),
+    ("safe|safer|safest|safely", "risky|riskier|riskiest|dangerous|unsafe"),
+    ("enabled?", "disabled?"),
+    ("allowed|permitted", "forbidden|prohibited|disallowed"),
+    ("faster|quicker", "slower"),
+    ("larger|bigger|more", "smaller|fewer|less"),
+    ("required|mandatory", "optional"),
+))
 # A sentence that leans on the one before it: "This will make restoration very slow.", "Such a symlink may be
 # overwritten …", "For these reasons NULL ciphers are not recommended.", "It is done primarily for efficiency: …".
 LEANS_ON_BEFORE = re.compile(r"^(?:This|That|These|Those|Such|Doing so|It|However|Otherwise|Therefore|Thus|Hence|"

@@ -19,9 +19,9 @@ import numpy as np
 
 from rag.answering.english import (ARTICLE_NEXT, ARTICLES, CLAUSE_END, CLAUSE_INSIDE, CLAUSE_OPENERS,
                                    DANGLING_WORDS, defines, INTRODUCES, MAGNITUDE_NEXT, MAN_PAGE, MONTH, NEGATION,
-                                   NOT_A_PROGRAM, NUMERIC_START, ORDINAL_DATE_NEXT, PLACE_PREPOSITIONS, PREPOSITIONS,
-                                   RUNS_A_COMMAND, TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE,
-                                   VARIABLE_NAME, VARIABLE_TOKEN, YEAR_OR_MONTH)
+                                   NOT_A_PROGRAM, NUMERIC_START, OPPOSITES, ORDINAL_DATE_NEXT, PLACE_PREPOSITIONS,
+                                   PREPOSITIONS, RUNS_A_COMMAND, TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD,
+                                   TIMED_PHRASE, VARIABLE_NAME, VARIABLE_TOKEN, YEAR_OR_MONTH)
 from rag.answering.question import QuestionShape
 from rag.core.text import STOPWORDS, content_words, stem
 from rag.generation.logits import SpanSearch, TokenSpan
@@ -215,13 +215,19 @@ def is_item(sentence: str) -> bool:
 def yes_no_spans(sentence: str, question: QuestionShape, encode: Callable[[str], np.ndarray]) -> list[TokenSpan]:
     """The two answers a yes/no question may get, the one the sentence's polarity points to favoured (a question
     that negates itself, "Isn't X …?", flips it)."""
-    negative = bool(NEGATION.search(sentence)) != question.negated
+    negative = (bool(NEGATION.search(sentence)) != question.negated) != opposes(question.text, sentence)
     spans = []
     for answer in ("Yes", "No"):
         tokens = tuple(int(t) for t in encode(answer))
         prior = POLARITY_PRIOR if (answer == "No") == negative else 0.0
         spans.append(TokenSpan(tokens, frozenset({len(tokens)}), prior))
     return spans
+
+
+def opposes(question: str, sentence: str) -> bool:
+    """The sentence says the opposite of a word of the question (``OPPOSITES``): "safer" asked, "riskier" said."""
+    return sum(1 for a, b in OPPOSITES for asked, said in ((a, b), (b, a))
+               if asked.search(question) and said.search(sentence) and not asked.search(sentence)) % 2 == 1
 
 
 def yes_no_messages(question: str, sentence: str, earlier: Sequence[str] = ()) -> list[dict[str, str]]:
