@@ -97,6 +97,7 @@ def candidate_sentences(chunks: Sequence[str]) -> list[Sentence]:
 
 
 def ends_as_prose(text: str) -> bool:
+    """``text`` ends as a sentence of prose does, not as a code line or a list item."""
     return text.rstrip().endswith((".", "!", "?"))
 
 

@@ -127,8 +127,8 @@ class Quote:
 
 
 def quoted_commands(sentence: str) -> list[tuple[int, int]]:
-    """The (opening, closing) quote offsets of the quoted spans of ``sentence`` that read as code (``commands_in``)
-    and are more than one word."""
+    """The (opening, closing) quote offsets of the quoted spans of ``sentence`` that read as code
+    (``reads_as_code``) and are more than one word."""
     return [(match.start(), match.end() - 1) for match in QUOTED.finditer(sentence)
             if len((match.group(1) or match.group(2)).split()) > 1 and reads_as_code(match, sentence)]
 

@@ -46,7 +46,8 @@ class QuestionShape:
             person=bool(english.PERSON_QUESTION.match(question)), place=bool(english.PLACE_QUESTION.match(question)),
             yes_no=yes_no, negated=bool(english.NEGATION.search(question)),
             howto=bool(english.HOWTO_QUESTION.match(question)),
-            procedure=bool(english.PROCEDURE_QUESTION.match(question)), command=bool(english.COMMAND_QUESTION.match(question)),
+            procedure=bool(english.PROCEDURE_QUESTION.match(question)),
+            command=bool(english.COMMAND_QUESTION.match(question)),
             variable=bool(english.VARIABLE_QUESTION.match(question)),
             technical=bool(english.HOWTO_QUESTION.match(question) or english.PLACE_QUESTION.match(question)
                            or english.TECHNICAL_NOUNS & set(re.findall(r"[^\W\d_]+", question.lower()))),
