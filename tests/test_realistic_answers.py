@@ -9,9 +9,11 @@ questions the same documents do answer are answered. Real models, a real index; 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,23 @@ def policies(tmp_path_factory: pytest.TempPathFactory, settings: Settings, embed
     service = answer_service(local, Models(embedder, generator))
     yield service
     service.close()
+
+
+@contextlib.contextmanager
+def service_over(files: dict[str, str], settings: Settings, embedder, generator,
+                 tmp_path: Path) -> Iterator[AnswerService]:
+    """An answer service over ``files`` (name → text), ingested into a fresh index under ``tmp_path``."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name, text in files.items():
+        (docs / name).write_text(text, encoding="utf-8")
+    local = settings.replace(home=tmp_path / "home")
+    assert ingest_paths([docs], EmbeddedIndex(local.index_path()), IngestParameters.from_settings(local, embedder)).ok
+    service = answer_service(local, Models(embedder, generator))
+    try:
+        yield service
+    finally:
+        service.close()
 
 
 def ask(service: AnswerService, *turns: str):
@@ -199,20 +218,12 @@ def test_a_command_ending_in_a_quoted_argument_keeps_its_closing_quote(settings:
                                                                        tmp_path: Path):
     """The dev set's "How do I purge … using aptitude?" was answered "aptitude purge '~c" (cleaning the reply took
     the closing quote off, and the cut command no longer matched the one shown)."""
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "aptitude.md").write_text(
-        "# Purging\n\nRemoved packages keep their configuration files. You can purge all the leftover configuration "
-        "files of removed packages with aptitude by the following.\n\n    # aptitude purge '~c'\n", encoding="utf-8")
-    local = settings.replace(home=tmp_path / "home")
-    assert ingest_paths([docs], EmbeddedIndex(local.index_path()), IngestParameters.from_settings(local, embedder)).ok
-    service = answer_service(local, Models(embedder, generator))
-    try:
+    text = ("# Purging\n\nRemoved packages keep their configuration files. You can purge all the leftover "
+            "configuration files of removed packages with aptitude by the following.\n\n    # aptitude purge '~c'\n")
+    with service_over({"aptitude.md": text}, settings, embedder, generator, tmp_path) as service:
         result = ask(service, "How do I purge the leftover configuration files of removed packages with aptitude?")
         assert result.answer == "aptitude purge '~c'" and result.answer_kind == "command", result
         assert any("aptitude purge '~c'" in quote.quote for quote in result.evidence), result.evidence
-    finally:
-        service.close()
 
 
 def test_a_how_to_question_gets_the_command_line_under_the_sentence_announcing_it(settings: Settings, embedder,
@@ -220,20 +231,12 @@ def test_a_how_to_question_gets_the_command_line_under_the_sentence_announcing_i
     """The PostgreSQL manual shows commands without a prompt, under a sentence that announces them ("The general
     command form to restore a text dump is" above "psql -X dbname < dumpfile"); the dev set's "How do I restore a
     plain-text SQL dump?" was answered with a sentence on pg_restore's --file option."""
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "restore.md").write_text(
-        "# Restoring the dump\n\nText files created by pg_dump are intended to be read by the psql program using "
-        "its default settings. The general command form to restore a text dump is\n\n    psql -X dbname < dumpfile"
-        "\n\nwhere dumpfile is the file output by the pg_dump command.\n\nNon-plain-text dumps can be inspected by "
-        "using pg_restore's --file option. If the source superusers are not trusted, the dumped SQL statements must "
-        "be inspected before restoring.\n", encoding="utf-8")
-    local = settings.replace(home=tmp_path / "home")
-    assert ingest_paths([docs], EmbeddedIndex(local.index_path()), IngestParameters.from_settings(local, embedder)).ok
-    service = answer_service(local, Models(embedder, generator))
-    try:
+    text = ("# Restoring the dump\n\nText files created by pg_dump are intended to be read by the psql program using "
+            "its default settings. The general command form to restore a text dump is\n\n    psql -X dbname < "
+            "dumpfile\n\nwhere dumpfile is the file output by the pg_dump command.\n\nNon-plain-text dumps can be "
+            "inspected by using pg_restore's --file option. If the source superusers are not trusted, the dumped SQL "
+            "statements must be inspected before restoring.\n")
+    with service_over({"restore.md": text}, settings, embedder, generator, tmp_path) as service:
         result = ask(service, "How do I restore a plain-text SQL dump?")
         assert result.answer == "psql -X dbname < dumpfile" and result.answer_kind == "command", result
         assert any(quote.quote == "psql -X dbname < dumpfile" for quote in result.evidence), result.evidence
-    finally:
-        service.close()
