@@ -15,7 +15,7 @@ from typing import IO, Callable, Sequence
 from ingest.parameters import IngestParameters
 from ingest.pipeline import ingest_paths
 from rag.core.access import RequestContext
-from rag.answering.answerability import names_an_unknown_identifier
+from rag.answering.answerability import refused_whatever_the_score
 from rag.answering.evidence import CITATION, cuts_a_clause, dangles, first_sentence, glued
 from rag.answering.prompt import refers_back
 from rag.answering.result import AnswerResult
@@ -284,12 +284,13 @@ def refusal_curve(verdicts: list[dict], steps: int = 20) -> list[dict]:
     """What each answerability threshold would give on these answers: the share of unanswerable questions
     refused, of answerable ones refused (false refusals), and of answerable ones answered right. A question
     refused before any score (no evidence, off the topic), or whatever its score (it names an identifier no
-    document holds), counts as refused at every threshold."""
+    document holds, or asks of another group than the evidence's rule is for), counts as refused at every
+    threshold."""
     def refused(v: dict, threshold: float) -> bool:
         if v["abstained"] and v.get("reason") != "unanswerable":
             return True
         score = v["signals"].get("score")
-        return score is not None and (score < threshold or names_an_unknown_identifier(v["signals"]))
+        return score is not None and (score < threshold or refused_whatever_the_score(v["signals"]))
 
     answerable_ = [v for v in verdicts if not v["unanswerable"]]
     unanswerable_ = [v for v in verdicts if v["unanswerable"]]

@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from rag.answering.english import CONTRACTION, GENERIC_WORDS
+from rag.answering.english import (CONTRACTION, GENERIC_WORDS, GROUP_AFTER, GROUP_GOVERNORS, QUESTION_SUBJECT,
+                                   plural)
 from rag.core.text import STOPWORDS, content_words, stem
 
 # A name or a number the question asks about: a capitalised word not opening a sentence, a word with a digit
@@ -84,6 +85,12 @@ def unknown_signals(question: str, absent: Sequence[str], capitals: bool = True)
             "unknown_identifiers": float(sum("_" in w.strip("_") for w in absent))}
 
 
+def refused_whatever_the_score(signals: Mapping[str, float]) -> bool:
+    """The question names an identifier no visible document holds (``names_an_unknown_identifier``) or asks of
+    another group than the one the evidence's rule is for (``another_group``: the "other_group" signal)."""
+    return names_an_unknown_identifier(signals) or signals.get("other_group", 0.0) >= 1
+
+
 def names_an_unknown_identifier(signals: Mapping[str, float]) -> bool:
     """The question names an identifier no visible document holds ("What is the default value of
     autovacuum_work_mem?", "How do I upgrade a cluster with pg_upgradecluster?"): the documents do not speak of it,
@@ -91,6 +98,43 @@ def names_an_unknown_identifier(signals: Mapping[str, float]) -> bool:
     before: "2 milliseconds" for autovacuum_work_mem), none of the 712 answerable ones (dev set, squad2-dev seeds 0
     and 1, policies)."""
     return signals.get("unknown_identifiers", 0.0) >= 1
+
+
+def group_phrases(text: str) -> list[tuple[str, str, set[str]]]:
+    """Each plural noun after "for" / "to" in ``text``: (the preposition, the noun, the stems of the few words
+    before it)."""
+    found = []
+    for match in GROUP_AFTER.finditer(text):
+        if plural(match.group(2)):
+            before = re.findall(r"[\w-]+", text[:match.start()])[-GROUP_GOVERNORS:]
+            found.append((match.group(1).lower(), match.group(2), {stem(w.lower()) for w in before}))
+    return found
+
+
+def another_group(question: str, evidence: str, heading: str, passage: str, elsewhere: set[str]) -> str | None:
+    """The group the evidence speaks of where the question asks of another: the question names a group (a plural
+    noun after "for" / "to", or its subject) that the evidence's passage does not hold though other passages do,
+    while the evidence states its rule for a group the question does not name, as the subject of its sentence
+    ("Contractors need the approval …" for "Who approves VPN access for employees?") or after the same
+    preposition near a word of the question (its ``heading`` "VPN access for contractors", "keys are issued to
+    administrators"). Such questions were answered from the rule for the other group ("IT Security team"). Of the
+    dev dumps' questions it named one for 5 of the policies' 12 unanswerable ones, for none of the dev set's and
+    squad2-dev's (358 and 686 questions)."""
+    asked, asked_words, held = telling_words(question), stems(question), stems(passage)
+    asked_groups = [*group_phrases(question),
+                    *(("", m.group(1), set()) for m in QUESTION_SUBJECT.finditer(question) if plural(m.group(1)))]
+    for preposition, group, before in asked_groups:
+        group_stem = stem(group.lower())
+        if group_stem not in asked or group_stem in held or group_stem not in elsewhere:
+            continue
+        subject = [w for w in re.findall(r"[A-Za-z][\w-]*", evidence)[:2] if plural(w)]
+        said = [w for w in subject if stem(w.lower()) not in asked_words and w.lower() not in STOPWORDS]
+        said += [other for p, other, near in (*group_phrases(evidence), *group_phrases(heading))
+                 if preposition and p == preposition and stem(other.lower()) not in asked_words
+                 and other.lower() not in STOPWORDS and before & near & asked]
+        if said:
+            return said[0]
+    return None
 
 
 def coverage(question: str, text: str) -> float:

@@ -215,3 +215,19 @@ GENERIC_WORDS = frozenset("long take took many much first last time times year y
                           "used use make made new one two number known large small high best most part area type "
                           "kind way also still later early".split())
 CONTRACTION = re.compile(r"(?i)(\w+)n['’]t\b")
+
+# ------------------------------------------------------------------ answerability: the group a rule is for
+# Who a question or a statement speaks of: a plural noun after "for" or "to" ("VPN access for employees",
+# "keys are issued to administrators"), the subject of a question ("How many days may contractors work …?") or
+# of a sentence, in its first two words ("Contractors need …", "Remote employees must …").
+GROUP_DETERMINER = r"(?:(?:the|a|an|all|every|each|any|their|our|my|your)\s+)?"
+GROUP_AFTER = re.compile(r"\b(for|to)\s+" + GROUP_DETERMINER + r"([A-Za-z][\w-]*)", re.IGNORECASE)
+QUESTION_SUBJECT = re.compile(r"\b(?:may|can|do|must|should|are|will|could|would)\s+" + GROUP_DETERMINER
+                              + r"([A-Za-z][\w-]*)", re.IGNORECASE)
+GROUP_GOVERNORS = 4  # the words before "for" / "to" that tie two such phrases to one thing ("access", "issued")
+
+
+def plural(word: str) -> bool:
+    """Reads as an English plural noun: "employees", "contractors" (not "access", "status", "analysis")."""
+    lowered = word.lower()
+    return len(lowered) > 3 and lowered.endswith("s") and not lowered.endswith(("ss", "us", "is"))

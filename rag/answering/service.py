@@ -22,7 +22,8 @@ import numpy as np
 from rag.embedder import Embedder
 from rag.reranker import KeepOrder, Reranker
 from rag.store import Store
-from rag.answering.answerability import (WEIGHTS, answerable_score, lexical_signals, names_an_unknown_identifier,
+from rag.answering.answerability import (WEIGHTS, another_group, answerable_score, lexical_signals,
+                                         refused_whatever_the_score,
                                          profile_for, searchable_words, shares_a_word, stems, technical_word,
                                          telling_words, unknown_signals)
 from rag.answering.compress import (Passage, Sentence, candidate_sentences, commands_of, dense_gaps,
@@ -286,7 +287,8 @@ class AnswerService:
         # tokens; the answerability score then rests on meaning (the dense signals) and those.
         across = bool(retrieval.hits) and self.languages.detect(retrieval.hits[0].chunk.text) != language
         with observe.start_span("compression", {"rag.context_tokens": options.context_tokens}) as span:
-            prepared = self._compose(request, shape, retrieval, options, started, history, capitals, across)
+            prepared = self._compose(request, shape, retrieval, options, started, history, capitals, across,
+                                     language == DEFAULT_LANGUAGE)
             prepared.language = language
             if prepared.signals:
                 words = searchable_words(question)
@@ -311,7 +313,7 @@ class AnswerService:
 
     def _compose(self, request: AnswerRequest, shape: QuestionShape, retrieval: Retrieval, options: AnswerOptions,
                  started: float, history: Sequence[str] = (), capitals: bool = True,
-                 across: bool = False) -> PreparedAnswer:
+                 across: bool = False, english: bool = True) -> PreparedAnswer:
         """Evidence sentences and the prompt from the retrieved chunks, or an early abstention."""
         t0 = time.perf_counter()
         question = shape.text
@@ -370,6 +372,11 @@ class AnswerService:
                                   [*texts, *dict.fromkeys(h.chunk.title for h in retrieval.hits)],
                                   retrieval.best_dense, self._cosine(best, retrieval), capitals,
                                   across) if best_hit else {}
+        if best_hit and english and not across:
+            elsewhere = stems(" ".join(hit.chunk.text for hit in retrieval.hits if hit.chunk is not best_hit))
+            passage = f"{best_hit.title}\n{best_hit.section or ''}\n{best_hit.text}"
+            signals["other_group"] = float(another_group(question, best, best_hit.section or "", passage,
+                                                         elsewhere) is not None)
         prompt, sampling = None, options.sampling
         decline = tuple(int(t) for t in self.generator.encode(DECLINE_REPLY))
         yes_no = bool(best) and not explanatory and not commands and shape.yes_no
@@ -519,7 +526,7 @@ class AnswerService:
             # Evidence found, but it does not answer this question; a sentence that says what a definition
             # question's subject is ("…the famed Viking ruler Rollo" for "Who was Rollo?") answers it, however
             # far its words are from the question's.
-            if (score < options.answerable_threshold or names_an_unknown_identifier(prepared.signals)) \
+            if (score < options.answerable_threshold or refused_whatever_the_score(prepared.signals)) \
                     and not defines_the_subject(prepared.shape, prepared.best_sentence):
                 prepared.withheld = answer
                 answer, abstained, reason, quotes = ABSTENTION_MESSAGE, True, "unanswerable", []
