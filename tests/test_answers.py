@@ -688,3 +688,19 @@ def test_a_yes_no_answer_turns_where_the_sentence_says_the_opposite_of_the_quest
     assert favoured(riskier, "Is running stable with a few packages from testing safer than pure unstable?") == "No"
     assert favoured("The tar format does not support compression.", "Does the tar format support compression?") == "No"
     assert not opposes("Is it safe?", "It is safe, not risky.")  # the word asked is said too
+    # A negated harm is no "No" unless the harm is what is asked about.
+    dump = "pg_dump does not block other operations on the database while it is working."
+    assert favoured(dump, "Can other sessions keep reading and writing while pg_dump is running?") == "Yes"
+    assert favoured(dump, "Does pg_dump block other operations while it runs?") == "No"
+    twice = "Duplicate connection messages do not necessarily indicate a problem."
+    assert favoured(twice, "Is it normal to see two connection lines for one login?") == "Yes"
+
+
+def test_a_default_stated_leads_and_a_lone_adverb_is_no_answer():
+    sentence = "The default value is replica, which writes enough data to support WAL archiving."
+    priors = start_priors(sentence, Q("What is the default wal_level?"))
+    at = sentence.index("replica")
+    assert priors[at] > max(p for offset, p in priors.items() if offset != at)
+    timesync = "Under systemd, use systemd-timesyncd for the network time synchronization instead."
+    starts = [timesync[i:].split()[0] for i in answer_starts(timesync, Q("What should I use for time sync?"))]
+    assert "systemd-timesyncd" in starts and "instead." not in starts

@@ -117,6 +117,14 @@ ARTICLES = frozenset({"the", "a", "an"})
 CLAUSE_OPENERS = frozenset("although while however historically since because though after before during whereas "
                            "thus therefore also then yet still subsequently similarly if unless whether once until "
                            "otherwise".split())
+# A question asks for a default ("What is the default wal_level?", "… by default?"), and a sentence states one just
+# before the answer: "The default value is replica", "The default is TLSv1.2", "Defaults to … 60 seconds".
+ASKS_DEFAULT = re.compile(r"(?i)\bdefault\b")
+STATES_DEFAULT = re.compile(r"(?i)\b(?:default(?:\s+(?:value|setting))?\s+(?:is|was)(?:\s+(?:normally|usually))?|"
+                            r"defaults\s+to)\s+$")
+# Adverbs that say how or where a sentence's own answer applies, never an answer themselves ("Under systemd, use
+# systemd-timesyncd … instead." was answered "instead").
+LONE_ADVERBS = frozenset("instead here again already even just rather else too".split())
 PLACE_PREPOSITIONS = frozenset({"in", "at", "near", "from", "on", "into", "to"})
 # Words an answer never ends on: it would leave its clause unfinished ("each file that a user", "If the Web
 # can", "you can", "more"); besides the stop words and prepositions.
@@ -143,6 +151,12 @@ CLAUSE_END = re.compile(r"\s*(?:$|[,.;:!?)\]])")
 # ------------------------------------------------------------------ sentences: what one says of itself
 # Words that turn a sentence's statement into its negation ("Alcohol is never reimbursed.").
 NEGATION = re.compile(r"(?i)\b(?:not|never|no|none|cannot|neither|nor|without|forbidden|prohibited)\b|n['’]t\b")
+# A negation of a harm says the good thing: "pg_dump does not block other operations" answers "Can other sessions
+# keep writing …?" Yes, "duplicate messages do not necessarily indicate a problem" answers "Is it normal …?" Yes;
+# unless the question asks about that harm itself ("Does pg_dump block writers?": No).
+HARMS = r"block|blocks|prevent|prevents|interfere|interferes|harm|harms|hurt|hurts|break|breaks|disrupt|disrupts|" \
+        r"problem|problems|conflict|conflicts"
+NEGATED_HARM = re.compile(r"(?i)(?:\b(?:not|never|cannot)|n['’]t)\s+(?:\w+\s+){0,3}?(" + HARMS + r")\b")
 # Words of opposite meaning: a yes/no question asking "different" of a sentence saying "the same" is answered the
 # other way from what the sentence's own polarity says ("Are runlevels 2, 3 and 4 different targets?" — "…all
 # symlinked to the same "multi-user.target"." — No).

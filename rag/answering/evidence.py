@@ -17,11 +17,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from rag.answering.english import (ARTICLE_NEXT, ARTICLES, CLAUSE_END, CLAUSE_INSIDE, CLAUSE_OPENERS,
-                                   DANGLING_WORDS, defines, INTRODUCES, MAGNITUDE_NEXT, MAN_PAGE, MONTH, NEGATION,
-                                   NOT_A_PROGRAM, NUMERIC_START, OPPOSITES, ORDINAL_DATE_NEXT, PLACE_PREPOSITIONS,
-                                   PREPOSITIONS, RUNS_A_COMMAND, TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD,
-                                   TIMED_PHRASE, VARIABLE_NAME, VARIABLE_TOKEN, YEAR_OR_MONTH)
+from rag.answering.english import (ARTICLE_NEXT, ARTICLES, CLAUSE_END, CLAUSE_INSIDE, CLAUSE_OPENERS, DANGLING_WORDS,
+                                   defines, INTRODUCES, LONE_ADVERBS, MAGNITUDE_NEXT, MAN_PAGE, MONTH, NEGATED_HARM,
+                                   NEGATION, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES, ORDINAL_DATE_NEXT,
+                                   PLACE_PREPOSITIONS, PREPOSITIONS, RUNS_A_COMMAND, STATES_DEFAULT, TECHNICAL_TOKEN,
+                                   TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE, VARIABLE_NAME, VARIABLE_TOKEN,
+                                   YEAR_OR_MONTH)
 from rag.answering.question import QuestionShape
 from rag.core.text import STOPWORDS, content_words, stem
 from rag.generation.logits import SpanSearch, TokenSpan
@@ -214,8 +215,12 @@ def is_item(sentence: str) -> bool:
 
 def yes_no_spans(sentence: str, question: QuestionShape, encode: Callable[[str], np.ndarray]) -> list[TokenSpan]:
     """The two answers a yes/no question may get, the one the sentence's polarity points to favoured (a question
-    that negates itself, "Isn't X …?", flips it)."""
-    negative = (bool(NEGATION.search(sentence)) != question.negated) != opposes(question.text, sentence)
+    that negates itself, "Isn't X …?", flips it; a harm the sentence negates, "does not block", is no "No"
+    unless the question asks about that harm: ``NEGATED_HARM``)."""
+    harm = NEGATED_HARM.search(sentence)
+    harm_asked = bool(harm) and bool(re.search(rf"(?i)\b{harm.group(1).rstrip('s')}", question.text))
+    says_no = bool(NEGATION.search(sentence)) and not (harm and not harm_asked)
+    negative = (says_no != question.negated) != opposes(question.text, sentence)
     spans = []
     for answer in ("Yes", "No"):
         tokens = tuple(int(t) for t in encode(answer))
@@ -285,7 +290,7 @@ def answer_starts(sentence: str, question: QuestionShape) -> list[int]:
                                                                                  asked_stems)
         if not word or word in asked or is_question_word(word, asked_stems) \
                 or (not temporal and ((word in STOPWORDS and word not in ARTICLES and not is_acronym(match.group()))
-                                      or word in CLAUSE_OPENERS)) \
+                                      or word in CLAUSE_OPENERS or word in LONE_ADVERBS)) \
                 or match.group()[0] in "([":
             continue
         following = re.sub(r"\W", "", tokens[i + 1].group().lower()) if i + 1 < len(tokens) else ""
@@ -357,7 +362,8 @@ def start_priors(sentence: str, question: QuestionShape) -> dict[int, float]:
         prior = 0.0
         if (question.timing and YEAR_OR_MONTH.match(word)) or (question.person and word[:1].isupper() and at > 0) \
                 or (question.place and word[:1].isupper() and before in PLACE_PREPOSITIONS) \
-                or (question.command and MAN_PAGE.match(sentence, match.start())):
+                or (question.command and MAN_PAGE.match(sentence, match.start())) \
+                or (question.default and STATES_DEFAULT.search(sentence[:match.start()])):
             prior += TYPE_PRIOR
         if near:
             prior -= DISTANCE_PRIOR * math.log1p(min(abs(at - i) for i in near))

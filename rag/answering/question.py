@@ -30,6 +30,7 @@ class QuestionShape:
     technical: bool  # a technical token is asked for: "Which file …?", "Where …?", a how-to question
     listing: bool  # several things are asked for: "Which directories …?", "What should I do …?"
     explains: bool  # an explanation is asked for: "Why …", "Describe …", "How does …"
+    default: bool  # a default is asked for: "What is the default wal_level?", "… by default?"
     subject: str | None  # what a definition question names: "Rollo" of "Who was Rollo?"
     words: frozenset[str]  # the question's content words, with its one-letter words ("Q" of "Sky Q")
     word_stems: frozenset[str]  # the stems of ``words``
@@ -53,7 +54,8 @@ class QuestionShape:
                            or english.TECHNICAL_NOUNS & set(re.findall(r"[^\W\d_]+", question.lower()))),
             listing=(bool(plural) and plural.group("noun").lower() not in english.NOT_PLURALS and not yes_no)
             or bool(english.STEPS_QUESTION.match(question)),
-            explains=bool(english.EXPLANATORY_QUESTION.match(question)), subject=definition_subject(question),
+            explains=bool(english.EXPLANATORY_QUESTION.match(question)),
+            default=bool(english.ASKS_DEFAULT.search(question)), subject=definition_subject(question),
             words=frozenset(words), word_stems=frozenset(stem(w) for w in words),
             content_stems=frozenset(stem(w) for w in content_words(question)))
 
