@@ -499,7 +499,8 @@ def test_question_kinds_and_commands():
     # ... but not a question word's own clause
     assert not Q("How many problems, formerly believed hard, did Karp's paper address?").yes_no
     assert not Q("Wie ändere ich, wie lange sudo sich mein Passwort merkt?").numeric
-    assert commands_in('Use "sudo -H aptitude …" instead of "sudo aptitude …".') == ["sudo -H aptitude", "sudo aptitude"]
+    # not the one the sentence says to run no more
+    assert commands_in('Use "sudo -H aptitude …" instead of "sudo aptitude …".') == ["sudo -H aptitude"]
     assert commands_in("# dpkg --configure -a") == ["dpkg --configure -a"]
     assert commands_in("$ sudo systemctl stop exim4 $ sudo dpkg-reconfigure exim4-config") == [
         "sudo systemctl stop exim4", "sudo dpkg-reconfigure exim4-config"]
@@ -672,6 +673,19 @@ def test_code_lines_under_an_announcing_sentence_carry_it_and_count_as_commands(
     assert [command for command, _, _ in commands_for(sentences, [0], howto)] == ["pg_dump dbname > dumpfile"]
     alone = candidate_sentences(["pg_dump dbname > dumpfile"])  # no sentence announces it: read as prose
     assert commands_of(alone[0]) == []
+    # "Which commands …?" asks for several: every program the best sentence names
+    from rag.answering.service import programs_listed
+    netfilter = candidate_sentences(["You can save its state with iptables-save(8), and restore it with "
+                                     "iptables-restore(8) upon system reboot."])
+    plural = Q("Which commands save the netfilter rules and restore them at boot?")
+    assert plural.listing and plural.command
+    assert [item for _, _, item in programs_listed(commands_for(netfilter, [0], plural))] == [
+        "iptables-save(8)", "iptables-restore(8)"]
+    assert not Q("Which command saves the netfilter rules?").listing  # one asked for: the model picks one
+    # The whole line, not its quoted argument
+    quoted = candidate_sentences(['Use the following command:\n\nopenssl req -new -x509 -out server.crt -subj '
+                                  '"/CN=db.example.com"'])
+    assert commands_of(quoted[1]) == ['openssl req -new -x509 -out server.crt -subj "/CN=db.example.com"']
 
 
 def test_a_yes_no_answer_turns_where_the_sentence_says_the_opposite_of_the_question(generator):

@@ -102,9 +102,12 @@ def ends_as_prose(text: str) -> bool:
 
 
 def commands_of(sentence: Sentence) -> list[str]:
-    """The code ``sentence`` shows (``commands_in``), or the sentence itself where it is a command line under one
-    that announces it (``bare_command``)."""
-    return commands_in(sentence.text) or ([sentence.text] if sentence.lead and bare_command(sentence.text) else [])
+    """The sentence itself where it is a command line under one that announces it (``bare_command``), else the
+    code it shows (``commands_in``): the whole "openssl req … -subj "/CN=dbhost.yourdomain.com"", not its quoted
+    argument."""
+    if sentence.lead and bare_command(sentence.text):
+        return [sentence.text]
+    return commands_in(sentence.text)
 
 
 def distinct_sentences(ranked: Sequence[tuple[int, str]], limit: int) -> list[tuple[int, str]]:

@@ -122,6 +122,9 @@ CLAUSE_OPENERS = frozenset("although while however historically since because th
 ASKS_DEFAULT = re.compile(r"(?i)\bdefault\b")
 STATES_DEFAULT = re.compile(r"(?i)\b(?:default(?:\s+(?:value|setting))?\s+(?:is|was)(?:\s+(?:normally|usually))?|"
                             r"defaults\s+to)\s+$")
+# What a sentence says not to run: the quoted command after "instead of" or "rather than" ('use "sudo -H aptitude …"
+# instead of "sudo aptitude …"').
+REPLACED = re.compile(r"(?i)\b(?:instead of|rather than)\s*$")
 # Adverbs that say how or where a sentence's own answer applies, never an answer themselves ("Under systemd, use
 # systemd-timesyncd … instead." was answered "instead").
 LONE_ADVERBS = frozenset("instead here again already even just rather else too".split())

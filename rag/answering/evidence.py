@@ -20,9 +20,9 @@ import numpy as np
 from rag.answering.english import (ARTICLE_NEXT, ARTICLES, CLAUSE_END, CLAUSE_INSIDE, CLAUSE_OPENERS, DANGLING_WORDS,
                                    defines, INTRODUCES, LONE_ADVERBS, MAGNITUDE_NEXT, MAN_PAGE, MONTH, NEGATED_HARM,
                                    NEGATION, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES, ORDINAL_DATE_NEXT,
-                                   PLACE_PREPOSITIONS, PREPOSITIONS, RUNS_A_COMMAND, STATES_DEFAULT, TECHNICAL_TOKEN,
-                                   TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE, VARIABLE_NAME, VARIABLE_TOKEN,
-                                   YEAR_OR_MONTH)
+                                   PLACE_PREPOSITIONS, PREPOSITIONS, REPLACED, RUNS_A_COMMAND, STATES_DEFAULT,
+                                   TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE, VARIABLE_NAME,
+                                   VARIABLE_TOKEN, YEAR_OR_MONTH)
 from rag.answering.question import QuestionShape
 from rag.core.text import STOPWORDS, content_words, stem
 from rag.generation.logits import SpanSearch, TokenSpan
@@ -150,12 +150,14 @@ def reads_as_code(quoted: re.Match[str], sentence: str) -> bool:
 def commands_in(sentence: str) -> list[str]:
     """The commands, options, paths and configuration lines ``sentence`` shows as code: a shell line ("#
     dpkg --configure -a"), or a quoted span that reads as code ("apt-get -s dist-upgrade", "/etc/default/grub",
-    "start_smartd=yes"; a run of lowercase words only where the sentence says it runs a command)."""
+    "start_smartd=yes"; a run of lowercase words only where the sentence says it runs a command), not one it says
+    to run no more ("instead of "sudo aptitude …"")."""
     line = PROMPT_LINE.match(sentence)
     if line:
         return [part.strip() for part in re.split(r"\s+[#$]\s+", line.group(1)) if part.strip()]
     return [(match.group(1) or match.group(2)).strip().rstrip("…").rstrip(" .").strip()
-            for match in QUOTED.finditer(sentence) if reads_as_code(match, sentence)]
+            for match in QUOTED.finditer(sentence)
+            if reads_as_code(match, sentence) and not REPLACED.search(sentence[:match.start()])]
 
 
 def programs_in(sentence: str) -> list[str]:

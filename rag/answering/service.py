@@ -351,7 +351,10 @@ class AnswerService:
             return PreparedAnswer(request, shape, retrieval, passages, None, started,
                                   (time.perf_counter() - t0) * 1000, options.sampling)
         commands = commands_for(sentences, order, shape)
-        items = () if commands else items_for(sentences, order, shape)
+        items = programs_listed(commands) if shape.listing else ()
+        if items:
+            commands = ()
+        items = items or (() if commands else items_for(sentences, order, shape))
         explanatory = shape.explanatory and not commands and not items
         if best and not explanatory and not holds_the_asked_type(best, shape):
             # No number where one is asked for: a close runner-up that holds one and every telling word of the
@@ -504,7 +507,9 @@ class AnswerService:
         elif prepared.abstain_early:
             answer, abstained, reason = ABSTENTION_MESSAGE, True, "weak_evidence"
         elif prepared.items:
-            quotes = [q for q in (self._quote(r, n, text) for n, text, _ in prepared.items) if q is not None]
+            # each sentence quoted once, however many of the items it names
+            quotes = [q for q in (self._quote(r, n, text) for n, text in dict.fromkeys(
+                (n, text) for n, text, _ in prepared.items)) if q is not None]
             answer, abstained, reason = "; ".join(phrase for _, _, phrase in prepared.items), False, None
             finish_reason = "stop"
         elif prepared.explanatory:
@@ -652,6 +657,18 @@ def answer_kind(prepared: PreparedAnswer, answer: str, abstained: bool) -> str:
     if prepared.yes_no and answer in ("Yes", "No"):
         return "yes_no"
     return "phrase"
+
+
+def programs_listed(commands: Sequence[tuple[str, tuple[int, str], tuple[int, str] | None]]
+                    ) -> tuple[tuple[int, str, str], ...]:
+    """For a question asking for several ("Which commands save the netfilter rules and restore them at boot?"):
+    the commands the best one's sentence names with it, as a list's items ("iptables-save(8)",
+    "iptables-restore(8)"), where it names two or more; else nothing."""
+    if not commands:
+        return ()
+    where = commands[0][1]
+    same = [(where[0], where[1], command) for command, at, intro in commands if at == where and intro is None]
+    return tuple(same[:LIST_ITEMS]) if len(same) >= 2 else ()
 
 
 def items_for(sentences: Sequence[Sentence], order: Sequence[int], question: QuestionShape) -> tuple[tuple[int, str, str], ...]:
