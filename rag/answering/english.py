@@ -126,8 +126,9 @@ STATES_DEFAULT = re.compile(r"(?i)\b(?:default(?:\s+(?:value|setting))?\s+(?:is|
 # instead of "sudo aptitude …"').
 REPLACED = re.compile(r"(?i)\b(?:instead of|rather than)\s*$")
 # Adverbs that say how or where a sentence's own answer applies, never an answer themselves ("Under systemd, use
-# systemd-timesyncd … instead." was answered "instead").
-LONE_ADVERBS = frozenset("instead here again already even just rather else too".split())
+# systemd-timesyncd … instead." was answered "instead"). Not the ones that modify what follows: "rather concrete"
+# answers "Is a problem instance abstract or concrete?" (squad2-dev), "just 3 days", "too large".
+LONE_ADVERBS = frozenset("instead here again already else".split())
 PLACE_PREPOSITIONS = frozenset({"in", "at", "near", "from", "on", "into", "to"})
 # Words an answer never ends on: it would leave its clause unfinished ("each file that a user", "If the Web
 # can", "you can", "more"); besides the stop words and prepositions.
