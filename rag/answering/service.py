@@ -22,10 +22,9 @@ import numpy as np
 from rag.embedder import Embedder
 from rag.reranker import KeepOrder, Reranker
 from rag.store import Store
-from rag.answering.answerability import (WEIGHTS, another_group, answerable_score, lexical_signals,
-                                         refused_whatever_the_score,
-                                         profile_for, searchable_words, shares_a_word, stems, technical_word,
-                                         telling_words, unknown_signals)
+from rag.answering.answerability import (WEIGHTS, another_group, answerable_score, lexical_signals, profile_for,
+                                         refused_whatever_the_score, searchable_words, shares_a_word, stems,
+                                         technical_word, telling_words, unknown_signals)
 from rag.answering.compress import (Passage, Sentence, candidate_sentences, commands_of, dense_gaps,
                                     distinct_sentences, evidence_texts, in_context, log_odds_scale, score_sentences,
                                     select_passages)
@@ -354,7 +353,8 @@ class AnswerService:
         items = programs_listed(commands) if shape.listing else ()
         if items:
             commands = ()
-        items = items or (() if commands else items_for(sentences, order, shape))
+        elif not commands:
+            items = items_for(sentences, order, shape)
         explanatory = shape.explanatory and not commands and not items
         if best and not explanatory and not holds_the_asked_type(best, shape):
             # No number where one is asked for: a close runner-up that holds one and every telling word of the
