@@ -111,9 +111,10 @@ def group_phrases(text: str) -> list[tuple[str, str, set[str]]]:
     return found
 
 
-def another_group(question: str, evidence: str, heading: str, passage: str, elsewhere: set[str]) -> str | None:
+def another_group(question: str, evidence: str, heading: str, passage: str, others: Sequence[str]) -> str | None:
     """The group the evidence speaks of where the question asks of another: the question names a group (a plural
-    noun after "for" / "to", or its subject) that the evidence's passage does not hold though other passages do,
+    noun after "for" / "to", or its subject) that the evidence's passage does not hold though ``others`` (the other
+    retrieved passages; read only when such a group is asked about) do,
     while the evidence states its rule for a group the question does not name, as the subject of its sentence
     ("Contractors need the approval …" for "Who approves VPN access for employees?") or after the same
     preposition near a word of the question (its ``heading`` "VPN access for contractors", "keys are issued to
@@ -123,9 +124,13 @@ def another_group(question: str, evidence: str, heading: str, passage: str, else
     asked, asked_words, held = telling_words(question), stems(question), stems(passage)
     asked_groups = [*group_phrases(question),
                     *(("", m.group(1), set()) for m in QUESTION_SUBJECT.finditer(question) if plural(m.group(1)))]
+    elsewhere: set[str] | None = None
     for preposition, group, before in asked_groups:
         group_stem = stem(group.lower())
-        if group_stem not in asked or group_stem in held or group_stem not in elsewhere:
+        if group_stem not in asked or group_stem in held:
+            continue
+        elsewhere = stems(" ".join(others)) if elsewhere is None else elsewhere
+        if group_stem not in elsewhere:
             continue
         subject = [w for w in re.findall(r"[A-Za-z][\w-]*", evidence)[:2] if plural(w)]
         said = [w for w in subject if stem(w.lower()) not in asked_words and w.lower() not in STOPWORDS]

@@ -376,10 +376,10 @@ class AnswerService:
                                   retrieval.best_dense, self._cosine(best, retrieval), capitals,
                                   across) if best_hit else {}
         if best_hit and english and not across:
-            elsewhere = stems(" ".join(hit.chunk.text for hit in retrieval.hits if hit.chunk is not best_hit))
+            others = [hit.chunk.text for hit in retrieval.hits if hit.chunk is not best_hit]
             passage = f"{best_hit.title}\n{best_hit.section or ''}\n{best_hit.text}"
             signals["other_group"] = float(another_group(question, best, best_hit.section or "", passage,
-                                                         elsewhere) is not None)
+                                                         others) is not None)
         prompt, sampling = None, options.sampling
         decline = tuple(int(t) for t in self.generator.encode(DECLINE_REPLY))
         yes_no = bool(best) and not explanatory and not commands and shape.yes_no
