@@ -180,6 +180,37 @@ def test_an_identifier_no_visible_document_holds_refuses_whatever_the_score():
     assert not names_an_unknown_identifier(unknown_signals("How do I back up with borg to a NAS?", ["borg", "nas"]))
 
 
+def test_a_file_name_identifier_or_option_no_retrieved_passage_holds_is_counted():
+    from rag.answering.answerability import refused_whatever_the_score, tokens_not_retrieved
+    passages = "Set SystemMaxUse in /etc/systemd/journald.conf. Run pg_basebackup -D backup --checkpoint=fast."
+    assert tokens_not_retrieved("Which journald.conf setting limits the journal's size?", passages) == 0
+    assert tokens_not_retrieved("Which setting in login.defs selects the hashing method?", passages) == 1
+    assert tokens_not_retrieved("How do I take an incremental backup with pg_basebackup --incremental?",
+                                passages) == 1
+    assert tokens_not_retrieved("What does --checkpoint do, and what does log_checkpoints?", passages) == 1
+    # Not names of files: an abbreviation, a version, a word with a hyphen, a sentence's end.
+    assert tokens_not_retrieved("What is new in 3.12, e.g. for non-free packages, i.e. the rest. Why?",
+                                passages) == 0
+    assert refused_whatever_the_score({"tokens_not_retrieved": 1.0})
+    assert not refused_whatever_the_score({"tokens_not_retrieved": 0.0})
+
+
+def test_a_question_naming_a_file_the_passages_do_not_hold_is_refused(settings: Settings, embedder, generator,
+                                                                      tmp_path: Path):
+    """The dev set's "Which journald.conf setting limits how much disk space the journal may use?" was answered
+    "min_wal_size" (a PostgreSQL setting), "Which setting in login.defs …?" "/etc/shadow": the passages found speak
+    of other files. Here a small manual of another kind: its own file is answered, another one refused."""
+    text = ("# Mail server\n\nThe relay host is set in /etc/postfix/main.cf with the relayhost parameter. Restart "
+            "the service after changing it.\n\n## Mailboxes\n\nMailboxes are kept under /var/mail, one file per "
+            "user. The mailbox_size_limit parameter caps the size of each mailbox.\n")
+    with service_over({"mail.md": text}, settings, embedder, generator, tmp_path) as service:
+        answered = ask(service, "Which main.cf parameter sets the relay host?")
+        assert not answered.abstained and "relayhost" in answered.answer, answered.answer
+        refused = ask(service, "Which master.cf line enables the submission service?")
+        assert refused.abstained and refused.answer == ABSTENTION_MESSAGE, refused.answer
+        assert refused.sources and not refused.evidence
+
+
 def test_a_rule_for_one_group_does_not_answer_a_question_about_another(settings: Settings, embedder, generator,
                                                                         tmp_path: Path):
     """Documents of another kind than the policies the rule was found on: a library's lending rules. What the
