@@ -430,6 +430,10 @@ def test_sentences_break_at_blank_lines_and_not_after_titles():
     assert split_sentences(text) == ["Zorblax Widget Notes", "The widget was invented by Dr. Mira Quell in 1998.",
                                      "It weighs 340 grams."]
     assert sentence_quote(1, text, "The widget was invented by Dr. Mira Quell in 1998.").start == 22
+    # The Python manual's "-E: Ignore all PYTHON* environment variables, e.g. PYTHONPATH and PYTHONHOME, that might
+    # be set." was cut after "e.g." and answered "e.g".
+    assert split_sentences("Ignore all PYTHON* variables, e.g. PYTHONPATH and PYTHONHOME. Then, i.e. Later, go.") == [
+        "Ignore all PYTHON* variables, e.g. PYTHONPATH and PYTHONHOME.", "Then, i.e. Later, go."]
 
 
 # --------------------------------------------------------------------------- technical tokens, question kinds

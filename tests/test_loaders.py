@@ -146,6 +146,19 @@ def test_html_title_falls_back_to_heading(tmp_path: Path):
     assert doc.title == "Überblick" and doc.text == "Text"
 
 
+def test_html_permalinks_are_no_text(tmp_path: Path):
+    """Sphinx and MkDocs put a "¶" permalink after every heading and option term: the Python manual's "-E¶" was no
+    option a term line could name."""
+    path = tmp_path / "cmdline.html"
+    path.write_text('<h1>Command line<a class="headerlink" href="#cl" title="Permalink">¶</a></h1><dl><dt>-E'
+                    '<a class="headerlink" href="#e">¶</a></dt><dd><p>Ignore all PYTHON* variables.</p></dd></dl>'
+                    '<p>See <a class="reference" href="#e">-E</a>.</p>', encoding="utf-8")
+    doc = load_document(path)
+    assert doc.sections[-1].title == "Command line"
+    assert doc.sections[-1].text == "-E\n\nIgnore all PYTHON* variables.\n\nSee -E."
+    assert "¶" not in doc.text
+
+
 def test_txt_utf8_bom_and_latin1_fallback(tmp_path: Path):
     path = tmp_path / "notes.txt"
     doc = load_document(path, data="\ufeffShort title\r\n\r\nBody text.\r\n".encode("utf-8"))

@@ -125,6 +125,8 @@ class HtmlText(HTMLParser):
     })
     _HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
     _HEAD_ONLY = frozenset({"title", "meta", "link", "style", "script", "base", "noscript", "template"})
+    _VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track",
+                       "wbr", "param"})
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -141,7 +143,10 @@ class HtmlText(HTMLParser):
         elif "head" in self._skip and tag not in self._HEAD_ONLY:  # an unclosed <head> ends at body content
             del self._skip[self._skip.index("head"):]
             self.handle_starttag(tag, attrs)
-        elif tag in self._SKIP:
+        elif self._skip:
+            if tag not in self._VOID:  # so that a skipped element's own children do not end it
+                self._skip.append(tag)
+        elif tag in self._SKIP or self._navigation(tag, dict(attrs)):
             self._skip.append(tag)
         elif not self._skip and tag in self._HEADINGS:
             self._flush()
@@ -150,6 +155,14 @@ class HtmlText(HTMLParser):
             if self._heading and "".join(self._heading).strip():  # an unclosed heading ends at the next block
                 self._end_heading()
             self._flush()
+
+    @staticmethod
+    def _navigation(tag: str, attrs: dict) -> bool:
+        """No text of the page's own: navigation (``<nav>``, ARIA's navigation and search landmarks: Sphinx's
+        sidebar and "Previous topic" / "Next topic" links) and Sphinx's and MkDocs' "¶" permalinks after every
+        heading and option term ("-E¶")."""
+        return (tag == "nav" or attrs.get("role") in ("navigation", "search")
+                or (tag == "a" and "headerlink" in (attrs.get("class") or "").split()))
 
     def handle_startendtag(self, tag: str, attrs: list) -> None:
         if tag in self._BLOCK or tag in self._HEADINGS:  # <br/>, <hr/>; never opens a skipped region
