@@ -211,6 +211,26 @@ def test_a_question_naming_a_file_the_passages_do_not_hold_is_refused(settings: 
         assert refused.sources and not refused.evidence
 
 
+def test_an_option_asked_for_where_the_evidence_writes_none_is_refused(settings: Settings, embedder, generator,
+                                                                        tmp_path: Path):
+    """The dev set's "Which tar option compresses the archive with zstd?" was answered '".txz" or ".tar.xz"' and
+    "Which psql meta-command starts pipeline mode?" "backslash, followed immediately by a command verb". Here a
+    manual page of another kind (Sphinx's HTML, as the Python manual's): an option it lists is answered, one it
+    does not is refused."""
+    page = ('<html><body><h1>zipapp<a class="headerlink" href="#z">¶</a></h1><p>The zipapp tool creates an '
+            'executable archive from a directory of Python code.</p><h2>Command-line options</h2><dl>'
+            '<dt>-c, --compress<a class="headerlink" href="#c">¶</a></dt><dd><p>Compress files with the deflate '
+            'method, reducing the size of the output file.</p></dd><dt>-o output<a class="headerlink" href="#o">¶'
+            '</a></dt><dd><p>Write the output to a file named output.</p></dd></dl><p>The archive holds the files '
+            'of the directory and runs them with the interpreter.</p></body></html>')
+    with service_over({"zipapp.html": page}, settings, embedder, generator, tmp_path) as service:
+        answered = ask(service, "Which zipapp option compresses the files in the archive?")
+        assert not answered.abstained and answered.answer in ("-c", "--compress", "-c, --compress"), answered
+        refused = ask(service, "Which zipapp option signs the archive?")
+        assert refused.abstained and refused.answer == ABSTENTION_MESSAGE, refused.answer
+        assert refused.sources and not refused.evidence
+
+
 def test_a_rule_for_one_group_does_not_answer_a_question_about_another(settings: Settings, embedder, generator,
                                                                         tmp_path: Path):
     """Documents of another kind than the policies the rule was found on: a library's lending rules. What the

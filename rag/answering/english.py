@@ -67,6 +67,14 @@ COMMAND_QUESTION = asked(r"(?:what|which) (?:[\w.-]+ )?(?:commands?|tools?|progr
                          r"daemons?)\b", "command")
 NOT_A_PROGRAM = re.compile(r"^[\"'“‘(]*(?:~?/|-{1,2}\w|[a-z][a-z0-9+.-]*://)")
 MAN_PAGE = re.compile(r"[\w.+-]+\(\d\w*\)")
+# "Which createuser option …?", "Which setting must be on …?": a name the documentation writes as code is asked
+# for (``OPTION_WORD``). Not "variable": SQuAD's "What variable is associated with …?" is answered "L".
+OPTION_QUESTION = asked(r"(?:what|which) (?:[\w.'/-]+ ){0,3}?(?:options?|settings?|parameters?|directives?|flags?|"
+                        r"switch(?:es)?|meta-commands?)\b", "option")
+# A word written as code: an option ("-k", "--pwprompt"), key=value, snake_case, CamelCase ("PubkeyAuthentication",
+# not "PostgreSQL"), a long capitalised name ("PGDATA"), a meta-command ("\timing"), a variable ("$LANG"), "A::B".
+OPTION_WORD = re.compile(r"^[\"'“‘(]*(?:--?[A-Za-z]|[\\$][A-Za-z{])|\w=\S|[A-Za-z0-9]_[A-Za-z0-9]|"
+                         r"[A-Z][a-z]+[A-Z][a-z]|^[\"'“‘(]*[A-Z][A-Z0-9]{3,}\b|\w::\w")
 # "Which environment variable overrides the proxy …?": a variable is asked for, named as one ("$http_proxy",
 # "GRUB_BACKGROUND", "the environment variable PGDATA"), not a path nor a shell line.
 VARIABLE_QUESTION = asked(r"(?:what|which) (?:[\w.-]+ )?variables?\b", "variable")

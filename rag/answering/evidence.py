@@ -19,7 +19,7 @@ import numpy as np
 
 from rag.answering.english import (ARTICLE_NEXT, ARTICLES, CLAUSE_END, CLAUSE_INSIDE, CLAUSE_OPENERS, DANGLING_WORDS,
                                    defines, INTRODUCES, LONE_ADVERBS, MAGNITUDE_NEXT, MAN_PAGE, MONTH, NEGATED_HARM,
-                                   NEGATION, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES, ORDINAL_DATE_NEXT,
+                                   NEGATION, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES, OPTION_WORD, ORDINAL_DATE_NEXT,
                                    PLACE_PREPOSITIONS, PREPOSITIONS, REPLACED, RUNS_A_COMMAND, STATES_DEFAULT,
                                    TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE, VARIABLE_NAME,
                                    VARIABLE_TOKEN, YEAR_OR_MONTH)
@@ -67,8 +67,10 @@ POLARITY_PRIOR = 2.0
 YES_NO_PROMPT = ("Answer the question with Yes or No, as the context says. If the context does not say, reply: "
                  "unknown")
 # A term line of a definition list: an option or setting named on a line of its own above its description
-# ("-F format", "--format=format", "log_min_duration_statement (integer)"), the type in brackets left out.
-TERM_LINE = re.compile(r"^(-{1,2}[\w-]+(?:[= ][\w<>.-]+)?|[a-z][a-z0-9_.]*_[a-z0-9_.]+|\\[a-z][a-z0-9+]*)"
+# ("-F format", "--format=format", "-c, --compress", "log_min_duration_statement (integer)"), the type in brackets
+# left out.
+TERM_LINE = re.compile(r"^(-{1,2}[\w-]+(?:[= ][\w<>.-]+)?(?:,\s*-{1,2}[\w-]+(?:[= ][\w<>.-]+)?)*|"
+                       r"[a-z][a-z0-9_.]*_[a-z0-9_.]+|\\[a-z][a-z0-9+]*)"
                        r"(?:\s+\((?:\w+\s?){1,3}\)|(?:\s+\[[^\]]*\])+)?$")  # psql's "\timing [ on | off ]" too
 # A shell line the documentation shows ("# dpkg --configure -a", "$ journalctl -b"); several flattened into one
 # sentence are split at their prompts.
@@ -328,6 +330,13 @@ def holds_the_asked_type(sentence: str, question: QuestionShape) -> bool:
     day, a time of day or a season) besides the question's own: "How many people live in Melbourne?" over a
     sentence on the Koori is not answered "Koori" (such sentences are far likelier under unanswerable questions)."""
     return not question.numeric or bool(answer_starts(sentence, question))
+
+
+def holds_code_words(sentence: str, question: str) -> bool:
+    """``sentence`` has a word written as code (``OPTION_WORD``) that ``question`` does not."""
+    trim = "\"'“”‘’()[],.;:?!"
+    asked = {word.strip(trim).lower() for word in question.split()}
+    return any(OPTION_WORD.search(word) and word.strip(trim).lower() not in asked for word in sentence.split())
 
 
 def defines_the_subject(question: QuestionShape, sentence: str | None) -> bool:

@@ -27,6 +27,7 @@ class QuestionShape:
     procedure: bool  # a procedure is asked for: "How do I …?", "What is the command …?" (not "Which option …?")
     command: bool  # a program is asked for: "Which command …?", "Which package …?"
     variable: bool  # a variable is asked for: "Which environment variable …?"
+    option: bool  # a name written as code is asked for: "Which createuser option …?", "Which setting …?"
     technical: bool  # a technical token is asked for: "Which file …?", "Where …?", a how-to question
     listing: bool  # several things are asked for: "Which directories …?", "What should I do …?"
     explains: bool  # an explanation is asked for: "Why …", "Describe …", "How does …"
@@ -50,6 +51,7 @@ class QuestionShape:
             procedure=bool(english.PROCEDURE_QUESTION.match(question)),
             command=bool(english.COMMAND_QUESTION.match(question)),
             variable=bool(english.VARIABLE_QUESTION.match(question)),
+            option=bool(english.OPTION_QUESTION.match(question)),
             technical=bool(english.HOWTO_QUESTION.match(question) or english.PLACE_QUESTION.match(question)
                            or english.TECHNICAL_NOUNS & set(re.findall(r"[^\W\d_]+", question.lower()))),
             listing=(bool(plural) and plural.group("noun").lower() not in english.NOT_PLURALS and not yes_no)

@@ -30,9 +30,9 @@ from rag.answering.compress import (Passage, Sentence, candidate_sentences, comm
                                     select_passages)
 from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, SPAN_WEIGHTS, Quote, align,
                                     align_part, candidate_spans, clean_reply, command_spans, cut_cleanly,
-                                    defines_the_subject, enumeration, holds_the_asked_type, introduces_code, is_item,
-                                    of_the_asked_kind, programs_in, sentence_quote, short_answer_messages, term_of,
-                                    variables_in, yes_no_messages, yes_no_spans)
+                                    defines_the_subject, enumeration, holds_code_words, holds_the_asked_type,
+                                    introduces_code, is_item, of_the_asked_kind, programs_in, sentence_quote,
+                                    short_answer_messages, term_of, variables_in, yes_no_messages, yes_no_spans)
 from rag.answering.question import QuestionShape
 from rag.answering.language import DEFAULT_LANGUAGE, LanguageDetector, nouns_capitalised, refusal_message, yes_no_word
 from rag.answering.prompt import (ABSTENTION_MESSAGE, drop_repeated_tail, grounded_share, model_abstained, refers_back,
@@ -367,6 +367,14 @@ class AnswerService:
                                       (time.perf_counter() - t0) * 1000, options.sampling)
             ranked = (ranked[runner_up], *ranked[:runner_up], *ranked[runner_up + 1:])
             best = ranked[0][1]
+        if best and shape.option and not commands \
+                and not any(holds_code_words(text, question) for _, text in ranked[:COMMAND_SENTENCES]):
+            # An option or a setting is asked for, and neither the best sentences nor the term lines they are listed
+            # under write a word as code besides the question's own: "Which tar option compresses with zstd?" was
+            # answered '".txz" or ".tar.xz"', "Which psql meta-command starts pipeline mode?" "backslash, followed
+            # immediately by a command verb" (dev set: 3 more unanswerable questions refused, 3 wrong answers).
+            return PreparedAnswer(request, shape, retrieval, passages, None, started,
+                                  (time.perf_counter() - t0) * 1000, options.sampling)
         # A name the question asks about counts as found in a passage's document title too ("PostgreSQL" of
         # the PostgreSQL manual's pages, which rarely say it); the title's words count for the best passage's
         # coverage of the question as well.
