@@ -147,6 +147,12 @@ def test_the_debian_dev_set_is_verified_against_the_pages():
     assert "0 failures" in run.stdout
     questions = [json.loads(line) for line in (DEBIAN_DOCS / "questions.jsonl").read_text().splitlines()]
     assert len(questions) >= 150
+    # The option questions over the Python manual (documents of another kind: Sphinx's HTML).
+    python_set = DATA / "python-docs" / "questions.jsonl"
+    run = subprocess.run([sys.executable, str(DEBIAN_DOCS / "verify.py"), str(python_set)], capture_output=True,
+                         text=True)
+    assert run.returncode == 0 and "0 failures" in run.stdout, run.stdout + run.stderr
+    assert len(python_set.read_text().splitlines()) == 20
 
 
 def test_words_no_visible_document_holds_say_so_and_hidden_ones_count_as_absent(tmp_path: Path, settings: Settings,
@@ -193,6 +199,18 @@ def test_a_file_name_identifier_or_option_no_retrieved_passage_holds_is_counted(
                                 passages) == 0
     assert refused_whatever_the_score({"tokens_not_retrieved": 1.0})
     assert not refused_whatever_the_score({"tokens_not_retrieved": 0.0})
+
+
+def test_a_version_no_retrieved_passage_names_is_counted():
+    from rag.answering.answerability import refused_whatever_the_score, versions_not_retrieved
+    passages = ("PostgreSQL 15 manual. There is no setting for the ciphers used by TLS version 1.3 connections. "
+                "Interstate 15 runs north. The release of 12 March.")
+    assert versions_not_retrieved("What was the default ssl_min_protocol_version in PostgreSQL 12?", passages) == 1
+    for named in ("Is this the PostgreSQL 15 default?", "Which ciphers does TLS 1.3 use?",
+                  "Where do Interstates 15 go?", "What happened on March 12?", "In 12 steps, how?"):
+        assert versions_not_retrieved(named, passages) == 0, named
+    assert versions_not_retrieved("Is TLSv1.3 in PostgreSQL 15 like in Debian 12?", "TLSv1.3 in PostgreSQL 15") == 1
+    assert refused_whatever_the_score({"versions_not_retrieved": 1.0})
 
 
 def test_a_question_naming_a_file_the_passages_do_not_hold_is_refused(settings: Settings, embedder, generator,
