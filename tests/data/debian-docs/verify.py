@@ -1,4 +1,5 @@
-"""Check tests/data/debian-docs/questions.jsonl against the text the product extracts from docs/*.html.
+"""Check a question set (tests/data/debian-docs/questions.jsonl by default, or the one named, e.g.
+tests/data/python-docs/questions.jsonl) against the text the product extracts from the docs/*.html beside it.
 
 Run from the repository root (or anywhere: the repository root is put on sys.path):
 
@@ -51,7 +52,10 @@ def load_pages(docs: Path) -> dict[str, tuple[str, str]]:
 def source_of(document: str | None) -> str:
     if not document:
         return "none"
-    return "debian-reference" if document.startswith("debian-reference") else "postgresql"
+    for source in ("debian-reference", "postgresql", "python"):
+        if document.startswith(source):
+            return source
+    return "other"
 
 
 def check(rec: dict, pages: dict[str, tuple[str, str]]) -> list[str]:
@@ -124,7 +128,7 @@ def check(rec: dict, pages: dict[str, tuple[str, str]]) -> list[str]:
 
 def main(argv: list[str]) -> int:
     qfile = Path(argv[1]) if len(argv) > 1 else HERE / "questions.jsonl"
-    pages = load_pages(HERE / "docs")
+    pages = load_pages(qfile.resolve().parent / "docs")
     by_type: Counter = Counter()
     by_source: Counter = Counter()
     by_type_source: Counter = Counter()
