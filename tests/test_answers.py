@@ -722,3 +722,17 @@ def test_a_default_stated_leads_and_a_lone_adverb_is_no_answer():
     timesync = "Under systemd, use systemd-timesyncd for the network time synchronization instead."
     starts = [timesync[i:].split()[0] for i in answer_starts(timesync, Q("What should I use for time sync?"))]
     assert "systemd-timesyncd" in starts and "instead." not in starts
+
+
+def test_a_number_keeps_the_bound_the_sentence_puts_before_it():
+    """The dev set's "How many non-free and contrib packages are there compared to main?" was answered "2%" of
+    "…is less than 2% of that of main packages": the bound is part of what the documents say."""
+    from rag.answering.evidence import with_bound
+
+    sentence = "Please note that the number of non-free and contrib packages is less than 2% of that of main packages."
+    assert with_bound("2%", sentence) == "less than 2%"
+    assert with_bound("8 characters", "Passwords need at least 8 characters.") == "at least 8 characters"
+    assert with_bound("61.1%", "About 61.1% voted.") == "About 61.1%"
+    # No bound before it, or no number: the answer as it is.
+    assert with_bound("1998", "It was invented in 1998.") == "1998"
+    assert with_bound("Paris", "It is about Paris.") == "Paris"

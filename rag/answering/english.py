@@ -67,6 +67,10 @@ COMMAND_QUESTION = asked(r"(?:what|which) (?:[\w.-]+ )?(?:commands?|tools?|progr
                          r"daemons?)\b", "command")
 NOT_A_PROGRAM = re.compile(r"^[\"'“‘(]*(?:~?/|-{1,2}\w|[a-z][a-z0-9+.-]*://)")
 MAN_PAGE = re.compile(r"[\w.+-]+\(\d\w*\)")
+# "less than 2%", "at least 8 characters", "about 10 days": a bound or an approximation before a number belongs to the
+# answer ("2%" alone says another thing).
+BOUND_BEFORE = re.compile(r"(?i)\b(?:(?:less|more|fewer|greater|higher|lower|longer|shorter|older|younger) than|"
+                          r"at (?:least|most)|up to|about|approximately|around|nearly|almost|roughly|over|under)\s+$")
 # "Which createuser option …?", "Which setting must be on …?": a name the documentation writes as code is asked
 # for (``OPTION_WORD``). Not "variable": SQuAD's "What variable is associated with …?" is answered "L".
 OPTION_QUESTION = asked(r"(?:what|which) (?:[\w.'/-]+ ){0,3}?(?:options?|settings?|parameters?|directives?|flags?|"

@@ -17,12 +17,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from rag.answering.english import (ARTICLE_NEXT, ARTICLES, CLAUSE_END, CLAUSE_INSIDE, CLAUSE_OPENERS, DANGLING_WORDS,
-                                   defines, INTRODUCES, LONE_ADVERBS, MAGNITUDE_NEXT, MAN_PAGE, MONTH, NEGATED_HARM,
-                                   NEGATION, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES, OPTION_WORD, ORDINAL_DATE_NEXT,
-                                   PLACE_PREPOSITIONS, PREPOSITIONS, REPLACED, RUNS_A_COMMAND, STATES_DEFAULT,
-                                   TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE, VARIABLE_NAME,
-                                   VARIABLE_TOKEN, YEAR_OR_MONTH)
+from rag.answering.english import (ARTICLE_NEXT, ARTICLES, BOUND_BEFORE, CLAUSE_END, CLAUSE_INSIDE, CLAUSE_OPENERS,
+                                   DANGLING_WORDS, defines, INTRODUCES, LONE_ADVERBS, MAGNITUDE_NEXT, MAN_PAGE, MONTH,
+                                   NEGATED_HARM, NEGATION, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES, OPTION_WORD,
+                                   ORDINAL_DATE_NEXT, PLACE_PREPOSITIONS, PREPOSITIONS, REPLACED, RUNS_A_COMMAND,
+                                   STATES_DEFAULT, TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE,
+                                   VARIABLE_NAME, VARIABLE_TOKEN, YEAR_OR_MONTH)
 from rag.answering.question import QuestionShape
 from rag.core.text import STOPWORDS, content_words, stem
 from rag.generation.logits import SpanSearch, TokenSpan
@@ -330,6 +330,17 @@ def holds_the_asked_type(sentence: str, question: QuestionShape) -> bool:
     day, a time of day or a season) besides the question's own: "How many people live in Melbourne?" over a
     sentence on the Koori is not answered "Koori" (such sentences are far likelier under unanswerable questions)."""
     return not question.numeric or bool(answer_starts(sentence, question))
+
+
+def with_bound(phrase: str, sentence: str) -> str:
+    """A number's answer with the bound or approximation the sentence puts right before it ("less than 2%" for
+    "2%" of "…is less than 2% of that of main packages"); any other answer as it is. On the dev dumps it changed 3
+    dev set, 4 policies and 24 squad2-dev answers, each toward what the sentence says, none losing its gold."""
+    if not NUMERIC_START.match(phrase):
+        return phrase
+    at = sentence.find(phrase)
+    bound = BOUND_BEFORE.search(sentence[:at]) if at > 0 else None
+    return sentence[bound.start():at] + phrase if bound else phrase
 
 
 def holds_code_words(sentence: str, question: str) -> bool:

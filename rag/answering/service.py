@@ -32,7 +32,8 @@ from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, 
                                     align_part, candidate_spans, clean_reply, command_spans, cut_cleanly,
                                     defines_the_subject, enumeration, holds_code_words, holds_the_asked_type,
                                     introduces_code, is_item, of_the_asked_kind, programs_in, sentence_quote,
-                                    short_answer_messages, term_of, variables_in, yes_no_messages, yes_no_spans)
+                                    short_answer_messages, term_of, variables_in, with_bound, yes_no_messages,
+                                    yes_no_spans)
 from rag.answering.question import QuestionShape
 from rag.answering.language import DEFAULT_LANGUAGE, LanguageDetector, nouns_capitalised, refusal_message, yes_no_word
 from rag.answering.prompt import (ABSTENTION_MESSAGE, drop_repeated_tail, grounded_share, model_abstained, refers_back,
@@ -597,7 +598,7 @@ class AnswerService:
             source, sentence, phrase = found
             quote = self._quote(r, source, sentence)
             if quote is not None:
-                return phrase, False, None, [quote]
+                return with_bound(phrase, sentence), False, None, [quote]
         source, sentence = prepared.ranked[0]
         quote = self._quote(r, source, sentence)
         return sentence, False, None, [quote] if quote is not None else []
