@@ -79,6 +79,11 @@ OPTION_QUESTION = asked(r"(?:what|which) (?:[\w.'/-]+ ){0,3}?(?:options?|setting
 # not "PostgreSQL"), a long capitalised name ("PGDATA"), a meta-command ("\timing"), a variable ("$LANG"), "A::B".
 OPTION_WORD = re.compile(r"^[\"'“‘(]*(?:--?[A-Za-z]|[\\$][A-Za-z{])|\w=\S|[A-Za-z0-9]_[A-Za-z0-9]|"
                          r"[A-Z][a-z]+[A-Z][a-z]|^[\"'“‘(]*[A-Z][A-Z0-9]{3,}\b|\w::\w")
+# A word the sentence names as one: "the relayhost parameter", "the option noatime" (postfix's and mount's settings
+# are plain words).
+NAMED_AS_OPTION = re.compile(r"(?i)\b([\w.-]+)\s+(?:parameters?|options?|settings?|directives?|flags?|switch(?:es)?|"
+                             r"variables?)\b|\b(?:parameters?|options?|settings?|directives?|flags?|variables?)\s+"
+                             r"([\w.-]+)")
 # "Which environment variable overrides the proxy …?": a variable is asked for, named as one ("$http_proxy",
 # "GRUB_BACKGROUND", "the environment variable PGDATA"), not a path nor a shell line.
 VARIABLE_QUESTION = asked(r"(?:what|which) (?:[\w.-]+ )?variables?\b", "variable")

@@ -19,10 +19,10 @@ import numpy as np
 
 from rag.answering.english import (ARTICLE_NEXT, ARTICLES, BOUND_BEFORE, CLAUSE_END, CLAUSE_INSIDE, CLAUSE_OPENERS,
                                    DANGLING_WORDS, defines, INTRODUCES, LONE_ADVERBS, MAGNITUDE_NEXT, MAN_PAGE, MONTH,
-                                   NEGATED_HARM, NEGATION, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES, OPTION_WORD,
-                                   ORDINAL_DATE_NEXT, PLACE_PREPOSITIONS, PREPOSITIONS, REPLACED, RUNS_A_COMMAND,
-                                   STATES_DEFAULT, TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE,
-                                   VARIABLE_NAME, VARIABLE_TOKEN, YEAR_OR_MONTH)
+                                   NAMED_AS_OPTION, NEGATED_HARM, NEGATION, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES,
+                                   OPTION_WORD, ORDINAL_DATE_NEXT, PLACE_PREPOSITIONS, PREPOSITIONS, REPLACED,
+                                   RUNS_A_COMMAND, STATES_DEFAULT, TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD,
+                                   TIMED_PHRASE, VARIABLE_NAME, VARIABLE_TOKEN, YEAR_OR_MONTH)
 from rag.answering.question import QuestionShape
 from rag.core.text import STOPWORDS, content_words, stem
 from rag.generation.logits import SpanSearch, TokenSpan
@@ -344,10 +344,14 @@ def with_bound(phrase: str, sentence: str) -> str:
 
 
 def holds_code_words(sentence: str, question: str) -> bool:
-    """``sentence`` has a word written as code (``OPTION_WORD``) that ``question`` does not."""
+    """``sentence`` has a word written as code (``OPTION_WORD``) or named as an option or a setting
+    (``NAMED_AS_OPTION``: "the relayhost parameter") that ``question`` does not."""
     trim = "\"'“”‘’()[],.;:?!"
     asked = {word.strip(trim).lower() for word in question.split()}
-    return any(OPTION_WORD.search(word) and word.strip(trim).lower() not in asked for word in sentence.split())
+    if any(OPTION_WORD.search(word) and word.strip(trim).lower() not in asked for word in sentence.split()):
+        return True
+    named = (word.lower() for match in NAMED_AS_OPTION.finditer(sentence) for word in match.groups() if word)
+    return any(word not in asked and word not in STOPWORDS and re.search(r"[a-z]", word) for word in named)
 
 
 def defines_the_subject(question: QuestionShape, sentence: str | None) -> bool:
