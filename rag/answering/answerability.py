@@ -131,7 +131,8 @@ def versions_not_retrieved(question: str, retrieved: str) -> int:
     The passages are then of another version ("What was the default ssl_min_protocol_version in PostgreSQL 12?"
     over the PostgreSQL 15 manual was answered "TLSv1.2", its default in 15). On the dev dumps' collected evidence
     it named 4 of the dev set's unanswerable questions and none of the 3 answerable ones naming a version; no
-    policies question names one, one squad2-dev question ("Interstates 15"), whose passages name it."""
+    policies question names one, one squad2-dev question ("Interstates 15"), whose passages name it. English only:
+    the multilingual set's "SSH-Port 22" and "port SSH 22" name a port, not a version."""
     missing = 0
     for match in dict.fromkeys(m.groups() for m in VERSIONED_NAME.finditer(question)):
         name, number = match
@@ -228,7 +229,6 @@ def lexical_signals(question: str, best: str, chunk: str, retrieved: Sequence[st
             "names_missing": float(missing_names(question, " ".join(retrieved), capitals)),
             "names_missing_chunk": float(missing_names(question, chunk, capitals)),
             "tokens_not_retrieved": float(tokens_not_retrieved(question, " ".join(retrieved))),
-            "versions_not_retrieved": float(versions_not_retrieved(question, " ".join(retrieved))),
             "best_dense": best_dense, "sentence_cosine": sentence_cosine}
 
 

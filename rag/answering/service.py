@@ -24,7 +24,7 @@ from rag.reranker import KeepOrder, Reranker
 from rag.store import Store
 from rag.answering.answerability import (WEIGHTS, another_group, answerable_score, lexical_signals, profile_for,
                                          refused_whatever_the_score, searchable_words, shares_a_word, stems,
-                                         technical_word, telling_words, unknown_signals)
+                                         technical_word, telling_words, unknown_signals, versions_not_retrieved)
 from rag.answering.compress import (Passage, Sentence, candidate_sentences, commands_of, dense_gaps,
                                     distinct_sentences, evidence_texts, in_context, log_odds_scale, score_sentences,
                                     select_passages)
@@ -389,6 +389,8 @@ class AnswerService:
             passage = f"{best_hit.title}\n{best_hit.section or ''}\n{best_hit.text}"
             signals["other_group"] = float(another_group(question, best, best_hit.section or "", passage,
                                                          others) is not None)
+            signals["versions_not_retrieved"] = float(versions_not_retrieved(
+                question, " ".join([*texts, *dict.fromkeys(h.chunk.title for h in retrieval.hits)])))
         prompt, sampling = None, options.sampling
         decline = tuple(int(t) for t in self.generator.encode(DECLINE_REPLY))
         yes_no = bool(best) and not explanatory and not commands and shape.yes_no
