@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from rag.answering.english import (CONTRACTION, GENERIC_WORDS, GROUP_AFTER, GROUP_GOVERNORS, QUESTION_SUBJECT,
-                                   plural)
+from rag.answering.english import (CONTRACTION, GENERIC_WORDS, GROUP_AFTER, GROUP_GOVERNORS, MONTH,
+                                   QUESTION_SUBJECT, plural)
 from rag.core.text import STOPWORDS, content_words, stem
 
 # A name or a number the question asks about: a capitalised word not opening a sentence, a word with a digit
@@ -136,14 +136,11 @@ def versions_not_retrieved(question: str, retrieved: str) -> int:
     missing = 0
     for match in dict.fromkeys(m.groups() for m in VERSIONED_NAME.finditer(question)):
         name, number = match
-        if name.lower() in STOPWORDS or name.lower() in MONTHS:
+        if name.lower() in STOPWORDS or MONTH.match(name):
             continue
         said = rf"\b{re.escape(name.rstrip('s'))}s?\W{{0,3}}(?:v|version\s+)?{re.escape(number)}(?!\d)"
         missing += not re.search(said, retrieved, re.IGNORECASE)
     return missing
-
-
-MONTHS = frozenset("january february march april may june july august september october november december".split())
 
 
 def group_phrases(text: str) -> list[tuple[str, str, set[str]]]:
