@@ -213,6 +213,38 @@ def test_a_version_no_retrieved_passage_names_is_counted():
     assert refused_whatever_the_score({"versions_not_retrieved": 1.0})
 
 
+def test_evidence_saying_the_opposite_of_a_word_asked_is_counted():
+    from rag.answering.answerability import opposite_in_evidence, refused_whatever_the_score
+    campaign = "In September 2007, Sky launched a new TV advertising campaign targeting Sky+ at women."
+    assert opposite_in_evidence("When did Sky launch a campaign targeted towards men?", campaign) == "women"
+    assert opposite_in_evidence("When did Sky launch a campaign targeted towards women?", campaign) is None
+    assert opposite_in_evidence("Who wrote later papers on Turing machines?",
+                                "Earlier papers studying Turing machines include Myhill's.") is not None
+    # A runner-up sentence holding the word asked answers it; a capitalised word inside a sentence is a name.
+    assert opposite_in_evidence("When did Sky target men?", campaign, ["Sky targeted men in 2009."]) is None
+    assert opposite_in_evidence("How does southern California rank?",
+                                "It is third, after the Great Lakes and the Northeastern megalopolis.") is None
+    # Both words asked: a comparison, not a question of one side.
+    assert opposite_in_evidence("Do more men or women watch Sky?", campaign) is None
+    assert refused_whatever_the_score({"opposite_in_evidence": 1.0})
+
+
+def test_a_question_the_evidence_answers_only_for_the_opposite_is_refused(settings: Settings, embedder, generator,
+                                                                          tmp_path: Path):
+    """squad2-dev's "When did Sky launch a TV advertising campaign target towards men?" was answered "September
+    2007" from "…targeting Sky+ at women". Here a policy: what it says is answered, its opposite refused; a yes/no
+    question on the opposite is answered (its answer is "No")."""
+    text = ("# Leave policy\n\nUnused leave days may be carried over until the end of March of the following year. "
+            "Leave requests are approved by the line manager.\n\n## Expenses\n\nDomestic travel is booked "
+            "through the travel desk. Employees receive a monthly allowance of 40 EUR for internet costs.\n")
+    with service_over({"policy.md": text}, settings, embedder, generator, tmp_path) as service:
+        answered = ask(service, "How much is the monthly internet allowance?")
+        assert not answered.abstained and "40 EUR" in answered.answer, answered.answer
+        refused = ask(service, "How much is the weekly internet allowance?")
+        assert refused.abstained and refused.answer == ABSTENTION_MESSAGE, refused.answer
+        assert ask(service, "Until when may unused leave days be carried over?").answer.find("March") >= 0
+
+
 def test_a_question_naming_a_file_the_passages_do_not_hold_is_refused(settings: Settings, embedder, generator,
                                                                       tmp_path: Path):
     """The dev set's "Which journald.conf setting limits how much disk space the journal may use?" was answered

@@ -251,6 +251,10 @@ GENERIC_WORDS = frozenset("long take took many much first last time times year y
                           "kind way also still later early".split())
 CONTRACTION = re.compile(r"(?i)(\w+)n['’]t\b")
 
+# Words saying opposite things of one subject ("men" / "women", "increase" / "decrease"), in pairs: data, in
+# rag/core/languages.toml. (``OPPOSITES`` above are the few a yes/no answer's polarity turns on.)
+OPPOSITE_PAIRS = tuple(tuple(pair.split()) for pair in LANGUAGE_RULES["en"].get("opposites", ()))
+
 # ------------------------------------------------------------------ answerability: the group a rule is for
 # Who a question or a statement speaks of: a plural noun after "for" or "to" ("VPN access for employees",
 # "keys are issued to administrators"), the subject of a question ("How many days may contractors work …?") or

@@ -24,7 +24,8 @@ from rag.reranker import KeepOrder, Reranker
 from rag.store import Store
 from rag.answering.answerability import (WEIGHTS, another_group, answerable_score, lexical_signals, profile_for,
                                          refused_whatever_the_score, searchable_words, shares_a_word, stems,
-                                         technical_word, telling_words, unknown_signals, versions_not_retrieved)
+                                         technical_word, telling_words, unknown_signals, opposite_in_evidence,
+                                         versions_not_retrieved)
 from rag.answering.compress import (Passage, Sentence, candidate_sentences, commands_of, dense_gaps,
                                     distinct_sentences, evidence_texts, in_context, log_odds_scale, score_sentences,
                                     select_passages)
@@ -389,6 +390,10 @@ class AnswerService:
             passage = f"{best_hit.title}\n{best_hit.section or ''}\n{best_hit.text}"
             signals["other_group"] = float(another_group(question, best, best_hit.section or "", passage,
                                                          others) is not None)
+            # A yes/no question's evidence may say the opposite of what it asks: its answer is then "No".
+            runners_up = [text for _, text in ranked[1:3]]
+            signals["opposite_in_evidence"] = float(not shape.yes_no
+                                                    and opposite_in_evidence(question, best, runners_up) is not None)
             signals["versions_not_retrieved"] = float(versions_not_retrieved(
                 question, " ".join([*texts, *dict.fromkeys(h.chunk.title for h in retrieval.hits)])))
         prompt, sampling = None, options.sampling
