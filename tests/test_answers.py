@@ -542,6 +542,13 @@ def test_a_program_or_a_variable_asked_for_is_named_not_a_path_an_option_or_a_ur
     reportbug = "When you file a bug report, please use reportbug(1) command."
     priors = start_priors(reportbug, Q("Which command should I use to file a Debian bug report?"))
     assert max(priors, key=priors.get) == reportbug.index("reportbug")
+    # A where question over technical documentation asks for a path: "under modern desktop environment" was the
+    # answer to "Where does a modern desktop mount a USB stick?".
+    mount = 'Mount point under modern desktop environment is chosen as "/media/username/disk_label" by default.'
+    usb = Q("Where does a modern desktop mount a USB stick?")
+    by_word = start_priors(mount, usb)
+    priors = {mount[s:].split()[0]: next(p for at, p in by_word.items() if at >= s) for s in answer_starts(mount, usb)}
+    assert max(priors, key=priors.get) == '/media/username/disk_label"', priors
 
 
 def test_an_explanation_takes_the_sentence_its_best_one_leans_on_or_that_leans_on_it():

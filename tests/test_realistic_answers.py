@@ -245,6 +245,25 @@ def test_a_question_the_evidence_answers_only_for_the_opposite_is_refused(settin
         assert ask(service, "Until when may unused leave days be carried over?").answer.find("March") >= 0
 
 
+def test_a_yes_no_question_quoting_a_message_is_answered_by_what_it_means(settings: Settings, embedder, generator,
+                                                                           tmp_path: Path):
+    """The PostgreSQL manual's "An error like: FATAL: could not create semaphores: No space left on device … does
+    not mean you've run out of disk space.": "Does 'could not create semaphores: No space left on device' mean my
+    disk is full?" was answered "Yes" from the message itself, its "not" and "No" read as the question negating
+    itself. Here a manual page of another kind, as HTML."""
+    page = ("<html><body><h1>Starting the mail server</h1><p>The spool directory must be writable by the daemon. "
+            "An error like:</p><pre>fatal: cannot open queue file: Too many open files\n</pre><p>does not mean "
+            "that the disk or the spool directory is full. It means the daemon reached its limit of open file "
+            "descriptors; raise the limit in the service unit.</p><p>Mail waiting in the queue is kept across "
+            "restarts.</p></body></html>")
+    with service_over({"mail.html": page}, settings, embedder, generator, tmp_path) as service:
+        answered = ask(service, "Does 'cannot open queue file: Too many open files' mean my disk is full?")
+        assert answered.answer == "No", answered.answer
+        assert "does not mean" in answered.evidence[0].quote, answered.evidence
+        kept = ask(service, "Is mail waiting in the queue kept across restarts?")
+        assert kept.answer == "Yes", kept.answer
+
+
 def test_a_question_naming_a_file_the_passages_do_not_hold_is_refused(settings: Settings, embedder, generator,
                                                                       tmp_path: Path):
     """The dev set's "Which journald.conf setting limits how much disk space the journal may use?" was answered

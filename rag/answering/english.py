@@ -190,6 +190,9 @@ OPPOSITES = tuple((re.compile(rf"(?i)\b(?:{a})\b"), re.compile(rf"(?i)\b(?:{b})\
     ("larger|bigger|more", "smaller|fewer|less"),
     ("required|mandatory", "optional"),
 ))
+# A message the question quotes, three words or more: 'could not create semaphores: No space left on device' (a
+# single quote after a letter is an apostrophe: "user's").
+QUOTED_MESSAGE = re.compile(r"""(?<!\w)['"“‘]([^'"”’]*\w[^'"”’\s]*\s+\S+\s+[^'"”’]*)['"”’](?!\w)""")
 # A sentence that leans on the one before it: "This will make restoration very slow.", "Such a symlink may be
 # overwritten …", "For these reasons NULL ciphers are not recommended.", "It is done primarily for efficiency: …".
 LEANS_ON_BEFORE = re.compile(r"^(?:This|That|These|Those|Such|Doing so|It|However|Otherwise|Therefore|Thus|Hence|"

@@ -20,9 +20,9 @@ import numpy as np
 from rag.answering.english import (ARTICLE_NEXT, ARTICLES, BOUND_BEFORE, CLAUSE_END, CLAUSE_INSIDE, CLAUSE_OPENERS,
                                    DANGLING_WORDS, defines, INTRODUCES, LONE_ADVERBS, MAGNITUDE_NEXT, MAN_PAGE, MONTH,
                                    NAMED_AS_OPTION, NEGATED_HARM, NEGATION, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES,
-                                   OPTION_WORD, ORDINAL_DATE_NEXT, PLACE_PREPOSITIONS, PREPOSITIONS, REPLACED,
-                                   RUNS_A_COMMAND, STATES_DEFAULT, TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD,
-                                   TIMED_PHRASE, VARIABLE_NAME, VARIABLE_TOKEN, YEAR_OR_MONTH)
+                                   OPTION_WORD, ORDINAL_DATE_NEXT, PLACE_PREPOSITIONS, PREPOSITIONS, QUOTED_MESSAGE,
+                                   REPLACED, RUNS_A_COMMAND, STATES_DEFAULT, TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS,
+                                   TIME_WORD, TIMED_PHRASE, VARIABLE_NAME, VARIABLE_TOKEN, YEAR_OR_MONTH)
 from rag.answering.question import QuestionShape
 from rag.core.text import STOPWORDS, content_words, stem
 from rag.generation.logits import SpanSearch, TokenSpan
@@ -354,6 +354,14 @@ def holds_code_words(sentence: str, question: str) -> bool:
     return any(word not in asked and word not in STOPWORDS and re.search(r"[a-z]", word) for word in named)
 
 
+def restates_the_quote(question: str, sentence: str) -> bool:
+    """``sentence`` holds a message the question quotes (``QUOTED_MESSAGE``; spacing and case aside): it restates
+    what is asked about ("FATAL: could not create semaphores: No space left on device …" for "Does 'could not
+    create semaphores: No space left on device' mean my disk is full?") rather than answering it."""
+    squeezed = " ".join(sentence.split()).lower()
+    return any(" ".join(quote.split()).lower() in squeezed for quote in QUOTED_MESSAGE.findall(question))
+
+
 def defines_the_subject(question: QuestionShape, sentence: str | None) -> bool:
     """``sentence`` says what a definition question's subject is ("…the famed Viking ruler Rollo" for "Who was
     Rollo?"): it answers the question however far its words are from the question's."""
@@ -372,6 +380,13 @@ def is_question_word(word: str, asked_stems: frozenset[str]) -> bool:
     return word.lower() not in STOPWORDS and stem(word) in asked_stems
 
 
+def starts_a_path(sentence: str, at: int) -> bool:
+    """The word at offset ``at`` is the first of a path ("/var/log/journal", '"~/.gnupg/gpg.conf"'): what a where
+    question over technical documentation asks for, as a name after "in" does in prose."""
+    token = sentence[:at].rsplit(None, 1)[-1] if sentence[:at].strip() else ""
+    return sentence[:at].endswith(token) and bool(re.fullmatch(r"[\"'“‘(]*~?/\.?", token))
+
+
 def start_priors(sentence: str, question: QuestionShape) -> dict[int, float]:
     """For each word of ``sentence`` (by its offset), how much the words around it favour an answer beginning
     there: the type the question asks for, and closeness to the words of the question (an answer stands next
@@ -388,6 +403,7 @@ def start_priors(sentence: str, question: QuestionShape) -> dict[int, float]:
         prior = 0.0
         if (question.timing and YEAR_OR_MONTH.match(word)) or (question.person and word[:1].isupper() and at > 0) \
                 or (question.place and word[:1].isupper() and before in PLACE_PREPOSITIONS) \
+                or (question.place and starts_a_path(sentence, match.start())) \
                 or (question.command and MAN_PAGE.match(sentence, match.start())) \
                 or (question.default and STATES_DEFAULT.search(sentence[:match.start()])):
             prior += TYPE_PRIOR

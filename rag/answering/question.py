@@ -22,7 +22,9 @@ class QuestionShape:
     person: bool  # "Who …", "Whose …"
     place: bool  # "Where …"
     yes_no: bool  # answered "Yes" or "No": "Is alcohol reimbursed?" (not "Is it A or B?")
-    negated: bool  # the question negates itself ("Isn't X …?"): a yes/no answer's polarity flips
+    # The question negates itself ("Isn't X …?"): a yes/no answer's polarity flips. A message it quotes does not
+    # ("Does 'could not create semaphores' mean …?").
+    negated: bool
     howto: bool  # answered with a command, option, path or configuration line: "How do I …?", "Which option …?"
     procedure: bool  # a procedure is asked for: "How do I …?", "What is the command …?" (not "Which option …?")
     command: bool  # a program is asked for: "Which command …?", "Which package …?"
@@ -46,7 +48,7 @@ class QuestionShape:
             text=question, numeric=bool(english.NUMERIC_QUESTION.match(question)),
             timing=bool(english.TIME_QUESTION.match(question)),
             person=bool(english.PERSON_QUESTION.match(question)), place=bool(english.PLACE_QUESTION.match(question)),
-            yes_no=yes_no, negated=bool(english.NEGATION.search(question)),
+            yes_no=yes_no, negated=bool(english.NEGATION.search(english.QUOTED_MESSAGE.sub("", question))),
             howto=bool(english.HOWTO_QUESTION.match(question)),
             procedure=bool(english.PROCEDURE_QUESTION.match(question)),
             command=bool(english.COMMAND_QUESTION.match(question)),

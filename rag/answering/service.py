@@ -32,7 +32,8 @@ from rag.answering.compress import (Passage, Sentence, candidate_sentences, comm
 from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, SPAN_WEIGHTS, Quote, align,
                                     align_part, candidate_spans, clean_reply, command_spans, cut_cleanly,
                                     defines_the_subject, enumeration, holds_code_words, holds_the_asked_type,
-                                    introduces_code, is_item, of_the_asked_kind, programs_in, sentence_quote,
+                                    introduces_code, is_item, of_the_asked_kind, programs_in, restates_the_quote,
+                                    sentence_quote,
                                     short_answer_messages, term_of, variables_in, with_bound, yes_no_messages,
                                     yes_no_spans)
 from rag.answering.question import QuestionShape
@@ -341,6 +342,13 @@ class AnswerService:
             lead = [i for i in order[1:3] if shares_a_word(asked, sentences[i].text)
                     and (not shape.numeric or telling_words(question) <= stems(sentences[i].text))]
             order = [*lead, *(i for i in order if i not in lead)]
+        if shape.yes_no and order and restates_the_quote(question, sentences[order[0]].text):
+            # The best sentence is the message the question quotes: a runner-up that does not restate it says what
+            # it means ("… does not mean you've run out of disk space." for "Does 'could not create semaphores: No
+            # space left on device' mean my disk is full?"; "Contrary to what the hint states, it is not necessary
+            # …" for "… must I stop the postmaster …?").
+            meaning = next((i for i in order[1:3] if not restates_the_quote(question, sentences[i].text)), None)
+            order = [meaning, *(i for i in order if i != meaning)] if meaning is not None else order
         ranked = tuple((sentences[i].source + 1, sentences[i].text) for i in order[:8])
         best = ranked[0][1] if ranked else None
         if best and not across and not shares_a_word(asked, best):
