@@ -24,7 +24,7 @@ from rag.reranker import KeepOrder, Reranker
 from rag.store import Store
 from rag.answering.answerability import (WEIGHTS, another_group, answerable_score, lexical_signals, profile_for,
                                          refused_whatever_the_score, searchable_words, shares_a_word, stems,
-                                         technical_word, telling_words, unknown_signals, opposite_in_evidence,
+                                         opposite_in_evidence, technical_word, telling_words, unknown_signals,
                                          versions_not_retrieved)
 from rag.answering.compress import (Passage, Sentence, candidate_sentences, commands_of, dense_gaps,
                                     distinct_sentences, evidence_texts, in_context, log_odds_scale, score_sentences,
@@ -33,9 +33,8 @@ from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, 
                                     align_part, candidate_spans, clean_reply, command_spans, cut_cleanly,
                                     defines_the_subject, enumeration, holds_code_words, holds_the_asked_type,
                                     introduces_code, is_item, of_the_asked_kind, programs_in, restates_the_quote,
-                                    sentence_quote,
-                                    short_answer_messages, term_of, variables_in, with_bound, yes_no_messages,
-                                    yes_no_spans)
+                                    sentence_quote, short_answer_messages, term_of, variables_in, with_bound,
+                                    yes_no_messages, yes_no_spans)
 from rag.answering.question import QuestionShape
 from rag.answering.language import DEFAULT_LANGUAGE, LanguageDetector, nouns_capitalised, refusal_message, yes_no_word
 from rag.answering.prompt import (ABSTENTION_MESSAGE, drop_repeated_tail, grounded_share, model_abstained, refers_back,
