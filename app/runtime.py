@@ -227,13 +227,13 @@ class Models:
     def local_generator(self) -> LocalGenerator | None:
         return None if self.generator.remote else cast(LocalGenerator, self.generator)
 
-    def serving_generator(self, max_queue: int) -> tuple[Generator, GenerationScheduler | None]:
+    def serving_generator(self, max_queue: int, mode: str = "auto") -> tuple[Generator, GenerationScheduler | None]:
         """What a server answers with: the local model behind a scheduler (requests take turns or batch),
         or a remote generator as it is (its own server queues and batches)."""
         local = self.local_generator
         if local is None:
             return self.generator, None
-        scheduler = GenerationScheduler(local, max_queue)
+        scheduler = GenerationScheduler(local, max_queue, mode)
         return scheduler, scheduler
 
     def warm_up(self, answer_examples: bool = True) -> None:
@@ -298,7 +298,7 @@ def load_answering(settings: Settings, services: Services) -> None:
     answers' status (``/healthz`` says it)."""
     try:
         models = Models.load(settings)
-        generator, scheduler = models.serving_generator(settings.max_queue)
+        generator, scheduler = models.serving_generator(settings.max_queue, settings.scheduler)
         models.warm_up(settings.answer_examples)
         service = answer_service(settings, models, generator=generator, store=services.documents.store,
                                  instruments=services.answers.metrics.instruments)

@@ -29,6 +29,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEVICES = ("auto", "cpu", "cuda", "dml")
+SCHEDULERS = ("auto", "batched", "interleaved", "engine")
 COMMAND_LINE_ENV = "RAG_COMMAND_LINE"  # JSON: the flags of `rag serve`, for its worker processes
 DEFAULT_GENERATOR = "smollm2-135m-instruct-int4"  # the smallest rung (rag/core/ladder.py); the tests' model
 DEFAULT_EMBEDDER = "all-minilm-l6-v2-int8"
@@ -113,6 +114,9 @@ class Settings:
         default=0.8, metadata={"doc": "how long an upload or a \"sync now\" request waits for its work before "
                                       "answering 202 with a job to follow (GET /v1/jobs/{id}); 0: always a job"})
     max_queue: int = field(default=32, metadata={"doc": "waiting generations before 503"})
+    scheduler: str = field(default="auto", metadata={
+        "doc": "how the server shares the local model between concurrent requests: auto (batched where the model "
+               "allows it), batched, interleaved (taking turns) or engine (ORT GenAI's og.Engine)"})
     log_file: Path | None = field(default=None, metadata={"doc": "rotating JSON log file"})
     # Scaling out (docs/scaling.md, "Scaling out"): each part can move onto an existing engine.
     store_url: str | None = field(
@@ -365,6 +369,8 @@ def load_settings(
                           f"not {settings.generator!r}")
     if settings.device not in DEVICES:
         raise ConfigError(f"device must be one of {', '.join(DEVICES)}, not {settings.device!r}")
+    if settings.scheduler not in SCHEDULERS:
+        raise ConfigError(f"scheduler must be one of {', '.join(SCHEDULERS)}, not {settings.scheduler!r}")
     if settings.chunk_tokens < 1:
         raise ConfigError(f"chunk_tokens must be positive, not {settings.chunk_tokens}")
     if settings.chunk_overlap < 0:

@@ -181,3 +181,23 @@ def best_span(first_logits: np.ndarray, constraint: SpanConstraint, extend: Call
                 break
             tokens.append(token)
     return best_tokens
+
+
+def pick_token(logits: np.ndarray, temperature: float, top_p: float = 1.0, top_k: int = 0,
+               rng: np.random.Generator | None = None) -> int:
+    """The next token from ``logits`` (``[vocab]``): the likeliest at temperature 0, else drawn from the softmax at
+    ``temperature``, among the ``top_k`` likeliest (0: all) and the fewest whose probabilities reach ``top_p``.
+    The batched decoder's pick (ORT GenAI picks for itself elsewhere)."""
+    flat = logits.reshape(-1)
+    if temperature <= 0.0:
+        return int(np.argmax(flat))
+    scaled = flat.astype(np.float64) / temperature
+    order = np.argsort(-scaled, kind="stable")
+    if top_k > 0:
+        order = order[:top_k]
+    weights = np.exp(scaled[order] - scaled[order[0]])
+    weights /= weights.sum()
+    if top_p < 1.0:
+        keep = int(np.searchsorted(np.cumsum(weights), top_p)) + 1
+        order, weights = order[:keep], weights[:keep] / weights[:keep].sum()
+    return int(order[(rng or np.random.default_rng()).choice(len(order), p=weights)])

@@ -24,6 +24,7 @@ from rag.core.errors import BadRequestError, ModelError
 from rag.core.files import inside_folder, path_for_native_library
 from rag.core.settings import resolve_threads
 from rag.generation.base import GenerationStats, Message, Prompt, SamplingOptions
+from rag.generation.batched import BatchedDecoder
 from rag.generation.logits import LogitBias, SpanConstraint, SpanSearch, best_span
 from rag.generation.prefix_cache import PrefixCache
 from rag.generation.recorder import TokenRecorder
@@ -171,6 +172,7 @@ def search_after_prompt(generator: object, length: int, constraint: SpanConstrai
 
 
 MAX_SEARCHED_TOKENS = 64  # room after the prompt for the phrases ``scored_phrases`` follows
+PROBE_TOKENS = 6  # how far the batched decoder must match this generator before the server uses it
 
 
 class LocalGenerator:
@@ -183,6 +185,7 @@ class LocalGenerator:
 
         self.info = validate_generator_dir(path)
         self.device = resolve_provider(device)
+        self.threads = resolve_threads(threads)
         native = path_for_native_library(path)
         start = time.perf_counter()
         # ONNX Runtime GenAI cannot open a non-ASCII path on Windows: then it opens "." inside the model folder
@@ -195,7 +198,7 @@ class LocalGenerator:
                 # onnxruntime-genai runs one intra-op thread unless told otherwise; prefill and decode
                 # both scale with cores (measured 2.2x TTFT on 2 cores), so always say how many.
                 config.overlay(json.dumps({"model": {"decoder": {"session_options": {
-                    "intra_op_num_threads": resolve_threads(threads)}}}}))
+                    "intra_op_num_threads": self.threads}}}}))
                 self.model = og.Model(config)
                 self.tokenizer = og.Tokenizer(self.model)
         except Exception as exc:  # onnxruntime-genai raises plain RuntimeError
@@ -341,6 +344,44 @@ class LocalGenerator:
 
     def batching_engine(self) -> "BatchingEngine":
         return BatchingEngine(self)
+
+    def batched_decoder(self, rows: int, window: int) -> BatchedDecoder:
+        """The model's decoder driven directly, several requests a step (``batched``), once it has shown that it
+        continues two prompts of different lengths, side by side, exactly as this generator does one at a time;
+        ModelError when it cannot."""
+        if self.device != "cpu":
+            raise ModelError(f"batching drives the CPU decoder; this generator runs on {self.device}")
+        decoder = BatchedDecoder(self.info.path, self.threads, rows, min(window, self.context_length),
+                                 spares=self.prefix_cache.slots)
+        prompts = [self.prompt([{"role": "user", "content": text}]).tokens
+                   for text in ("Say hi.", "Name three colours of the rainbow, one per line.")]
+        alone = [[int(t) for t in self._greedy_tokens(tokens, PROBE_TOKENS)] for tokens in prompts]
+        together: list[list[int]] = []
+        for tokens in prompts:
+            row = decoder.add(tokens, PROBE_TOKENS, reuse=False)
+            while (logits := decoder.prefill(row, tokens)) is None:
+                pass
+            together.append([int(np.argmax(logits))])
+        for _ in range(PROBE_TOKENS - 1):
+            logits = decoder.step([reply[-1] for reply in together])
+            for reply, row_logits in zip(together, logits):
+                reply.append(int(np.argmax(row_logits)))
+        while decoder.active:
+            decoder.pop()
+        for one, side_by_side in zip(alone, together):
+            if side_by_side[:len(one)] != one:
+                raise ModelError(f"batched decoding of {self.model_id} differs from one at a time: "
+                                 f"{side_by_side} vs {one}")
+        return decoder
+
+    def _greedy_tokens(self, prompt_tokens: np.ndarray, count: int) -> list[int]:
+        """Up to ``count`` greedy tokens after the prompt (the last may be EOS)."""
+        generator = self._greedy_generator(len(prompt_tokens) + count)
+        generator.append_tokens(prompt_tokens)
+        tokens: list[int] = []
+        while len(tokens) < count and not generator.is_done():
+            tokens.append(next_token(generator))
+        return tokens
 
 
 class GenerationSession:

@@ -2,15 +2,20 @@
 
 Requests come in through a thread-safe queue and their text goes out to asyncio queues on the
 caller's loop, so generation never blocks the event loop. The scheduler implements the same
-``Generator`` interface as the local generator it wraps. Two strategies, picked at start-up:
+``Generator`` interface as the local generator it wraps. Three strategies, picked at start-up
+(``scheduler`` setting; ``auto`` takes the first that can serve the model):
 
-* ``EngineStrategy``: ORT GenAI's continuous-batching ``Engine`` steps all requests together.
+* ``BatchedStrategy``: requests generated token by token share each decode step, one model call for all
+  (``rag.generation.batched``, driving the model's own decoder file with ONNX Runtime); a reply searched as
+  whole phrases (the answers' span search) is generated alone, in the same rounds. Replies are the ones each
+  request gets alone (the decoder shows it at start, or is not used). On 2 cores, Qwen2.5-Coder-0.5B: see
+  docs/api.md for the aggregate throughput and TTFT at 1, 4 and 10 streams.
+* ``EngineStrategy``: ORT GenAI's ``og.Engine``. onnxruntime-genai 0.18's engine fails on models built with
+  ``prune_lm_head`` (our default: faster prefill), batches statically on CPU (at most 4, a new batch when the
+  last has finished), gained only ~15% aggregate throughput at 10 clients while costing 40% TTFT for a single
+  client (measured), and picks tokens itself, so it ignores a span constraint (see ``rag.generation.logits``).
 * ``InterleavedStrategy``: one ``og.Generator`` per request, advanced round-robin a token at a
-  time (no batching). Used when the engine cannot serve the model: onnxruntime-genai 0.18's engine
-  fails on models built with ``prune_lm_head`` (our default: faster prefill), and on 2 CPU cores the
-  engine's batching gained only ~15% aggregate throughput at 10 clients while costing 40% TTFT for
-  a single client (measured). The engine picks tokens itself, so it ignores a span constraint (see
-  ``rag.generation.logits``); the interleaved path applies it.
+  time (no batching): the last resort, and what ``interleaved`` asks for.
 
 A request whose client goes away is cancelled at the next token step. Beyond ``max_queue``
 unfinished requests, ``stream`` refuses with ``OverloadedError`` (HTTP 503 + Retry-After).
@@ -23,6 +28,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, Sequence
 
@@ -30,11 +36,14 @@ import numpy as np
 
 from rag.core.errors import BadRequestError, ModelError, OverloadedError
 from rag.generation.base import GenerationStats, Message, Prompt, SamplingOptions
+from rag.generation.batched import BatchedDecoder
+from rag.generation.logits import SpanConstraint, pick_token
 from rag.generation.ort import BatchingEngine, EngineEvent, GenerationSession, LocalGenerator
 from rag.generation.recorder import TokenRecorder
 
 log = logging.getLogger(__name__)
 _DONE = object()
+BATCH_WINDOW = 4096  # tokens of KV cache per row of the batched decoder (prompt and reply); longer ones go alone
 
 
 @dataclass(eq=False)  # identity: replies hold numpy arrays, and two requests are never "equal"
@@ -54,7 +63,10 @@ class ScheduledReply:
     ended: str | None = None  # engine path: the reply ended by a loop or stop string; its turn is being cancelled
 
     def emit(self, item: object) -> None:
-        self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+        try:
+            self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+        except RuntimeError:  # the caller's event loop has closed: nobody reads this reply any more
+            pass
 
 
 Finish = Callable[[ScheduledReply, str, "BaseException | None"], None]
@@ -107,6 +119,146 @@ class InterleavedStrategy:
             session.cancel()
             self._finish(job, "error", exc)
         self._active.clear()
+
+
+@dataclass(eq=False)
+class _Row:
+    """A request in a row of the batched decoder."""
+
+    job: ScheduledReply
+    constraint: SpanConstraint | None
+    rng: np.random.Generator | None
+    token: int | None = None  # picked and sent, to be fed at the next step; None while the prompt is prefilled
+
+
+class BatchedStrategy:
+    """Requests generated token by token share each decode step (``BatchedDecoder``). Each round prefills one
+    chunk of one waiting prompt, then advances every other request by one token. A request whose reply is a
+    searched span (whole phrases scored: ``SpanSearch.width`` > 1), or too long for a row, is generated on its
+    own instead, by ORT GenAI as ``InterleavedStrategy`` does, in the same rounds."""
+
+    name = "batched"
+
+    def __init__(self, decoder: BatchedDecoder, generator: LocalGenerator, finish: Finish) -> None:
+        self.decoder = decoder
+        self.generator = generator
+        self._finish = finish
+        self._alone = InterleavedStrategy(generator, finish)
+        self._rows: list[_Row] = []  # row i of the decoder; at most the last one is still being prefilled
+        self._waiting: deque[ScheduledReply] = deque()
+        self._waiting_alone: deque[ScheduledReply] = deque()
+
+    @property
+    def idle(self) -> bool:
+        return not self._rows and not self._waiting and not self._waiting_alone and self._alone.idle
+
+    def admit(self, job: ScheduledReply) -> None:
+        options = job.options
+        searched = bool(options.spans) and options.span_search.width > 1 and not options.sampling
+        if searched or not self.decoder.fits(len(job.tokens), options.max_tokens):
+            self._waiting_alone.append(job)
+        else:
+            self._waiting.append(job)
+
+    def round(self) -> None:
+        if self._waiting_alone:  # one a round, as ``InterleavedStrategy``: its prefill delays the others
+            job = self._waiting_alone.popleft()
+            if job.cancelled.is_set():
+                self._finish(job, "cancelled", None)
+            else:
+                self._alone.admit(job)
+        self._alone.round()
+        for row in reversed(range(len(self._rows))):
+            if self._rows[row].job.cancelled.is_set():
+                self._end(row, "cancelled", None)
+        self._prefill()
+        stepping = [row.token for row in self._rows if row.token is not None]
+        if not stepping:
+            return
+        try:
+            logits = self.decoder.step(stepping)
+        except Exception as exc:  # noqa: BLE001 - the step failed for every row in it
+            for row in reversed(range(len(stepping))):
+                self._end(row, "error", exc)
+            return
+        for row in reversed(range(len(stepping))):
+            self._pick(row, logits[row])
+
+    def _prefill(self) -> None:
+        """One chunk of the prompt in the last row, or of the first waiting request's in a new row."""
+        if not self._rows or self._rows[-1].token is not None:
+            while self._waiting and self._waiting[0].cancelled.is_set():
+                self._finish(self._waiting.popleft(), "cancelled", None)
+            if not self._waiting or self.decoder.active >= self.decoder.rows:
+                return
+            job = self._waiting.popleft()
+            options = job.options
+            constraint = SpanConstraint(options.spans, self.generator.eos_token_ids, self.generator.period_ids,
+                                        options.decline) if options.spans else None
+            job.recorder = self.generator.recorder(job.stats, job.submitted, options.stop)
+            self.decoder.shared_tokens = self.generator.prefix_cache.shared_tokens  # set by the server's warm-up
+            try:
+                row = self.decoder.add(job.tokens, options.max_tokens, options.cache_scope)
+            except Exception as exc:  # noqa: BLE001 - fail this request, keep serving others
+                self._finish(job, "error", exc)
+                return
+            job.stats.cached_tokens = self.decoder.length(row)
+            self._rows.append(_Row(job, constraint, np.random.default_rng() if options.sampling else None))
+        row = len(self._rows) - 1
+        try:
+            logits = self.decoder.prefill(row, self._rows[row].job.tokens)
+        except Exception as exc:  # noqa: BLE001 - fail this request, keep serving others
+            self._end(row, "error", exc)
+            return
+        if logits is not None:
+            self._pick(row, logits)
+
+    def _pick(self, row: int, logits: np.ndarray) -> None:
+        entry, options = self._rows[row], self._rows[row].job.options
+        job, constraint = entry.job, entry.constraint
+        if constraint is not None:
+            logits = constraint.apply(logits)
+            if job.stats.output_tokens == 0:
+                job.stats.decline_margin = constraint.decline_margin
+        token = pick_token(logits, options.temperature, options.top_p, options.top_k_sampling, entry.rng)
+        if constraint is not None:
+            constraint.advance(token)
+        piece = job.recorder.add(token)
+        if piece is None:  # EOS
+            self._end(row, "stop", None)
+            return
+        if piece and not job.cancelled.is_set():
+            job.emit(piece)
+        if job.recorder.finished or job.stats.output_tokens >= options.max_tokens:
+            self._end(row, job.stats.finish_reason, None)
+        else:
+            entry.token = token
+
+    def _end(self, row: int, reason: str, error: BaseException | None) -> None:
+        """Finish the request in ``row`` and free the row: the last prefilled row moves into it, and a row still
+        being prefilled (always the last) into the place that one left."""
+        entry = self._rows[row]
+        if error is None and entry.token is not None:
+            self.decoder.keep(row)
+        prefilled = sum(1 for r in self._rows if r.token is not None)
+        if entry.token is not None and row != prefilled - 1:
+            self.decoder.move(prefilled - 1, row)
+            self._rows[row] = self._rows[prefilled - 1]
+            row = prefilled - 1
+        if row != len(self._rows) - 1:
+            self.decoder.move(len(self._rows) - 1, row)
+            self._rows[row] = self._rows[-1]
+        self.decoder.pop()
+        self._rows.pop()
+        self._finish(entry.job, reason, error)
+
+    def fail_all(self, exc: BaseException) -> None:
+        self._alone.fail_all(exc)
+        for row in reversed(range(len(self._rows))):
+            self._end(row, "error", exc)
+        for waiting in (self._waiting, self._waiting_alone):
+            while waiting:
+                self._finish(waiting.popleft(), "error", exc)
 
 
 class EngineStrategy:
@@ -177,7 +329,7 @@ class GenerationScheduler:
     url = ""
 
     def __init__(self, generator: LocalGenerator, max_queue: int = 32, mode: str = "auto") -> None:
-        if mode not in ("auto", "engine", "interleaved"):
+        if mode not in ("auto", "batched", "engine", "interleaved"):
             raise ValueError(f"unknown scheduler mode {mode!r}")
         self.generator = generator
         self.max_queue = max_queue
@@ -188,13 +340,13 @@ class GenerationScheduler:
         self._stop = threading.Event()
         self._started = threading.Event()
         self._start_error: Exception | None = None
-        self._strategy: InterleavedStrategy | EngineStrategy | None = None
+        self._strategy: InterleavedStrategy | EngineStrategy | BatchedStrategy | None = None
         # The engine may only be used from the thread that created it, so that thread builds it.
         self._thread = threading.Thread(target=self._run, name="generation-engine", daemon=True)
         self._thread.start()
         self._started.wait()
         if self._start_error is not None:
-            raise ModelError(f"continuous batching is not available for {generator.model_id}: "
+            raise ModelError(f"{mode} scheduling is not available for {generator.model_id}: "
                              f"{self._start_error}") from self._start_error
 
     # ------------------------------------------------------------------ the Generator interface
@@ -270,8 +422,18 @@ class GenerationScheduler:
                 log.exception("generation round failed")
                 self._strategy.fail_all(ModelError(f"generation failed: {exc}"))
 
-    def _choose_strategy(self) -> InterleavedStrategy | EngineStrategy:
-        if self._requested_mode != "interleaved":
+    def _choose_strategy(self) -> InterleavedStrategy | EngineStrategy | BatchedStrategy:
+        if self._requested_mode in ("auto", "batched"):
+            try:
+                decoder = self.generator.batched_decoder(rows=self.max_queue, window=BATCH_WINDOW)
+                log.info("%s generates concurrent replies together, one model call a token for all of them "
+                         "(batched, up to %d)", self.generator.model_id, decoder.rows)
+                return BatchedStrategy(decoder, self.generator, self._finish)
+            except Exception as exc:  # noqa: BLE001 - any failure means: another strategy
+                if self._requested_mode == "batched":
+                    raise RuntimeError(f"the batched decoder cannot run this model ({exc})") from exc
+                log.info("%s cannot share decode steps between requests: %s", self.generator.model_id, exc)
+        if self._requested_mode in ("auto", "engine"):
             try:
                 engine = self.generator.batching_engine()
                 engine.probe()
