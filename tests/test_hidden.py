@@ -496,9 +496,11 @@ def test_generator_url_credentials_are_never_shown(settings: Settings, tmp_path:
 @pytest.mark.parametrize("deployment", ["embedded"], indirect=True)  # the prefix cache does not touch the store
 def test_the_prefix_cache_tells_no_one_what_another_was_shown(deployment: Deployment):
     """Finding 7: a finance reader's prompt (here a plain chat holding a finance sentence, as its evidence would
-    be) stays in the generator's prefix cache; a staff editor sending a guess of it with ``use_context: false``
-    is told the same ``cached_tokens`` whether its guess is right or wrong (only the fixed shared prefix is ever
-    reused across askers). The asker's own repeat still reuses its whole prompt."""
+    be) stays in the generator's prefix cache (or in a row, or a spare, of the batched decoder); staff-side askers
+    sending a guess of it with ``use_context: false`` are told the same ``cached_tokens`` whether the guess is
+    right or wrong (only the fixed shared prefix is ever reused across askers). Each guesser asks for the first
+    time: an asker's own earlier prompts are reused in full (the batched decoder keeps several, so a second guess
+    of the same asker would reuse the first's opening words), which the last lines check."""
     d = deployment
     secret = "The Zorblax merger budget is 41 million crowns, for the finance board only."
     wrong = "The Zorblax merger budget is 97 million ducats, for the harbour board only."
@@ -514,10 +516,10 @@ def test_the_prefix_cache_tells_no_one_what_another_was_shown(deployment: Deploy
     chat("finance", secret)
     right_guess = chat("staff", secret)
     chat("finance", secret)
-    wrong_guess = chat("staff", wrong)
+    wrong_guess = chat("boss", wrong)
     assert right_guess == wrong_guess, (right_guess, wrong_guess)
-    chat("staff", wrong)
-    assert chat("staff", wrong) > wrong_guess  # one's own prompt is reused in full
+    chat("boss", wrong)
+    assert chat("boss", wrong) > wrong_guess  # one's own prompt is reused in full
 
 
 # --------------------------------------------------------------------------- 11. a sync removes only its own

@@ -257,5 +257,7 @@ def test_pick_token_greedy_top_k_top_p_and_temperature() -> None:
     assert {pick_token(logits, 1.0, top_k=1, rng=rng) for _ in range(20)} == {1}
     assert {pick_token(logits, 1.0, top_p=0.5, rng=rng) for _ in range(20)} == {1}  # 0.6 alone reaches 0.5
     assert {pick_token(logits, 1.0, top_p=0.8, rng=rng) for _ in range(50)} == {1, 2}  # 0.6 + 0.3
+    assert {pick_token(logits, 5e-324, rng=rng) for _ in range(20)} == {1}  # a fuzzer's temperature: no NaN
+    assert pick_token(np.asarray([-np.inf, 2.0, -np.inf], dtype=np.float32), 0.7, rng=rng) == 1  # a constraint's mask
     drawn = [pick_token(logits, 1.0, rng=rng) for _ in range(3000)]
     assert abs(drawn.count(1) / 3000 - 0.6) < 0.05 and abs(drawn.count(0) / 3000 - 0.1) < 0.03

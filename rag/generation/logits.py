@@ -191,11 +191,14 @@ def pick_token(logits: np.ndarray, temperature: float, top_p: float = 1.0, top_k
     flat = logits.reshape(-1)
     if temperature <= 0.0:
         return int(np.argmax(flat))
-    scaled = flat.astype(np.float64) / temperature
+    values = flat.astype(np.float64)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        # Shifted before dividing: a temperature as small as 5e-324 then sends the others to -inf, not to NaN.
+        scaled = (values - values.max()) / temperature
     order = np.argsort(-scaled, kind="stable")
     if top_k > 0:
         order = order[:top_k]
-    weights = np.exp(scaled[order] - scaled[order[0]])
+    weights = np.exp(scaled[order])
     weights /= weights.sum()
     if top_p < 1.0:
         keep = int(np.searchsorted(np.cumsum(weights), top_p)) + 1
