@@ -184,6 +184,12 @@ class BatchedStrategy:
         for row in reversed(range(len(stepping))):
             self._pick(row, logits[row])
 
+    def _pick(self, row: int, logits: np.ndarray) -> None:
+        try:
+            self._pick_token(row, logits)
+        except Exception as exc:  # noqa: BLE001 - fail this request (its sampling, its constraint), keep the others
+            self._end(row, "error", exc)
+
     def _prefill(self) -> None:
         """One chunk of the prompt in the last row, or of the first waiting request's in a new row."""
         if not self._rows or self._rows[-1].token is not None:
@@ -213,7 +219,7 @@ class BatchedStrategy:
         if logits is not None:
             self._pick(row, logits)
 
-    def _pick(self, row: int, logits: np.ndarray) -> None:
+    def _pick_token(self, row: int, logits: np.ndarray) -> None:
         entry, options = self._rows[row], self._rows[row].job.options
         job, constraint = entry.job, entry.constraint
         if constraint is not None:
