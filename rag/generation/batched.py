@@ -17,7 +17,6 @@ the first rows of each buffer: a contiguous view, no copy. Each request's prompt
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +24,6 @@ import numpy as np
 
 from rag.core.errors import ModelError
 from rag.generation.prefix_cache import reusable
-
-log = logging.getLogger(__name__)
 
 # Prompt tokens prefilled per round: while one prompt goes in, the other rows wait for it. A 960-token prompt on
 # Qwen2.5-Coder-0.5B, 2 cores: 3.39-3.64 s in chunks of 128, 3.42-3.59 s of 256, 3.69-3.86 s whole, 3.69-3.71 s

@@ -281,6 +281,11 @@ class LocalGenerator:
                                   f"{self.context_length}-token context")
         return Prompt(tuple(messages), tokens)
 
+    def span_constraint(self, options: SamplingOptions) -> SpanConstraint | None:
+        """The constraint a request's ``spans`` put on its reply, token by token (None without spans)."""
+        return SpanConstraint(options.spans, self.eos_token_ids, self.period_ids, options.decline) \
+            if options.spans else None
+
     def recorder(self, stats: GenerationStats, started: float, stop: Sequence[str] = ()) -> TokenRecorder:
         return TokenRecorder(stats, self.tokenizer.create_stream(), self.eos_token_ids, started, stop)
 
@@ -397,8 +402,7 @@ class GenerationSession:
                 f"prompt of {stats.prompt_tokens} tokens does not fit the {owner.context_length}-token context")
         self._options = options
         self._prompt_tokens = prompt_tokens
-        self._constraint = SpanConstraint(options.spans, owner.eos_token_ids, owner.period_ids, options.decline) \
-            if options.spans else None
+        self._constraint = owner.span_constraint(options)
         cache = owner.prefix_cache
         self._cache = cache if cache.fits(prompt_tokens, options.max_tokens, options.sampling) else None
         self._healthy = False  # a generator goes back to the cache only if no call on it failed

@@ -199,8 +199,7 @@ class BatchedStrategy:
                 return
             job = self._waiting.popleft()
             options = job.options
-            constraint = SpanConstraint(options.spans, self.generator.eos_token_ids, self.generator.period_ids,
-                                        options.decline) if options.spans else None
+            constraint = self.generator.span_constraint(options)
             job.recorder = self.generator.recorder(job.stats, job.submitted, options.stop)
             self.decoder.shared_tokens = self.generator.prefix_cache.shared_tokens  # set by the server's warm-up
             try:
