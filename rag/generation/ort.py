@@ -360,7 +360,7 @@ class LocalGenerator:
                                  spares=self.prefix_cache.slots)
         prompts = [self.prompt([{"role": "user", "content": text}]).tokens
                    for text in ("Say hi.", "Name three colours of the rainbow, one per line.")]
-        alone = [[int(t) for t in self._greedy_tokens(tokens, PROBE_TOKENS)] for tokens in prompts]
+        alone = [self._greedy_tokens(tokens, PROBE_TOKENS) for tokens in prompts]
         together: list[list[int]] = []
         for tokens in prompts:
             row = decoder.add(tokens, PROBE_TOKENS, reuse=False)

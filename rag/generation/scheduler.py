@@ -82,18 +82,29 @@ class InterleavedStrategy:
         self.generator = generator
         self._finish = finish
         self._active: list[tuple[ScheduledReply, GenerationSession]] = []
+        self._waiting: deque[ScheduledReply] = deque()
 
     @property
     def idle(self) -> bool:
-        return not self._active
+        return not self._active and not self._waiting
 
     def admit(self, job: ScheduledReply) -> None:
-        try:
-            self._active.append((job, self.generator.start(job.tokens, job.options, job.stats, job.submitted)))
-        except Exception as exc:  # noqa: BLE001 - fail this request, keep serving others
-            self._finish(job, "error", exc)
+        self._waiting.append(job)  # prefilled at a round's start, one a round: a prefill delays the others
+
+    def _start_one(self) -> None:
+        while self._waiting:
+            job = self._waiting.popleft()
+            if job.cancelled.is_set():
+                self._finish(job, "cancelled", None)
+                continue
+            try:
+                self._active.append((job, self.generator.start(job.tokens, job.options, job.stats, job.submitted)))
+            except Exception as exc:  # noqa: BLE001 - fail this request, keep serving others
+                self._finish(job, "error", exc)
+            return
 
     def round(self) -> None:
+        self._start_one()
         finished = []
         for job, session in self._active:
             try:
@@ -119,6 +130,8 @@ class InterleavedStrategy:
             session.cancel()
             self._finish(job, "error", exc)
         self._active.clear()
+        while self._waiting:
+            self._finish(self._waiting.popleft(), "error", exc)
 
 
 @dataclass(eq=False)
@@ -146,27 +159,20 @@ class BatchedStrategy:
         self._alone = InterleavedStrategy(generator, finish)
         self._rows: list[_Row] = []  # row i of the decoder; at most the last one is still being prefilled
         self._waiting: deque[ScheduledReply] = deque()
-        self._waiting_alone: deque[ScheduledReply] = deque()
 
     @property
     def idle(self) -> bool:
-        return not self._rows and not self._waiting and not self._waiting_alone and self._alone.idle
+        return not self._rows and not self._waiting and self._alone.idle
 
     def admit(self, job: ScheduledReply) -> None:
         options = job.options
         searched = bool(options.spans) and options.span_search.width > 1 and not options.sampling
         if searched or not self.decoder.fits(len(job.tokens), options.max_tokens):
-            self._waiting_alone.append(job)
+            self._alone.admit(job)
         else:
             self._waiting.append(job)
 
     def round(self) -> None:
-        if self._waiting_alone:  # one a round, as ``InterleavedStrategy``: its prefill delays the others
-            job = self._waiting_alone.popleft()
-            if job.cancelled.is_set():
-                self._finish(job, "cancelled", None)
-            else:
-                self._alone.admit(job)
         self._alone.round()
         for row in reversed(range(len(self._rows))):
             if self._rows[row].job.cancelled.is_set():
@@ -261,9 +267,8 @@ class BatchedStrategy:
         self._alone.fail_all(exc)
         for row in reversed(range(len(self._rows))):
             self._end(row, "error", exc)
-        for waiting in (self._waiting, self._waiting_alone):
-            while waiting:
-                self._finish(waiting.popleft(), "error", exc)
+        while self._waiting:
+            self._finish(self._waiting.popleft(), "error", exc)
 
 
 class EngineStrategy:
@@ -453,8 +458,7 @@ class GenerationScheduler:
         return InterleavedStrategy(self.generator, self._finish)
 
     def _admit(self, block: bool) -> None:
-        """Take waiting requests: the interleaved strategy one per round (its prefill delays the others),
-        the engine all of them."""
+        """Hand every waiting request to the strategy (which starts them at its own pace)."""
         while True:
             try:
                 job = self._inbox.get(timeout=0.05) if block else self._inbox.get_nowait()
@@ -465,8 +469,6 @@ class GenerationScheduler:
                 self._finish(job, "cancelled", None)
             else:
                 self._strategy.admit(job)
-                if isinstance(self._strategy, InterleavedStrategy):
-                    return
 
     def _finish(self, job: ScheduledReply, reason: str, error: BaseException | None) -> None:
         if error is not None:
