@@ -23,9 +23,11 @@ from ingest.pipeline import ingest_paths
 from ingest.parameters import IngestParameters
 from rag.store.embedded import EmbeddedIndex
 from rag.core.access import RequestContext
-from rag.answering.service import AnswerOptions, AnswerRequest, AnswerService, options_from
+from rag.answering.service import AnswerOptions, AnswerRequest, AnswerService, closest, options_from
 from rag.answering.answerability import missing_names, names
-from rag.answering.compress import Passage, Sentence, candidate_sentences, score_sentences, select_passages, split_sentences
+from rag.answering.compress import (Passage, Sentence, candidate_sentences, names_an_asked_token, score_sentences,
+                                    select_passages, split_sentences)
+from rag.answering.evidence import files_in
 from rag.core.errors import BadRequestError, ConfigError
 from rag.core.records import ChunkRecord
 from rag.reranker import KeepOrder, load_reranker
@@ -372,6 +374,29 @@ def test_with_sentence_vectors_the_fitted_ranker_weighs_what_the_question_asks_f
     # A passage the vector search ranked far below the best one pulls its sentences down.
     far = score_sentences(counting, embedder.embed([counting.text])[0], sentences, vectors, "", chunks, [0.0, -0.5])
     assert far[1] < fitted[1] and far[0] == pytest.approx(fitted[0])
+
+
+def test_the_fitted_ranker_prefers_a_sentence_naming_the_option_or_file_asked_for(embedder):
+    """An option or a file asked for (``asked_token``): the sentence naming one the question does not comes first,
+    over one sharing more of the question's words; without that term the other would. The option rule that refuses
+    reads the sentences closest to the question before that term (``closest``)."""
+    cases = [("Which option makes createuser prompt for the password?",
+              ["createuser prompts for a password when the server asks for one.",
+               "With \"--pwprompt\" it asks for the new role's password."]),
+             ("Where does the journal keep its logs?",
+              ["The journal keeps logs of the system and of the kernel in binary form.",
+               'Persistent logs go to "/var/log/journal".'])]
+    for question, chunks in cases:
+        shape = QuestionShape.of(question)
+        sentences = candidate_sentences(chunks)
+        vectors = embedder.embed([s.text for s in sentences])
+        scores = score_sentences(shape, embedder.embed([question])[0], sentences, vectors, "", chunks, [0.0, 0.0])
+        assert [names_an_asked_token(s.text, shape) for s in sentences] == [False, True], question
+        assert int(np.argmax(scores)) == 1, (question, scores)
+        assert closest(scores, shape, sentences, vectors)[0] == 0, (question, scores)
+    assert files_in('Settings go to "postgresql.auto.conf" in /var/lib/postgresql, e.g. at start.') == [
+        "postgresql.auto.conf", "/var/lib/postgresql"]
+    assert QuestionShape.of("In which file is it set?").file and not QuestionShape.of("Which option is it?").file
 
 
 def test_the_names_a_question_asks_about_and_where_they_are_missing():

@@ -15,7 +15,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from rag.answering.english import ADDS_TO_BEFORE, LEANS_ON_BEFORE, defines
-from rag.answering.evidence import answer_starts, bare_command, commands_in, introduces_code, term_of
+from rag.answering.evidence import (answer_starts, bare_command, commands_in, files_in, holds_code_words,
+                                    introduces_code, term_of)
 from rag.answering.question import QuestionShape
 from rag.answering.retrieval import Hit
 from rag.core.text import content_words, split_sentences, stem
@@ -33,21 +34,24 @@ RANK_WEIGHT = 0.05  # slight preference for sentences from higher-ranked chunks
 @dataclass(frozen=True)
 class SentenceWeights:
     """The sentence ranker used with sentence vectors: a linear score fitted as a conditional logit (the gold
-    sentence against the other candidates of its question) on the Debian/PostgreSQL dev set and squad2-dev
-    (tools/answers/fit_sentences.py). Gold in the best sentence of the dev set's answerable questions: words
-    and rank alone 51.8%, the cosine added 54.0%, this ranker 56.3% (55.3% held out, fitted without half the
-    set's pages); squad2-dev 78.3% / 82.6% / 82.6%, the policies 95.5% throughout (docs/benchmark-notes.md).
+    sentence against the other candidates of its question) on the Debian/PostgreSQL dev set, squad2-dev and the
+    policies (tools/answers/fit_sentences.py). First fitted at 56.3% gold in the best sentence of the dev set's
+    answerable questions (words and rank alone then 51.8%, the cosine added 54.0%). Refitted 2026-11-28 with
+    ``asked_token`` on the evidence flow of that day: best sentence / best three 61.4% / 78.1% → 63.7% / 79.7%
+    (61.7% / 80.4% held out, fitted without half the set's pages; refitted without the new term: 60.8% / 79.1%
+    held out); squad2-dev 82.4% / 92.3% → 82.6% / 92.5%, the policies 95.5% / 100% (docs/performance.md).
     Without the cosine the fitted words gained little held out (53.7%), so without sentence vectors the lexical
     score stays."""
 
-    words: float = 5.85  # the idf-weighted share of the question's stems the sentence holds
-    cosine: float = 5.07  # the sentence's embedding against the question's
-    chunk_words: float = 2.89  # the same share, held by the whole passage the sentence is in
-    source_rank: float = 1.45  # × 1 / (1 + the passage's rank)
-    dense_gap: float = 1.46  # × the passage's cosine minus the best passage's (−0.3 where keywords alone found it)
-    first: float = -1.29  # the passage's first sentence: often a heading or the tail of the one before
-    command: float = 2.71  # a how-to question, a sentence holding a command
-    asked_type: float = 1.96  # a number / date / time question, a sentence where such an answer may start
+    words: float = 6.5  # the idf-weighted share of the question's stems the sentence holds
+    cosine: float = 5.1  # the sentence's embedding against the question's
+    chunk_words: float = 2.75  # the same share, held by the whole passage the sentence is in
+    source_rank: float = 1.34  # × 1 / (1 + the passage's rank)
+    dense_gap: float = 1.43  # × the passage's cosine minus the best passage's (−0.3 where keywords alone found it)
+    first: float = -1.07  # the passage's first sentence: often a heading or the tail of the one before
+    command: float = 2.6  # a how-to question, a sentence holding a command
+    asked_type: float = 2.01  # a number / date / time question, a sentence where such an answer may start
+    asked_token: float = 2.8  # an option or a file asked for, a sentence naming one (``names_an_asked_token``)
 
 
 FITTED = SentenceWeights()
@@ -172,8 +176,25 @@ def sentence_features(question: QuestionShape, question_vector: np.ndarray, sent
                    sentence.position == 0,
                    question.howto and bool(commands_of(sentence) if question.procedure else commands_in(sentence.text)),
                    question.numeric and bool(answer_starts(sentence.text, question)),
+                   names_an_asked_token(sentence.text, question),
                    bool(question.subject) and defines(question.subject, sentence.text))
     return rows
+
+
+def names_an_asked_token(sentence: str, question: QuestionShape) -> bool:
+    """The question asks for an option or a setting and ``sentence`` writes a word as code that the question does
+    not, or it asks for a file (or where) and ``sentence`` names a path or a file name the question does not."""
+    if question.option and holds_code_words(sentence, question.text):
+        return True
+    asked = question.text.lower()
+    return (question.file or question.place) and any(name.lower() not in asked for name in files_in(sentence))
+
+
+def asked_token_bonus(question: QuestionShape, sentences: Sequence[Sentence], sentence_vectors: bool) -> np.ndarray:
+    """What ``score_sentences`` added to each sentence for naming an asked token (``names_an_asked_token``): 0
+    without sentence vectors (the lexical score has no such term)."""
+    return np.array([FITTED.asked_token * names_an_asked_token(s.text, question) if sentence_vectors else 0.0
+                     for s in sentences], dtype=np.float32)
 
 
 def score_sentences(question: QuestionShape, question_vector: np.ndarray, sentences: Sequence[Sentence],

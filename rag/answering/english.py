@@ -67,6 +67,12 @@ COMMAND_QUESTION = asked(r"(?:what|which) (?:[\w.-]+ )?(?:commands?|tools?|progr
                          r"daemons?)\b", "command")
 NOT_A_PROGRAM = re.compile(r"^[\"'“‘(]*(?:~?/|-{1,2}\w|[a-z][a-z0-9+.-]*://)")
 MAN_PAGE = re.compile(r"[\w.+-]+\(\d\w*\)")
+# "Which file decides …?", "Which directory holds …?": a file or a directory is asked for (a path, a file name).
+FILE_QUESTION = asked(r"(?:(?:in|from|to|into) )?(?:what|which) (?:[\w.-]+ ){0,2}?"
+                      r"(?:files?|director(?:y|ies)|folders?|paths?)\b", "file")
+# A path ("/var/log/journal", "~/.psqlrc") or a file name ("postgresql.auto.conf", "standby.signal"; not "e.g.", not
+# a function called, "str.join(").
+FILE_NAME = re.compile(r"(?<![\w/])[/~][\w.~*-]+(?:/[\w.~*-]*)*|\b[A-Za-z][\w-]+(?:\.[\w-]+)*\.[a-z]{1,8}\b(?!\()")
 # "less than 2%", "at least 8 characters", "about 10 days": a bound or an approximation before a number belongs to the
 # answer ("2%" alone says another thing).
 BOUND_BEFORE = re.compile(r"(?i)\b(?:(?:less|more|fewer|greater|higher|lower|longer|shorter|older|younger) than|"

@@ -18,7 +18,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from rag.answering.english import (ARTICLE_NEXT, ARTICLES, BOUND_BEFORE, CLAUSE_END, CLAUSE_INSIDE, CLAUSE_OPENERS,
-                                   DANGLING_WORDS, defines, INTRODUCES, LONE_ADVERBS, MAGNITUDE_NEXT, MAN_PAGE, MONTH,
+                                   DANGLING_WORDS, defines, FILE_NAME, INTRODUCES, LONE_ADVERBS, MAGNITUDE_NEXT,
+                                   MAN_PAGE, MONTH,
                                    NAMED_AS_OPTION, NEGATED_HARM, NEGATION, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES,
                                    OPTION_WORD, ORDINAL_DATE_NEXT, PLACE_PREPOSITIONS, PREPOSITIONS, QUOTED_MESSAGE,
                                    REPLACED, RUNS_A_COMMAND, STATES_DEFAULT, TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS,
@@ -171,6 +172,11 @@ def variables_in(sentence: str) -> list[str]:
     """The variables ``sentence`` names: "$TMPDIR", "GRUB_BACKGROUND", "PGDATA" of "the environment variable
     PGDATA"."""
     return list(dict.fromkeys(VARIABLE_NAME.findall(sentence)))
+
+
+def files_in(sentence: str) -> list[str]:
+    """The paths and file names ``sentence`` names: "/var/log/journal", "postgresql.auto.conf"."""
+    return FILE_NAME.findall(sentence)
 
 
 def bare_command(line: str) -> bool:

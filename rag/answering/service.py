@@ -26,9 +26,9 @@ from rag.answering.answerability import (WEIGHTS, another_group, answerable_scor
                                          refused_whatever_the_score, searchable_words, shares_a_word, stems,
                                          opposite_in_evidence, technical_word, telling_words, unknown_signals,
                                          versions_not_retrieved)
-from rag.answering.compress import (Passage, Sentence, candidate_sentences, commands_of, dense_gaps,
-                                    distinct_sentences, evidence_texts, in_context, log_odds_scale, score_sentences,
-                                    select_passages)
+from rag.answering.compress import (Passage, Sentence, asked_token_bonus, candidate_sentences, commands_of,
+                                    dense_gaps, distinct_sentences, evidence_texts, in_context, log_odds_scale,
+                                    score_sentences, select_passages)
 from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, SPAN_WEIGHTS, Quote, align,
                                     align_part, candidate_spans, clean_reply, command_spans, cut_cleanly,
                                     defines_the_subject, enumeration, holds_code_words, holds_the_asked_type,
@@ -376,12 +376,14 @@ class AnswerService:
                                       (time.perf_counter() - t0) * 1000, options.sampling)
             ranked = (ranked[runner_up], *ranked[:runner_up], *ranked[runner_up + 1:])
             best = ranked[0][1]
-        if best and shape.option and not commands \
-                and not any(holds_code_words(text, question) for _, text in ranked[:COMMAND_SENTENCES]):
-            # An option or a setting is asked for, and neither the best sentences nor the term lines they are listed
-            # under write a word as code besides the question's own: "Which tar option compresses with zstd?" was
-            # answered '".txz" or ".tar.xz"', "Which psql meta-command starts pipeline mode?" "backslash, followed
-            # immediately by a command verb" (dev set: 3 more unanswerable questions refused, 3 wrong answers).
+        if best and shape.option and not commands and not any(
+                holds_code_words(sentences[i].text, question) for i in closest(scores, shape, sentences, vectors)):
+            # An option or a setting is asked for, and none of the sentences closest to the question writes a word
+            # as code besides the question's own: "Which tar option compresses with zstd?" was answered '".txz" or
+            # ".tar.xz"', "Which psql meta-command starts pipeline mode?" "backslash, followed immediately by a
+            # command verb" (dev set: 3 more unanswerable questions refused, 3 wrong answers). Closest before the
+            # ranker's preference for a sentence naming an option (``asked_token``), which would put one first
+            # wherever any candidate names one: "pax" was then the answer to the tar question.
             return PreparedAnswer(request, shape, retrieval, passages, None, started,
                                   (time.perf_counter() - t0) * 1000, options.sampling)
         # A name the question asks about counts as found in a passage's document title too ("PostgreSQL" of
@@ -663,6 +665,13 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
             found.setdefault(term, ((term_line.source + 1, term_line.text), None))
     return tuple((command, where, intro) for command, (where, intro) in found.items()
                  if of_the_asked_kind(command, question, whole=True))
+
+
+def closest(scores: np.ndarray, question: QuestionShape, sentences: Sequence[Sentence],
+            vectors: np.ndarray | None) -> list[int]:
+    """The ``COMMAND_SENTENCES`` best sentences by their scores without the ranker's ``asked_token`` term."""
+    plain = scores - asked_token_bonus(question, sentences, vectors is not None)
+    return [int(i) for i in np.argsort(-plain, kind="stable")[:COMMAND_SENTENCES]]
 
 
 def answer_kind(prepared: PreparedAnswer, answer: str, abstained: bool) -> str:
