@@ -443,6 +443,11 @@ def test_normalise_and_contains_answer():
     assert normalise_answer("The  Normans, of France!") == "normans of france"
     assert contains_answer("It was founded by the Normans.", ["normans"])
     assert not contains_answer("Nothing here", ["Rollo", ""])
+    # An option is compared as written: "-L" is another option than "-l", "-Xs" is not "-X".
+    assert contains_answer("Run pg_restore -l db.dump", ["-l", "--list"])
+    assert not contains_answer("pg_restore -L db.list db.dump", ["-l", "--list"])
+    assert not contains_answer("-Xs", ["-X"]) and contains_answer('use "-u" here', ['"-u"'])
+    assert contains_answer("ls --time-style=+%d", ["--time-style"])
 
 
 # --------------------------------------------------------------------------- 6. abstention

@@ -81,11 +81,25 @@ def questions_language(questions: list[dict]) -> str:
 SHORT_GOLD_CHARS = 4
 
 
+# A command-line option ("-l", "--list", '"-u"'): SQuAD's normalisation would drop its dashes and its case, and
+# "-L" (another option) would count for "-l".
+OPTION_GOLD = re.compile(r"""["'“‘]?(-{1,2}[A-Za-z0-9][\w-]*)["'”’]?""")
+
+
 def contains_answer(text: str, answers: list[str]) -> bool:
+    """``text`` holds one of ``answers``, as SQuAD compares them; an option as written, dashes and case included."""
     haystack = normalise_answer(text)
-    return any(gold and (re.search(rf"(?<!\S){re.escape(gold)}(?!\S)", haystack) if len(gold) <= SHORT_GOLD_CHARS
-                         else gold in haystack)
-               for gold in map(normalise_answer, answers))
+    for answer in answers:
+        option = OPTION_GOLD.fullmatch(answer.strip())
+        if option:
+            if re.search(rf"(?<![\w-]){re.escape(option.group(1))}(?![\w-])", text):
+                return True
+            continue
+        gold = normalise_answer(answer)
+        if gold and (re.search(rf"(?<!\S){re.escape(gold)}(?!\S)", haystack) if len(gold) <= SHORT_GOLD_CHARS
+                     else gold in haystack):
+            return True
+    return False
 
 
 def holds_gold(path: str, text: str, question: dict) -> bool:
