@@ -60,6 +60,20 @@ def test_answer_starts_follow_the_question_type():
     assert "Q" not in [router[i:].split()[0] for i in answer_starts(router, Q("What is Sky Q's router called?"))]
 
 
+def test_a_path_naming_a_question_word_starts_an_answer_and_none_starts_inside_a_sum():
+    """A technical token the question does not spell is new, even where its parts run together share the stem of
+    a question word ("gnupggpgconf" of "GnuPG"); a number after an operator is inside a sum, which is answered
+    whole, from its bracket."""
+    gnupg = 'A good default keyserver set up in "~/.gnupg/gpg.conf" (or old location "~/.gnupg/options") contains it.'
+    starts = [gnupg[i:].split()[0] for i in answer_starts(gnupg, Q("Where do I set GnuPG's default keyserver?"))]
+    assert '~/.gnupg/gpg.conf"' in starts and '~/.gnupg/options")' in starts
+    fat = "For FAT filesystems by its design, the maximum file size is (2^32 - 1) bytes = (4GiB - 1 byte)."
+    starts = [fat[i:].split()[0] for i in answer_starts(fat, Q("What is the maximum file size on a FAT filesystem?"))]
+    assert starts == ["(2^32", "(4GiB"]
+    aside = "The castle was built by the Normans (1066 onwards)."
+    assert "(1066" not in [aside[i:].split()[0] for i in answer_starts(aside, Q("Who built the castle?"))]
+
+
 def test_candidate_spans_stop_only_at_word_ends(generator):
     sentence = "The class DTIME(f(n)) holds 76,000 to 540,000 problems."
     spans = candidate_spans(sentence, Q("What holds problems?"), generator.encode)
@@ -135,10 +149,10 @@ def test_span_search_scores_whole_phrases_where_greedy_commits_to_its_first_toke
                limit: int = 16) -> list[int]:
         fed: list[int] = []
 
-        def extend(token: int, restart: bool) -> np.ndarray:
+        def extend(tokens: list[int], restart: bool) -> np.ndarray:
             if restart:
                 fed.clear()
-            fed.append(token)
+            fed.extend(tokens)
             return model(tuple(fed))
 
         chosen = [dataclasses.replace(spans[0], bonus=((2, bonus),)), spans[1]]
@@ -152,6 +166,41 @@ def test_span_search_scores_whole_phrases_where_greedy_commits_to_its_first_toke
     assert search(4, bonus=6.0) == [5, 6]  # an end's bonus counts
     assert search(4, lead=6.0) == [5, 6]  # the lead bonus counts for the likeliest first token only
     assert search(4, bonus=6.0, limit=1) == [3]  # no phrase longer than ``limit`` tokens
+
+
+def test_span_search_follows_the_other_way_where_spans_sharing_a_first_token_part():
+    """Two phrases begin with the same token ("/etc/" of "/etc/nsswitch.conf" and "/etc/resolv.conf"): the toy
+    model would rather go on with the second (6), whose span's start has a prior of -3 (a runner-up sentence's);
+    followed greedily, the first (4) is never scored and the larger prior of the shared first token is counted
+    for the second. With branches, both are scored, each with its own span's prior, and the first wins."""
+    spans = (TokenSpan((5, 4), frozenset({2}), prior=0.0), TokenSpan((5, 6), frozenset({2}), prior=-3.0))
+
+    def model(history: tuple[int, ...]) -> np.ndarray:
+        logits = np.zeros(10, dtype=np.float32)
+        if history == ():
+            logits[5] = 6.0
+        elif history == (5,):
+            logits[6], logits[4] = 6.0, 4.5
+        else:
+            logits[0] = 6.0  # stop
+        return logits.reshape(1, 10)
+
+    def search(branches: int, seen: list | None = None) -> list[int]:
+        fed: list[int] = []
+
+        def extend(tokens: list[int], restart: bool) -> np.ndarray:
+            if restart:
+                fed.clear()
+            fed.extend(tokens)
+            return model(tuple(fed))
+
+        return best_span(model(()), SpanConstraint(spans, eos_ids=[0]), extend,
+                         SpanSearch(4, 1.0, 0.0, branches), 16, seen)
+
+    assert search(0) == [5, 6]
+    seen: list = []
+    assert search(1, seen) == [5, 4]
+    assert sorted((tokens, prior) for tokens, _, prior, _ in seen) == [([5, 4], 0.0), ([5, 6], -3.0)]
 
 
 def test_a_searched_short_answer_is_a_whole_technical_token_the_question_asks_for(generator):

@@ -49,7 +49,7 @@ class SpanWeights:
     words: float  # per word of the phrase (the log-probability alone favours the shortest)
 
     def search(self, width: int) -> SpanSearch:
-        return SpanSearch(width, self.start, self.lead)
+        return SpanSearch(width, self.start, self.lead, SPAN_BRANCHES if width > 1 else 0)
 
     def bonus(self, phrase: str, question: QuestionShape) -> float:
         return float(np.dot(phrase_features(phrase, question), (self.technical, self.technical_asked, self.words)))
@@ -61,6 +61,9 @@ def phrase_features(phrase: str, question: QuestionShape) -> tuple[float, float,
     return float(technical), float(technical and question.technical), float(len(WORD_OR_NUMBER.findall(phrase)))
 
 
+# Where the phrases followed from one first token part ways ("/etc/" of two paths), this many other ways are
+# followed too, for one answer (``logits.best_span``).
+SPAN_BRANCHES = 4
 SPAN_WEIGHTS = SpanWeights(start=1.3, lead=1.2, technical=2.0, technical_asked=2.7, words=0.35)
 CITATION = re.compile(r"\s*\[\d{1,2}\]")
 # Added to the logit of the answer the evidence's polarity points to: "No" for a sentence that negates.
@@ -107,6 +110,7 @@ WORD_BOUNDARY = re.compile(r"$|[\s,.;:!?)\]\"'”’]")
 # ends or starts at one of them when a letter or digit follows: not "/etc/rsyslog" of "/etc/rsyslog.conf".
 TOKEN_GLUE = "/.=:-_@~+"
 NUMBER_NEXT = re.compile(r"\s+\d")
+ARITHMETIC = frozenset("- + * × ^ = / −".split())  # an operator written as a word of its own
 GLUED = re.compile(r"[" + re.escape(TOKEN_GLUE) + r"]*[^\W_]")
 TRAILING_GLUE = re.compile(r"(?:(?:/|\.?\*)+(?=$|[\s,;:!?)\]\"'”’]|\.(?!\w)))?")
 # Priors on where an answer starts, added to the model's logit of the span's first token (tuned on dev F1:
@@ -282,13 +286,16 @@ def answer_starts(sentence: str, question: QuestionShape) -> list[int]:
         word = re.sub(r"\W", "", re.sub(r"['’]s\b", "", match.group().lower()))  # "Rollo's" is "Rollo"
         head = WORD_OR_NUMBER.search(match.group())  # "NTL" of "NTL:Telewest)"
         # A technical token the question does not spell is new however it begins: "/var/lib/dpkg/status-old" for
-        # "Where is a backup copy of /var/lib/dpkg/status?"
-        if head and (head.group().lower() in asked or is_question_word(head.group(), asked_stems)):
-            token = match.group().strip("\"'“”‘’()[],;:")
-            if not TECHNICAL_TOKEN.search(token) or token.lower().rstrip(".") in spelt:
-                continue
+        # "Where is a backup copy of /var/lib/dpkg/status?", "~/.gnupg/gpg.conf" for "Where do I set GnuPG's
+        # default keyserver?" (its parts run together, "gnupggpgconf", share the stem of "GnuPG" too).
+        token = match.group().strip("\"'“”‘’()[],;:")
+        new_token = bool(TECHNICAL_TOKEN.search(token)) and token.lower().rstrip(".") not in spelt
+        if head and (head.group().lower() in asked or is_question_word(head.group(), asked_stems)) and not new_token:
+            continue
         if i and inside_a_date(tokens[i - 1].group(), match.group()):  # "1998" of "1 October 1998"
             continue
+        if i and tokens[i - 1].group() in ARITHMETIC and NUMERIC_START.match(match.group()):
+            continue  # inside a sum: not "1" of "(2^32 - 1) bytes" for the maximum file size on FAT
         if not of_the_asked_kind(match.group(), question):
             continue
         # "after completing the probation", "on the end date of the contract" answer "when" (not "on 1 May":
@@ -298,11 +305,11 @@ def answer_starts(sentence: str, question: QuestionShape) -> list[int]:
         temporal = timing and (word in TEMPORAL_PREPOSITIONS or bool(TIMED_PHRASE.match(sentence[match.start():]))) \
             and not NUMERIC_START.match(after.lstrip("(\"'“")) and not is_question_word(re.sub(r"['’]s$|\W", "", after),
                                                                                  asked_stems)
-        if not word or word in asked or is_question_word(word, asked_stems) \
+        if not word or (not new_token and (word in asked or is_question_word(word, asked_stems))) \
                 or (not temporal and ((word in STOPWORDS and word not in ARTICLES and not is_acronym(match.group()))
                                       or word in CLAUSE_OPENERS or word in LONE_ADVERBS)) \
-                or match.group()[0] in "([":
-            continue
+                or (match.group()[0] in "([" and not (numeric and re.match(r"[(\[]\d", match.group()))):
+            continue  # a bracket opens an aside, or for a number asked for, a sum: "(2^32 - 1) bytes"
         following = re.sub(r"\W", "", tokens[i + 1].group().lower()) if i + 1 < len(tokens) else ""
         if word in ARTICLES and following in asked:  # "The Republic" for "Who wrote the Republic?"
             continue

@@ -65,6 +65,7 @@ class SpanSearch:
     width: int = 1
     start_weight: float = 1.0
     lead_bonus: float = 0.0
+    branches: int = 0  # how many other ways, where the spans followed part, are followed too (all starts together)
 
 
 class SpanConstraint:
@@ -133,15 +134,17 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return flat - top - np.log(np.exp(flat - top).sum())
 
 
-def best_span(first_logits: np.ndarray, constraint: SpanConstraint, extend: Callable[[int, bool], np.ndarray],
+def best_span(first_logits: np.ndarray, constraint: SpanConstraint, extend: Callable[[Sequence[int], bool], np.ndarray],
               search: SpanSearch, limit: int, seen: list[tuple[list[int], float, float, bool]] | None = None,
               slack: float = 0.0) -> list[int]:
     """The tokens of the phrase that scores best as a whole (``SpanSearch``), among those starting with the
     ``search.width`` best first tokens: each start is followed greedily, at most ``limit`` tokens, and every end
-    along the way is scored.
+    along the way is scored; where the spans followed part ways ("/etc/" of "/etc/nsswitch.conf" and
+    "/etc/resolv.conf"), up to ``search.branches`` other ways are followed too, each phrase scored with the prior
+    of its own span's start (not the larger one its first token carries).
     Greedy decoding instead commits to its first token: "The command-line" (the start of the sentence the model
     meant to copy whole) for where psql keeps its history, the sentence holding "~/.psql_history".
-    ``extend(token, restart)`` feeds ``token`` to the model, after rewinding it to the prompt when ``restart``,
+    ``extend(tokens, restart)`` feeds ``tokens`` to the model, after rewinding it to the prompt when ``restart``,
     and returns the logits that follow. A log-probability only falls as a phrase grows, so a path that cannot
     reach the best score with the largest bonus still ahead is dropped unread (``slack`` more: for ``seen``,
     which gets every phrase scored as (tokens, log-probability, start prior, leads)).
@@ -153,33 +156,54 @@ def best_span(first_logits: np.ndarray, constraint: SpanConstraint, extend: Call
     starts = [int(t) for t in np.argsort(-masked, kind="stable")[:search.width + len(eos)]
               if np.isfinite(masked[t]) and int(t) not in eos][:search.width]
     best_score, best_tokens = -np.inf, []
-    for rank, token in enumerate(starts):
-        prior = float(masked[token] - flat[token])  # the start's prior, as the constraint added it
-        base = search.start_weight * prior + (search.lead_bonus if rank == 0 else 0.0)
-        path, tokens, restart, logprob = constraint.fork(), [token], True, float(raw[token])
-        while True:
-            path.advance(token)
-            logits = extend(token, restart).reshape(-1)
-            restart = False
-            step = log_softmax(logits)
-            live = [path.spans[i] for i in path.live]
-            if any(path.step in span.ends for span in live):
-                ended = logprob + float(step[path.stops].max())
-                bonus = max(span.bonus_at(path.step) for span in live if path.step in span.ends)
-                if seen is not None:
-                    seen.append((list(tokens), ended, prior, rank == 0))
-                if ended + base + bonus > best_score:
-                    best_score, best_tokens = ended + base + bonus, list(tokens)
-            allowed = path.apply(logits.copy()).reshape(-1)
-            allowed[list(eos)] = -np.inf
-            token = int(np.argmax(allowed))
-            if not np.isfinite(allowed[token]) or len(tokens) >= limit:
-                break
-            logprob += float(step[token])
-            ahead = max((value for span in live for at, value in span.bonus if at > path.step), default=0.0)
-            if logprob + base + max(ahead, 0.0) + slack <= best_score:
-                break
-            tokens.append(token)
+    branches = search.branches
+    for rank, first in enumerate(starts):
+        lead = search.lead_bonus if rank == 0 else 0.0
+        ways = [([first], float(raw[first]))]  # the phrases to follow from this start: (tokens so far, log-probability)
+        while ways:
+            tokens, logprob = ways.pop(0)
+            path = constraint.fork()
+            for token in tokens:
+                path.advance(token)
+            logits = extend(tokens, True).reshape(-1)
+            while True:
+                step = log_softmax(logits)
+                live = [path.spans[i] for i in path.live]
+                ending = [span for span in live if path.step in span.ends]
+                if ending:
+                    ended = logprob + float(step[path.stops].max())
+                    span = max(ending, key=lambda s: search.start_weight * s.prior + s.bonus_at(path.step))
+                    if seen is not None:
+                        seen.append((list(tokens), ended, span.prior, rank == 0))
+                    score = ended + lead + search.start_weight * span.prior + span.bonus_at(path.step)
+                    if score > best_score:
+                        best_score, best_tokens = score, list(tokens)
+                allowed = path.apply(logits.copy()).reshape(-1)
+                allowed[list(eos)] = -np.inf
+                if len(tokens) >= limit:
+                    break
+                ranked = [int(t) for t in np.argsort(-allowed, kind="stable")[:1 + branches] if np.isfinite(allowed[t])]
+                if not ranked:
+                    break
+
+                def reachable(token: int) -> float:
+                    """The best score a phrase going on with ``token`` could still reach."""
+                    spans = [s for s in live if path.step < len(s.tokens) and s.tokens[path.step] == token]
+                    ahead = max((search.start_weight * s.prior + max((v for at, v in s.bonus if at > path.step),
+                                                                     default=0.0) for s in spans), default=0.0)
+                    return logprob + float(step[token]) + lead + ahead + slack
+
+                for other in ranked[1:]:
+                    if branches > 0 and reachable(other) > best_score:
+                        ways.append(([*tokens, other], logprob + float(step[other])))
+                        branches -= 1
+                token = ranked[0]
+                if reachable(token) <= best_score:
+                    break
+                logprob += float(step[token])
+                tokens = [*tokens, token]
+                path.advance(token)
+                logits = extend([token], False).reshape(-1)
     return best_tokens
 
 

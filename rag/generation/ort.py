@@ -162,10 +162,10 @@ def search_after_prompt(generator: object, length: int, constraint: SpanConstrai
     """``logits.best_span`` on an ``og.Generator`` holding a prompt of ``length`` tokens and room for ``limit``
     more: each phrase followed is fed after rewinding to the prompt (its KV cache is kept)."""
 
-    def extend(token: int, restart: bool) -> np.ndarray:
+    def extend(tokens: Sequence[int], restart: bool) -> np.ndarray:
         if restart:
             generator.rewind_to(length)
-        generator.append_tokens(np.asarray([token], dtype=np.int32))
+        generator.append_tokens(np.asarray(tokens, dtype=np.int32))
         return generator.get_logits()
 
     return best_span(generator.get_logits(), constraint, extend, search, limit, seen, slack)
