@@ -13,11 +13,12 @@ from rag.answering.result import AnswerResult, Evidence, Metrics, Source
 from rag.core import bounds
 from rag.core.durations import PATTERN as DURATION_PATTERN
 from rag.core.names import INDEX_NAME_PATTERN
+from rag.core.text import WRITTEN
 
 Text = Annotated[str, msgspec.Meta(max_length=20_000)]
 # Rules the service checks itself (with messages of its own) are stated in the schema too, so it tells the
 # whole truth: ``extra_json_schema`` documents without msgspec enforcing.
-NOT_BLANK = r"\S"
+NOT_BLANK = WRITTEN  # rag.core.text: what the server itself counts as written
 Question = Annotated[str, msgspec.Meta(max_length=20_000, extra_json_schema={
     "pattern": NOT_BLANK, "description": "not blank; at most the server's max_question_tokens (256) tokens"})]
 USER_TURN = {  # a user message with text: the question of a chat

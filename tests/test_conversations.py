@@ -3,6 +3,8 @@ API of a real `rag serve` with two keys. The browser side is in tests/test_web.p
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 import httpx
@@ -109,6 +111,14 @@ def test_conversations_over_http_are_the_callers_own(two_keys):
                 {"turns": [{"question": "q", "state": "streaming"}]}):
         assert httpx.put(url, headers=ada, json=bad).status_code == 400, bad
     assert httpx.patch(url, headers=ada, json={"title": "   "}).status_code == 400
+    # Blank by the same rule as the schema's pattern says (a fuzzer's "\u001f" was valid by a plain "\S", which
+    # JSON Schema reads as ECMA does, and refused by the server as blank).
+    pattern = httpx.get(f"{base}/schema/openapi.json", headers=ada).json()["components"]["schemas"]["ConversationRename"][
+        "properties"]["title"]["pattern"]
+    for title in ("\u001f", "\ufeff", "\u0085 ", "\t"):
+        assert httpx.patch(url, headers=ada, json={"title": title}).status_code == 400, repr(title)
+        assert not re.search(pattern, title), repr(title)
+    assert re.search(pattern, "The club")
 
     assert httpx.delete(url, headers=ada).json() == {"deleted": 1}
     assert httpx.get(url, headers=ada).status_code == 404

@@ -23,6 +23,7 @@ from app.services import Services
 from rag.store.conversations import StoredConversation
 from rag.core.access import RequestContext
 from rag.core.errors import BadRequestError, RagError
+from rag.core.text import is_blank
 
 ConversationId = FromPath[str]
 
@@ -112,7 +113,7 @@ class ConversationsController(Controller):
     async def rename_conversation(self, services: ServicesDep, request: Request, context: Context,
                                   conversation_id: ConversationId) -> ConversationSummary:
         data = await json_body(request, ConversationRename)
-        if not data.title.strip():
+        if is_blank(data.title):
             raise BadRequestError("a conversation's title may not be blank: type a few words")
         record = await anyio.to_thread.run_sync(
             lambda: services.conversations.update(context.principal.name, conversation_id, title=data.title.strip()))

@@ -47,7 +47,7 @@ from rag.core.access import RequestContext
 from rag.core.errors import BadRequestError
 from rag.core.names import IndexName, index_name
 from rag.core.settings import Settings
-from rag.core.text import stem
+from rag.core.text import is_blank, stem
 from rag.generation.base import GenerationStats, Generator, Message, Prompt, SamplingOptions
 
 SNIPPET_CHARS = 240
@@ -509,7 +509,7 @@ class AnswerService:
 
     def validate_question(self, question: str) -> str:
         question = (question or "").strip()
-        if not question:
+        if is_blank(question):
             raise BadRequestError("the question is empty")
         if self.generator.count_tokens(question) > self.settings.max_question_tokens:
             raise BadRequestError(f"the question is longer than {self.settings.max_question_tokens} tokens")

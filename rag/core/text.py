@@ -7,6 +7,17 @@ import tomllib
 from importlib.resources import files
 from urllib.parse import unquote, urlsplit
 
+# A character that is whitespace neither to Python (which counts the separators U+001C-U+001F and U+0085) nor to
+# the ECMA regular expressions of JSON Schema (which count U+FEFF): text holding one is not blank, by the same rule
+# for the server's checks and for the OpenAPI schema's ``pattern`` (a fuzzer sent the title "\u001f", valid by the
+# schema's plain "\S", and the server refused it as blank).
+WRITTEN = r"[^\s\u001c-\u001f\u0085\ufeff]"
+
+
+def is_blank(text: str) -> bool:
+    return re.search(WRITTEN, text) is None
+
+
 # What the service knows of each language (sentence rules, function words, its refusal): rag/core/languages.toml.
 LANGUAGE_RULES = tomllib.loads(files("rag.core").joinpath("languages.toml").read_text(encoding="utf-8"))
 # Frequent words: they slow the lexical OR-query down (BM25's idf weighs them ~0 anyway) and say
