@@ -132,6 +132,19 @@ def test_span_constraint_masks_to_the_spans_and_ends_only_at_their_ends():
     assert constraint.apply(logits.copy())[0, 6] == 6.0
 
 
+def toy_extend(model):
+    """``best_span``'s ``extend`` over a toy ``model`` of the tokens fed since the prompt."""
+    fed: list[int] = []
+
+    def extend(tokens: list[int], restart: bool) -> np.ndarray:
+        if restart:
+            fed.clear()
+        fed.extend(tokens)
+        return model(tuple(fed))
+
+    return extend
+
+
 def test_span_search_scores_whole_phrases_where_greedy_commits_to_its_first_token():
     """A toy model over ten tokens: it likes token 5 first, but after 5 it would rather go on than stop where
     the span must end; after 3 it stops at once. Greedy (width 1) copies "5 6", the search "3"; an end's bonus
@@ -147,16 +160,8 @@ def test_span_search_scores_whole_phrases_where_greedy_commits_to_its_first_toke
 
     def search(width: int, lead: float = 0.0, seen: list | None = None, bonus: float = 0.0,
                limit: int = 16) -> list[int]:
-        fed: list[int] = []
-
-        def extend(tokens: list[int], restart: bool) -> np.ndarray:
-            if restart:
-                fed.clear()
-            fed.extend(tokens)
-            return model(tuple(fed))
-
         chosen = [dataclasses.replace(spans[0], bonus=((2, bonus),)), spans[1]]
-        return best_span(model(()), SpanConstraint(chosen, eos_ids=[0], stop_ids=[1]), extend,
+        return best_span(model(()), SpanConstraint(chosen, eos_ids=[0], stop_ids=[1]), toy_extend(model),
                          SpanSearch(width, 1.0, lead), limit, seen)
 
     assert search(1) == [5, 6]
@@ -186,15 +191,7 @@ def test_span_search_follows_the_other_way_where_spans_sharing_a_first_token_par
         return logits.reshape(1, 10)
 
     def search(branches: int, seen: list | None = None) -> list[int]:
-        fed: list[int] = []
-
-        def extend(tokens: list[int], restart: bool) -> np.ndarray:
-            if restart:
-                fed.clear()
-            fed.extend(tokens)
-            return model(tuple(fed))
-
-        return best_span(model(()), SpanConstraint(spans, eos_ids=[0]), extend,
+        return best_span(model(()), SpanConstraint(spans, eos_ids=[0]), toy_extend(model),
                          SpanSearch(4, 1.0, 0.0, branches), 16, seen)
 
     assert search(0) == [5, 6]
