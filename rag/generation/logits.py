@@ -159,9 +159,12 @@ def best_span(first_logits: np.ndarray, constraint: SpanConstraint, extend: Call
     branches = search.branches
     for rank, first in enumerate(starts):
         lead = search.lead_bonus if rank == 0 else 0.0
-        ways = [([first], float(raw[first]))]  # the phrases to follow from this start: (tokens so far, log-probability)
+        # The phrases to follow from this start: (tokens so far, log-probability, the best score they can reach).
+        ways = [([first], float(raw[first]), np.inf)]
         while ways:
-            tokens, logprob = ways.pop(0)
+            tokens, logprob, reach = ways.pop(0)
+            if reach <= best_score:  # a way made before a better phrase was found: not worth feeding its tokens
+                continue
             path = constraint.fork()
             for token in tokens:
                 path.advance(token)
@@ -195,7 +198,7 @@ def best_span(first_logits: np.ndarray, constraint: SpanConstraint, extend: Call
 
                 for other in ranked[1:]:
                     if branches > 0 and reachable(other) > best_score:
-                        ways.append(([*tokens, other], logprob + float(step[other])))
+                        ways.append(([*tokens, other], logprob + float(step[other]), reachable(other)))
                         branches -= 1
                 token = ranked[0]
                 if reachable(token) <= best_score:
