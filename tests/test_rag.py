@@ -6,6 +6,7 @@ Generations are kept short (``max_tokens`` <= 24) so the module stays fast on a 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import asyncio
@@ -25,8 +26,9 @@ from rag.store.embedded import EmbeddedIndex
 from rag.core.access import RequestContext
 from rag.answering.service import AnswerOptions, AnswerRequest, AnswerService, closest, options_from
 from rag.answering.answerability import missing_names, names
+from rag.answering import compress
 from rag.answering.compress import (Passage, Sentence, candidate_sentences, names_an_asked_token, score_sentences,
-                                    select_passages, split_sentences)
+                                    select_passages, split_sentences, states_a_default)
 from rag.answering.evidence import files_in
 from rag.core.errors import BadRequestError, ConfigError
 from rag.core.records import ChunkRecord
@@ -397,6 +399,28 @@ def test_the_fitted_ranker_prefers_a_sentence_naming_the_option_or_file_asked_fo
     assert files_in('Settings go to "postgresql.auto.conf" in /var/lib/postgresql, e.g. at start.') == [
         "postgresql.auto.conf", "/var/lib/postgresql"]
     assert QuestionShape.of("In which file is it set?").file and not QuestionShape.of("Which option is it?").file
+
+
+def test_the_fitted_ranker_prefers_a_sentence_stating_the_default_asked_for(embedder, monkeypatch):
+    """A default asked for (``default_stated``): the sentence that states one comes first, over one sharing more
+    of the question's words; without that term the other would. How to make something the default is no such
+    question."""
+    question = "Where does the server send its log messages by default?"
+    chunks = ["Log messages can also be sent to syslog: set log_destination to syslog.",
+              "The default is to log to stderr only."]
+    shape = QuestionShape.of(question)
+    sentences = candidate_sentences(chunks)
+    vectors = embedder.embed([s.text for s in sentences])
+    query = embedder.embed([question])[0]
+    assert [states_a_default(s.text, shape) for s in sentences] == [False, True]
+    assert int(np.argmax(score_sentences(shape, query, sentences, vectors, "", chunks, [0.0, 0.0]))) == 1
+    monkeypatch.setattr(compress, "FITTED", dataclasses.replace(compress.FITTED, default_stated=0.0))
+    assert int(np.argmax(score_sentences(shape, query, sentences, vectors, "", chunks, [0.0, 0.0]))) == 0
+    assert not states_a_default(chunks[1], QuestionShape.of("How do I make the server log to syslog by default?"))
+    for stated in ("5432 by default.", "Defaults to 60 seconds.", "trust is the default for ease of installation.",
+                   "Output a plain-text SQL script file (the default)."):
+        assert states_a_default(stated, shape), stated
+    assert not states_a_default("The defaults of each setting are listed below.", shape)
 
 
 def test_the_names_a_question_asks_about_and_where_they_are_missing():
