@@ -63,13 +63,17 @@ def test_answer_starts_follow_the_question_type():
 def test_a_path_naming_a_question_word_starts_an_answer_and_none_starts_inside_a_sum():
     """A technical token the question does not spell is new, even where its parts run together share the stem of
     a question word ("gnupggpgconf" of "GnuPG"); a number after an operator is inside a sum, which is answered
-    whole, from its bracket."""
+    whole, from its bracket; a protocol's version ("TLSv1.2") starts a number asked for, "IPv6" does not."""
     gnupg = 'A good default keyserver set up in "~/.gnupg/gpg.conf" (or old location "~/.gnupg/options") contains it.'
     starts = [gnupg[i:].split()[0] for i in answer_starts(gnupg, Q("Where do I set GnuPG's default keyserver?"))]
     assert '~/.gnupg/gpg.conf"' in starts and '~/.gnupg/options")' in starts
     fat = "For FAT filesystems by its design, the maximum file size is (2^32 - 1) bytes = (4GiB - 1 byte)."
     starts = [fat[i:].split()[0] for i in answer_starts(fat, Q("What is the maximum file size on a FAT filesystem?"))]
     assert starts == ["(2^32", "(4GiB"]
+    tls = "The default is TLSv1.2, which satisfies industry best practices as of this writing."
+    minimum = Q("What is the default minimum TLS version the server accepts?")  # a number is asked for: "minimum"
+    assert [tls[i:].split()[0] for i in answer_starts(tls, minimum)] == ["TLSv1.2,"]  # a version is one
+    assert not answer_starts("It speaks IPv6 on every interface.", Q("What is the minimum number of interfaces?"))
     aside = "The castle was built by the Normans (1066 onwards)."
     assert "(1066" not in [aside[i:].split()[0] for i in answer_starts(aside, Q("Who built the castle?"))]
 

@@ -119,8 +119,10 @@ TECHNICAL_NOUNS = frozenset("file files command commands option options setting 
 TECHNICAL_TOKEN = re.compile(r"[\w~$.*-][/=][\w~$.*-]|\w\.\w|\w_\w|::|(?:^|\s)--?\w|\w\(\d\w*\)|(?:^|\s)[/~$]\w")
 
 # ------------------------------------------------------------------ answers: where a short answer starts and ends
+# A protocol's version starts a number too: "TLSv1.2" for "What is the default minimum TLS version?" (not "IPv6").
 NUMERIC_START = re.compile(
-    r"(?i)^(?:[£$€¥]?\d|(?:january|february|march|april|may|june|july|august|september|october|november|december|"
+    r"(?i)^(?:[£$€¥]?\d|(?-i:[A-Z]{2,}v\d+\.\d)|(?:january|february|march|april|may|june|july|august|september|"
+    r"october|november|december|"
     r"one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|forty|fifty|sixty|seventy|"
     r"eighty|ninety|hundred|thousand|million|billion|several|over|about|around|more|less|nearly|approximately)\b)")
 YEAR_OR_MONTH = re.compile(r"(?i)^(?:1\d{3}|20\d{2})s?\b|^(?:january|february|march|april|may|june|july|august|"
