@@ -145,13 +145,13 @@ CLAUSE_OPENERS = frozenset("although while however historically since because th
 # A question asks for a default ("What is the default wal_level?", "… by default?"), and a sentence states one just
 # before the answer: "The default value is replica", "The default is TLSv1.2", "Defaults to … 60 seconds".
 ASKS_DEFAULT = re.compile(r"(?i)\bdefault\b")
-STATES_DEFAULT = re.compile(r"(?i)\b(?:default(?:\s+(?:value|setting))?\s+(?:is|was)(?:\s+(?:normally|usually))?|"
-                            r"defaults\s+to)\s+$")
+_DEFAULT_IS = r"default(?:\s+(?:value|setting))?\s+(?:is|was)"
+STATES_DEFAULT = re.compile(rf"(?i)\b(?:{_DEFAULT_IS}(?:\s+(?:normally|usually))?|defaults\s+to)\s+$")
 # A sentence that states a default anywhere in it: "The default is to log to stderr only.", "trust is the default for
 # ease of installation.", "Defaults to 60 seconds.", "5432 by default.", "Output a plain-text SQL script file (the
 # default)." (the sentence ranker's ``default_stated``).
-STATES_A_DEFAULT = re.compile(r"(?i)(?:\b(?:default(?:\s+(?:value|setting))?\s+(?:is|was)|defaults\s+to|(?:is|are)\s+"
-                              r"the\s+default|by\s+default)|\((?:the\s+)?default)\b")
+STATES_A_DEFAULT = re.compile(rf"(?i)(?:\b(?:{_DEFAULT_IS}|defaults\s+to|(?:is|are)\s+the\s+default|by\s+default)|"
+                              r"\((?:the\s+)?default)\b")
 # What a sentence says not to run: the quoted command after "instead of" or "rather than" ('use "sudo -H aptitude …"
 # instead of "sudo aptitude …"').
 REPLACED = re.compile(r"(?i)\b(?:instead of|rather than)\s*$")
