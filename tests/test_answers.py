@@ -220,6 +220,31 @@ def test_a_searched_short_answer_is_a_whole_technical_token_the_question_asks_fo
     assert text.strip() in sentence and "psql_history" in text
 
 
+def test_a_list_asked_for_is_answered_with_every_item_the_phrase_names(generator):
+    """"Which full-featured backup suites …?" was answered "Bacula" of "Bacula, Amanda, and BackupPC are …": the
+    model's log-probability favours the shortest phrase; ``SpanWeights.listed`` weighs a phrase naming several
+    items where several are asked for."""
+    from rag.answering.evidence import SPAN_WEIGHTS, phrase_features, short_answer_messages
+
+    question = "Which full-featured backup suites are meant for scheduled backups across the network?"
+    sentence = ("Bacula, Amanda, and BackupPC are full featured backup suite utilities which are focused on regular "
+                "backups over network.")
+    assert phrase_features("Bacula, Amanda, and BackupPC", Q(question))[-1] == 1.0
+    assert phrase_features("Bacula", Q(question))[-1] == 0.0
+    assert phrase_features("Bacula, Amanda, and BackupPC", Q("Which suite is meant for backups?"))[-1] == 0.0
+    prompt = generator.prompt(short_answer_messages(question, sentence))
+
+    def answer(weights) -> str:
+        spans = candidate_spans(sentence, Q(question), generator.encode, weights=weights)
+        text, _ = generator.generate(prompt.tokens, SamplingOptions(max_tokens=17, spans=tuple(spans),
+                                                                    span_search=weights.search(8)))
+        return text.strip()
+
+    assert answer(SPAN_WEIGHTS) == "Bacula, Amanda, and BackupPC"
+    without = answer(dataclasses.replace(SPAN_WEIGHTS, listed=0.0))
+    assert without != "Bacula, Amanda, and BackupPC" and without in sentence  # "regular backups" (SmolLM2-135M)
+
+
 def test_constrained_generation_copies_a_span(generator):
     from rag.answering.evidence import short_answer_messages
 
@@ -543,6 +568,12 @@ def test_question_kinds_and_commands():
     assert not Q("How does the vacuum daemon work?").howto
     assert Q("What is the basic command to dump a database into a file?").howto
     assert not Q("What is the 127.0.1.1 line in /etc/hosts for?").howto
+    # the remedy for a problem is a how-to question; the steps towards a goal are a list
+    assert Q("APT keeps giving GPG error BADSIG; what should I do?").howto
+    assert not Q("What should I do to stop people from getting root?").howto
+    # what something is good for, the point of it: an explanation, not a name
+    assert Q("What is DKMS good for?").explains and Q("What is the point of the initramfs stage of booting?").explains
+    assert not Q("What is DKMS?").explains and not Q("Which port is good for IMAP?").explains
     # after what the asker says first: a leading clause, a statement
     assert Q("If I track sid, do I still need the security line?").yes_no and Q("By default, does rsync …?").yes_no
     assert Q("pg_hba.conf says md5 but the password is SCRAM. Will the login still work?").yes_no
@@ -743,6 +774,12 @@ def test_code_lines_under_an_announcing_sentence_carry_it_and_count_as_commands(
     assert [item for _, _, item in programs_listed(commands_for(netfilter, [0], plural))] == [
         "iptables-save(8)", "iptables-restore(8)"]
     assert not Q("Which command saves the netfilter rules?").listing  # one asked for: the model picks one
+    # A procedure is the command line, not an argument the sentence announcing it names
+    iso = candidate_sentences(['If "cd.iso" contains an ISO9660 image, then the following manually mounts it to '
+                               '"/cdrom".\n\n# mount -t iso9660 -o ro,loop cd.iso /cdrom'])
+    assert [command for command, _, _ in commands_for(iso, [0, 1], Q("How do I mount an ISO image file on /cdrom?"))] \
+        == ["mount -t iso9660 -o ro,loop cd.iso /cdrom"]
+    assert "/cdrom" in [c for c, _, _ in commands_for(iso, [0, 1], Q("Which lines name the mount point?"))]
     # The whole line, not its quoted argument
     quoted = candidate_sentences(['Use the following command:\n\nopenssl req -new -x509 -out server.crt -subj '
                                   '"/CN=db.example.com"'])

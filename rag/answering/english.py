@@ -44,7 +44,8 @@ PLACE_QUESTION = asked(r"where\b", "place")
 # Questions asking for an explanation get the evidence sentences themselves, each cited, not a phrase.
 EXPLANATORY_QUESTION = asked(
     r"explain|describe|summari[sz]e|outline|discuss|tell me about|give an overview|"
-    r"why\b|how (?:does|do|did|is|are|was|were|can|could)\b|what (?:is|are) the (?:difference|reason|purpose)s?\b", "why")
+    r"why\b|how (?:does|do|did|is|are|was|were|can|could)\b|what (?:is|are) the (?:difference|reason|purpose)s?\b|"
+    r"what (?:is|was) the point of\b|what (?:is|are) (?:an? |the )?[^?]{1,40}? good for\b", "why")
 # "Is alcohol reimbursed?", "Can I run pg_dump on a live database?": answered "Yes" or "No", with the quote that
 # decides it; not "Is it A or B?", which asks for a choice.
 YES_NO_QUESTION = asked(
@@ -56,7 +57,11 @@ HOWTO_QUESTION = asked(
     r"how (?:do|can|could|should|would|might|may|must) (?:i|you|we|one)\b|how to\b|"
     r"what (?:is|are) the (?:[\w-]+ )?commands?\b|"
     r"(?:what|which) (?:[\w.-]+ )?(?:(?:meta-)?commands?|options?|lines?|settings?|parameters?|directives?|flags?|"
-    r"switch(?:es)?|variables?)\b", "howto")
+    r"switch(?:es)?|variables?)\b|"
+    # "APT keeps giving GPG error BADSIG; what should I do?": the remedy for a problem, a command the documentation
+    # shows (not "What should I do to …?", which asks for its steps: ``STEPS_QUESTION``).
+    r"what (?:should|must|can|do) (?:i|you|we|one) (?:do\s*\?|run\b|type\b|enter\b)",
+    "howto")
 # "How do I restore a plain-text dump?": a procedure is asked for, the command line a sentence announces ("The
 # general command form … is") rather than an option or a setting ("Which createuser option …?").
 PROCEDURE_QUESTION = asked(r"how (?:do|can|could|should|would|might|may|must) (?:i|you|we|one)\b|how to\b|"

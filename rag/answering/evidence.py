@@ -47,24 +47,29 @@ class SpanWeights:
     technical: float  # the phrase holds a technical token (a path, an option, a snake_case name)
     technical_asked: float  # ... and the question asks for one ("Which file …?", "Where …?", how-to)
     words: float  # per word of the phrase (the log-probability alone favours the shortest)
+    listed: float  # the phrase names two or more items ("Bacula, Amanda, and BackupPC") and several are asked for
 
     def search(self, width: int) -> SpanSearch:
         return SpanSearch(width, self.start, self.lead, SPAN_BRANCHES if width > 1 else 0)
 
     def bonus(self, phrase: str, question: QuestionShape) -> float:
-        return float(np.dot(phrase_features(phrase, question), (self.technical, self.technical_asked, self.words)))
+        return float(np.dot(phrase_features(phrase, question),
+                            (self.technical, self.technical_asked, self.words, self.listed)))
 
 
-def phrase_features(phrase: str, question: QuestionShape) -> tuple[float, float, float]:
+def phrase_features(phrase: str, question: QuestionShape) -> tuple[float, float, float, float]:
     """What ``SpanWeights`` weighs in a phrase besides the model's view of it."""
     technical = bool(TECHNICAL_TOKEN.search(phrase))
-    return float(technical), float(technical and question.technical), float(len(WORD_OR_NUMBER.findall(phrase)))
+    return (float(technical), float(technical and question.technical), float(len(WORD_OR_NUMBER.findall(phrase))),
+            float(question.listing and bool(COORDINATION.search(phrase))))
 
 
 # Where the phrases followed from one first token part ways ("/etc/" of two paths), this many other ways are
 # followed too, for one answer (``logits.best_span``).
 SPAN_BRANCHES = 4
-SPAN_WEIGHTS = SpanWeights(start=1.3, lead=1.2, technical=2.0, technical_asked=2.7, words=0.35)
+SPAN_WEIGHTS = SpanWeights(start=1.3, lead=1.2, technical=2.0, technical_asked=2.7, words=0.35, listed=1.0)
+# Items joined in one phrase: "Bacula, Amanda, and BackupPC", "Linux and macOS".
+COORDINATION = re.compile(r"\w,\s+\S|\w\s+(?:and|or)\s+\S")
 CITATION = re.compile(r"\s*\[\d{1,2}\]")
 # Added to the logit of the answer the evidence's polarity points to: "No" for a sentence that negates.
 POLARITY_PRIOR = 2.0

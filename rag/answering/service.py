@@ -663,8 +663,13 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
             if term is None:
                 break
             found.setdefault(term, ((term_line.source + 1, term_line.text), None))
+    # A procedure is answered by the command line, not by one of its arguments the sentence announcing it names:
+    # "mount -t iso9660 -o ro,loop cd.iso /cdrom", not "cd.iso" of "If "cd.iso" contains an ISO9660 image, then
+    # the following manually mounts it to "/cdrom"."
+    lines = [command.split() for command in found if len(command.split()) > 1] if question.procedure else []
     return tuple((command, where, intro) for command, (where, intro) in found.items()
-                 if of_the_asked_kind(command, question, whole=True))
+                 if of_the_asked_kind(command, question, whole=True)
+                 and not any(command in line for line in lines))
 
 
 def closest(scores: np.ndarray, question: QuestionShape, sentences: Sequence[Sentence],
