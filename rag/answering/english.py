@@ -157,6 +157,9 @@ STATES_DEFAULT = re.compile(rf"(?i)\b(?:{_DEFAULT_IS}(?:\s+(?:normally|usually))
 # default)." (the sentence ranker's ``default_stated``).
 STATES_A_DEFAULT = re.compile(rf"(?i)(?:\b(?:{_DEFAULT_IS}|defaults\s+to|(?:is|are)\s+the\s+default|by\s+default)|"
                               r"\((?:the\s+)?default)\b")
+# Items joined in one phrase, which a list question's answer weighs (``SpanWeights.listed``): "Bacula, Amanda, and
+# BackupPC", "Linux and macOS".
+COORDINATION = re.compile(r"\w,\s+\S|\w\s+(?:and|or)\s+\S")
 # What a sentence says not to run: the quoted command after "instead of" or "rather than" ('use "sudo -H aptitude …"
 # instead of "sudo aptitude …"').
 REPLACED = re.compile(r"(?i)\b(?:instead of|rather than)\s*$")

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from rag.answering.english import (ARTICLE_NEXT, ARTICLES, BOUND_BEFORE, CLAUSE_END, CLAUSE_INSIDE, CLAUSE_OPENERS,
-                                   DANGLING_WORDS, defines, FILE_NAME, INTRODUCES, LONE_ADVERBS, MAGNITUDE_NEXT,
+                                   COORDINATION, DANGLING_WORDS, defines, FILE_NAME, INTRODUCES, LONE_ADVERBS, MAGNITUDE_NEXT,
                                    MAN_PAGE, MONTH,
                                    NAMED_AS_OPTION, NEGATED_HARM, NEGATION, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES,
                                    OPTION_WORD, ORDINAL_DATE_NEXT, PLACE_PREPOSITIONS, PREPOSITIONS, QUOTED_MESSAGE,
@@ -68,8 +68,6 @@ def phrase_features(phrase: str, question: QuestionShape) -> tuple[float, float,
 # followed too, for one answer (``logits.best_span``).
 SPAN_BRANCHES = 4
 SPAN_WEIGHTS = SpanWeights(start=1.3, lead=1.2, technical=2.0, technical_asked=2.7, words=0.35, listed=1.0)
-# Items joined in one phrase: "Bacula, Amanda, and BackupPC", "Linux and macOS".
-COORDINATION = re.compile(r"\w,\s+\S|\w\s+(?:and|or)\s+\S")
 CITATION = re.compile(r"\s*\[\d{1,2}\]")
 # Added to the logit of the answer the evidence's polarity points to: "No" for a sentence that negates.
 POLARITY_PRIOR = 2.0
