@@ -717,6 +717,35 @@ def test_list_questions_name_every_item():
                                                   "Set a password for GRUB"]
 
 
+def test_the_lines_a_sentence_announces_are_the_items_long_ones_too():
+    from rag.answering.compress import candidate_sentences
+    from rag.answering.service import items_for
+    # "…, the following should be the safe considerations." announces the lines under it; an item may run to 30
+    # words (the Debian Reference's were cut off at 16: "lack of support from Debian on such software packages …")
+    chunk = ("When using the FAT filesystem for sharing data, the following should be the safe considerations.\n\n"
+             "Archiving files into an archive file first using tar(1), or cpio(1) to retain the long filename, the "
+             "symbolic link, the original Unix file permission and the owner information.\n\n"
+             "Splitting the archive file into less than 2 GiB chunks with the split(1) command.\n\n"
+             "Encrypting the archive file to secure its contents from the unauthorized access.")
+    sentences = candidate_sentences([chunk])
+    items = items_for(sentences, list(range(len(sentences))), Q("What should I do with my files before sharing?"))
+    assert [phrase.split()[0] for _, _, phrase in items] == ["Archiving", "Splitting", "Encrypting"]
+    # a question that asks for no list is answered by the lines too where its best sentence announces them in words
+    chunk = ("LVM requires the following.\n\ndevice-mapper support in the Linux kernel\n\nthe userspace "
+             "device-mapper support library (libdevmapper* package)\n\nthe userspace LVM2 tools (lvm2 package)")
+    sentences = candidate_sentences([chunk])
+    order = list(range(len(sentences)))
+    assert [phrase for _, _, phrase in items_for(sentences, order, Q("What does LVM need on a Debian system?"))] == \
+        ["device-mapper support in the Linux kernel", "the userspace device-mapper support library (libdevmapper* "
+         "package)", "the userspace LVM2 tools (lvm2 package)"]
+    assert items_for(sentences, order, Q("Does LVM need device-mapper support?")) == ()  # yes/no: its own answer
+    # a value before a colon announces no list for it: the value is the answer ("438", not the bits listed under it)
+    chunk = ("The current Debian amd64 Linux kernel has /proc/sys/kernel/sysrq=438=0b110110110:\n\n"
+             "2 = 0x2 - enable control of console logging level (ON)\n\n4 = 0x4 - enable control of keyboard (ON)")
+    sentences = candidate_sentences([chunk])
+    assert items_for(sentences, list(range(len(sentences))), Q("What is the value of /proc/sys/kernel/sysrq?")) == ()
+
+
 def test_a_quoted_name_is_answered_inside_its_quotes(generator):
     ends = span_ends(generator, 'You must create the "/etc/apt/preferences" file and list the packages.',
                      "Which file do I create?")

@@ -225,9 +225,13 @@ ADDS_TO_BEFORE = re.compile(r"^(?:Also|Furthermore|Moreover|In addition|Besides)
 # unmarkauto vim"), not prose.
 RUNS_A_COMMAND = re.compile(r"(?i)\b(?:use|using|used|run|running|execute|type|invoke|command|enter|start|call|apply)\b")
 # A sentence that announces the code under it ("…with the following command.", "…as follows:", "The general command
-# form to restore a text dump is", "The following reconfigure the timezone …").
+# form to restore a text dump is", "The following reconfigure the timezone …", "…, the following should be the safe
+# considerations.").
 INTRODUCES = re.compile(r"(?i)(?:\bfollowing(?:\s+[\w-]+){0,2}|\bas follows\b|\bbelow\b|\bas:?|\bis|:)\s*\.?\s*$"
+                        r"|\bthe following (?:are|is|should be|must be|can be|may be)(?:\s+[\w-]+){0,3}\s*[.:]?\s*$"
                         r"|^the\s+following\b")
+# A sentence that announces, in words, a list under it ("LVM requires the following.", "… are as follows:").
+ANNOUNCES_A_LIST = re.compile(r"(?i)\b(?:following|as follows)(?:\s+[\w-]+){0,4}\s*[.:]?\s*$")
 
 
 def defines(subject: str, sentence: str) -> bool:

@@ -17,8 +17,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from rag.answering.english import (ARTICLE_NEXT, ARTICLES, BOUND_BEFORE, CLAUSE_END, CLAUSE_INSIDE, CLAUSE_OPENERS,
-                                   COORDINATION, DANGLING_WORDS, defines, FILE_NAME, INTRODUCES, LONE_ADVERBS, MAGNITUDE_NEXT,
+from rag.answering.english import (ANNOUNCES_A_LIST, ARTICLE_NEXT, ARTICLES, BOUND_BEFORE, CLAUSE_END, CLAUSE_INSIDE,
+                                   CLAUSE_OPENERS, COORDINATION, DANGLING_WORDS, defines, FILE_NAME, INTRODUCES, LONE_ADVERBS, MAGNITUDE_NEXT,
                                    MAN_PAGE, MONTH,
                                    NAMED_AS_OPTION, NEGATED_HARM, NEGATION, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES,
                                    OPTION_WORD, ORDINAL_DATE_NEXT, PLACE_PREPOSITIONS, PREPOSITIONS, QUOTED_MESSAGE,
@@ -100,7 +100,7 @@ ENUMERATED_PATH = r"[/~$][\w./~$*-]+"
 PATH_ENUMERATION = re.compile(rf"(?<![\w/]){ENUMERATED_PATH}(?:,\s+{ENUMERATED_PATH})+,?\s+(?:and|or)\s+"
                               rf"{ENUMERATED_PATH}(?![\w/])")
 LIST_ITEMS = 8  # the most items a list answer names
-ITEM_WORDS = 16  # a line longer than this is prose, not an item
+ITEM_WORDS = 30  # a line longer than this is prose, not an item
 OPENING_QUOTES = {'"': '"', "“": "”", "‘": "’"}  # an opening quote and the one that closes it
 # A word, with "U.S.", "1,548", "3.5", "50%" and "don't" each read as one word: a short answer never ends
 # inside one ("U" of "U.S." was once an answer).
@@ -204,6 +204,11 @@ def term_of(line: str) -> str | None:
 def introduces_code(sentence: str) -> bool:
     """The sentence announces code that follows it ("…execute the following command.")."""
     return bool(INTRODUCES.search(sentence))
+
+
+def announces_a_list(sentence: str) -> bool:
+    """The sentence announces, in words, the list under it ("LVM requires the following.")."""
+    return bool(ANNOUNCES_A_LIST.search(sentence))
 
 
 def command_spans(commands: Sequence[tuple[int, str]], encode: Callable[[str], np.ndarray]) -> list[TokenSpan]:

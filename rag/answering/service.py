@@ -30,8 +30,8 @@ from rag.answering.compress import (Passage, Sentence, asked_token_bonus, candid
                                     dense_gaps, distinct_sentences, evidence_texts, in_context, log_odds_scale,
                                     score_sentences, select_passages)
 from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, SPAN_WEIGHTS, Quote, align,
-                                    align_part, candidate_spans, clean_reply, command_spans, cut_cleanly,
-                                    defines_the_subject, enumeration, holds_code_words, holds_the_asked_type,
+                                    align_part, announces_a_list, candidate_spans, clean_reply, command_spans,
+                                    cut_cleanly, defines_the_subject, enumeration, holds_code_words, holds_the_asked_type,
                                     introduces_code, is_item, of_the_asked_kind, programs_in, restates_the_quote,
                                     sentence_quote, short_answer_messages, term_of, variables_in, with_bound,
                                     yes_no_messages, yes_no_spans)
@@ -710,15 +710,21 @@ def programs_listed(commands: Sequence[tuple[str, tuple[int, str], tuple[int, st
 
 def items_for(sentences: Sequence[Sentence], order: Sequence[int], question: QuestionShape) -> tuple[tuple[int, str, str], ...]:
     """A list question's answer from its best sentences (``order``): the first that lists quoted items, or the
-    item lines right under one that announces them ("…you need to make following actions."). Empty when none
-    does, and for any other question."""
-    if not question.wants_items:
+    item lines right under one that announces them ("…you need to make following actions."). Another question
+    (not a yes/no, number or explanation one) is answered so where its best sentence announces a list in words
+    ("LVM requires the following." for "What does LVM need on a Debian system?"). Empty when none does."""
+    if question.wants_items:
+        candidates = order[:COMMAND_SENTENCES]
+    elif question.yes_no or question.explains or question.numeric or not order \
+            or not announces_a_list(sentences[order[0]].text):
         return ()
+    else:
+        candidates = order[:1]
     at = {(s.source, s.position): s for s in sentences}
-    for i in order[:COMMAND_SENTENCES]:
+    for i in candidates:
         sentence = sentences[i]
         listed = enumeration(sentence.text)
-        if listed and of_the_asked_kind(listed, question):
+        if listed and of_the_asked_kind(listed, question) and question.wants_items:
             return ((sentence.source + 1, sentence.text, listed),)
         if introduces_code(sentence.text):
             lines = []
