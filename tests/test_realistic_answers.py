@@ -300,6 +300,26 @@ def test_an_option_asked_for_where_the_evidence_writes_none_is_refused(settings:
         assert refused.sources and not refused.evidence
 
 
+def test_a_how_to_question_whose_only_command_is_too_long_to_offer_whole_is_answered(settings: Settings, embedder,
+                                                                                    generator, tmp_path: Path):
+    """A command longer than an answer may be (``COMMAND_TOKENS``) is never offered cut; where the passages held no
+    other, the answer once failed with an error ("max() arg is an empty sequence": the dev set's "Which setting
+    in login.defs …?" at top_k 8, whose only command was createuser's 136-token session). It is answered as any
+    other question is."""
+    secret = "SCRAM-SHA-256$4096:44560wPMLfjqiAzyPDZ/eQ==$4CA054rZlSFEq8Z3FEhToBTa2X6KnWFxFkPwIbKoDe0=:" * 2
+    text = ("# Roles\n\nA role with a password is created with createuser and its -P option, which prompts for "
+            "the password of the new role.\n\nFor example, the following creates one.\n\n"
+            f"$ createuser -P -s -e joe Enter password for new role: xyzzy CREATE ROLE joe PASSWORD '{secret}' "
+            "SUPERUSER CREATEDB CREATEROLE INHERIT LOGIN;\n")
+    with service_over({"roles.md": text}, settings, embedder, generator, tmp_path) as service:
+        answered = ask(service, "How do I create a role with a password?")
+        assert answered.answer_kind in ("sentences", "phrase", "refusal"), answered
+        if answered.answer_kind == "phrase":  # a phrase of a sentence, never a piece of the long line
+            assert secret[:20] not in answered.answer and any(answered.answer in e.quote for e in answered.evidence)
+        else:  # whole sentences, each as the document writes it
+            assert all(e.quote in text for e in answered.evidence), answered.evidence
+
+
 def test_a_rule_for_one_group_does_not_answer_a_question_about_another(settings: Settings, embedder, generator,
                                                                         tmp_path: Path):
     """Documents of another kind than the policies the rule was found on: a library's lending rules. What the

@@ -359,6 +359,12 @@ class AnswerService:
             return PreparedAnswer(request, shape, retrieval, passages, None, started,
                                   (time.perf_counter() - t0) * 1000, options.sampling)
         commands = commands_for(sentences, order, shape)
+        answer_commands = command_spans([(rank, command) for rank, (command, _, _) in enumerate(commands)],
+                                        self.generator.encode)
+        if not answer_commands:
+            # None short enough to be offered whole (``COMMAND_TOKENS``; "Which setting in login.defs selects the
+            # hashing method …?" over eight passages found only createuser's 136-token session): answered as others are.
+            commands = ()
         items = programs_listed(commands) if shape.listing else ()
         if items:
             commands = ()
@@ -414,11 +420,10 @@ class AnswerService:
             context = " ".join(dict.fromkeys(text for _, (_, text), intro in commands
                                              for text in ((intro[1],) if intro else ()) + (text,)))
             prompt = self.generator.prompt(short_answer_messages(question, context, options.answer_examples, history))
-            spans = command_spans([(rank, command) for rank, (command, _, _) in enumerate(commands)],
-                                  self.generator.encode)
-            sampling = dataclasses.replace(sampling, spans=tuple(spans), decline=decline,
+            sampling = dataclasses.replace(sampling, spans=tuple(answer_commands), decline=decline,
                                            span_search=SPAN_WEIGHTS.search(options.span_search),
-                                           max_tokens=min(sampling.max_tokens, max(len(s.tokens) for s in spans) + 1))
+                                           max_tokens=min(sampling.max_tokens,
+                                                          max(len(s.tokens) for s in answer_commands) + 1))
         elif yes_no:
             prompt = self.generator.prompt(yes_no_messages(question, best, history))
             sampling = dataclasses.replace(sampling, spans=tuple(yes_no_spans(best, shape, self.generator.encode)),
