@@ -31,7 +31,8 @@ from rag.answering.compress import (Passage, Sentence, asked_token_bonus, candid
                                     score_sentences, select_passages)
 from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, SPAN_WEIGHTS, Quote, align,
                                     align_part, announces_a_list, candidate_spans, clean_reply, command_spans,
-                                    cut_cleanly, defines_the_subject, enumeration, holds_code_words, holds_the_asked_type,
+                                    cut_cleanly, defines_the_subject, enumeration, holds_code_words,
+                                    holds_the_asked_type,
                                     introduces_code, is_item, of_the_asked_kind, programs_in, restates_the_quote,
                                     sentence_quote, short_answer_messages, term_of, variables_in, with_bound,
                                     yes_no_messages, yes_no_spans)
@@ -363,7 +364,8 @@ class AnswerService:
                                         self.generator.encode)
         if not answer_commands:
             # None short enough to be offered whole (``COMMAND_TOKENS``; "Which setting in login.defs selects the
-            # hashing method …?" over eight passages found only createuser's 136-token session): answered as others are.
+            # hashing method …?" over eight passages found only createuser's 136-token session): answered as the
+            # other questions are.
             commands = ()
         items = programs_listed(commands) if shape.listing else ()
         if items:
