@@ -719,7 +719,7 @@ def test_list_questions_name_every_item():
 
 def test_the_lines_a_sentence_announces_are_the_items_long_ones_too():
     from rag.answering.compress import candidate_sentences
-    from rag.answering.service import items_for
+    from rag.answering.service import items_for, list_answer
     # "…, the following should be the safe considerations." announces the lines under it; an item may run to 30
     # words (the Debian Reference's were cut off at 16: "lack of support from Debian on such software packages …")
     chunk = ("When using the FAT filesystem for sharing data, the following should be the safe considerations.\n\n"
@@ -730,6 +730,10 @@ def test_the_lines_a_sentence_announces_are_the_items_long_ones_too():
     sentences = candidate_sentences([chunk])
     items = items_for(sentences, list(range(len(sentences))), Q("What should I do with my files before sharing?"))
     assert [phrase.split()[0] for _, _, phrase in items] == ["Archiving", "Splitting", "Encrypting"]
+    # the answer line joins them by "; ", each item's full stop left out
+    assert list_answer([phrase for _, _, phrase in items]).endswith(
+        "owner information; Splitting the archive file into less than 2 GiB chunks with the split(1) command; "
+        "Encrypting the archive file to secure its contents from the unauthorized access")
     # a question that asks for no list is answered by the lines too where its best sentence announces them in words
     chunk = ("LVM requires the following.\n\ndevice-mapper support in the Linux kernel\n\nthe userspace "
              "device-mapper support library (libdevmapper* package)\n\nthe userspace LVM2 tools (lvm2 package)")
@@ -739,6 +743,13 @@ def test_the_lines_a_sentence_announces_are_the_items_long_ones_too():
         ["device-mapper support in the Linux kernel", "the userspace device-mapper support library (libdevmapper* "
          "package)", "the userspace LVM2 tools (lvm2 package)"]
     assert items_for(sentences, order, Q("Does LVM need device-mapper support?")) == ()  # yes/no: its own answer
+    # the sentences after one inside a paragraph are prose, not its items (squad2-dev's "An example of a decision
+    # problem is the following. The input is an arbitrary graph. …" was answered with two of them)
+    chunk = ("An example of a decision problem is the following. The input is an arbitrary graph. The problem "
+             "consists in deciding whether the given graph is connected, or not.")
+    sentences = candidate_sentences([chunk])
+    assert not any(s.line for s in sentences)
+    assert items_for(sentences, list(range(len(sentences))), Q("Which problems are decision problems?")) == ()
     # a value before a colon announces no list for it: the value is the answer ("438", not the bits listed under it)
     chunk = ("The current Debian amd64 Linux kernel has /proc/sys/kernel/sysrq=438=0b110110110:\n\n"
              "2 = 0x2 - enable control of console logging level (ON)\n\n4 = 0x4 - enable control of keyboard (ON)")

@@ -75,6 +75,7 @@ class Sentence:
     position: int  # order inside that chunk
     term: str = ""  # the option or setting a definition list names above it, whose description it is part of
     lead: str = ""  # the sentence announcing the code or list lines this one is one of ("…is:" above "pg_dump db > f")
+    line: bool = False  # a line of its own in the chunk (a list item, a code line), not one of a paragraph's
 
 
 @dataclass(frozen=True)
@@ -94,13 +95,22 @@ def candidate_sentences(chunks: Sequence[str]) -> list[Sentence]:
     found = []
     for i, chunk in enumerate(chunks):
         term, lead, after_lead = "", "", False
+        flat, at = chunk.replace("\n", " "), 0
         for j, text in enumerate(split_sentences(chunk)):
             term = term_of(text) or term
             carried = lead if after_lead or not ends_as_prose(text) else ""  # not the prose after the code
-            found.append(Sentence(text, i, j, term, carried))
+            start = flat.find(text, at)
+            at = start + len(text) if start >= 0 else at
+            found.append(Sentence(text, i, j, term, carried, start >= 0 and own_line(chunk, start, at)))
             after_lead = introduces_code(text)
             lead = text if after_lead else lead if carried and not ends_as_prose(text) else ""
     return found
+
+
+def own_line(text: str, start: int, end: int) -> bool:
+    """``text[start:end]`` stands on a line of its own (a list item, a code line), not inside a paragraph."""
+    before, after = text[:start].rstrip(" \t"), text[end:].lstrip(" \t")
+    return (not before or before.endswith("\n")) and (not after or after.startswith("\n"))
 
 
 def ends_as_prose(text: str) -> bool:

@@ -542,7 +542,7 @@ class AnswerService:
             # each sentence quoted once, however many of the items it names
             quotes = [q for q in (self._quote(r, n, text) for n, text in dict.fromkeys(
                 (n, text) for n, text, _ in prepared.items)) if q is not None]
-            answer, abstained, reason = "; ".join(phrase for _, _, phrase in prepared.items), False, None
+            answer, abstained, reason = list_answer([phrase for _, _, phrase in prepared.items]), False, None
             finish_reason = "stop"
         elif prepared.explanatory:
             picked = distinct_sentences(prepared.ranked, EXPLANATION_SENTENCES)
@@ -737,13 +737,20 @@ def items_for(sentences: Sequence[Sentence], order: Sequence[int], question: Que
             lines = []
             while len(lines) < LIST_ITEMS:
                 following = at.get((sentence.source, sentence.position + 1 + len(lines)))
-                if following is None or not is_item(following.text) or introduces_code(following.text) \
+                if following is None or not following.line or not is_item(following.text) \
+                        or introduces_code(following.text) \
                         or (lines and following.text.endswith(".") != lines[0][2].endswith(".")):
                     break  # the list ends where the lines stop looking like its items
                 lines.append((following.source + 1, following.text, following.text))
             if len(lines) >= 2:
                 return tuple(lines)
     return ()
+
+
+def list_answer(items: Sequence[str]) -> str:
+    """A list's items as one answer line, joined by "; ", an item's closing full stop left out ("… the owner
+    information; Splitting the archive file …", not "information.; Splitting")."""
+    return "; ".join(item[:-1] if item.endswith(".") and not item.endswith("..") else item for item in items)
 
 
 def empty_index_message(index: str) -> str:
