@@ -18,12 +18,12 @@ from typing import Callable, Sequence
 import numpy as np
 
 from rag.answering.english import (ANNOUNCES_A_LIST, ARTICLE_NEXT, ARTICLES, BOUND_BEFORE, CLAUSE_END, CLAUSE_INSIDE,
-                                   CLAUSE_OPENERS, COORDINATION, DANGLING_WORDS, defines, FILE_NAME, INTRODUCES, LONE_ADVERBS, MAGNITUDE_NEXT,
-                                   MAN_PAGE, MONTH,
-                                   NAMED_AS_OPTION, NEGATED_HARM, NEGATION, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES,
-                                   OPTION_WORD, ORDINAL_DATE_NEXT, PLACE_PREPOSITIONS, PREPOSITIONS, QUOTED_MESSAGE,
-                                   REPLACED, RUNS_A_COMMAND, STATES_DEFAULT, TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS,
-                                   TIME_WORD, TIMED_PHRASE, VARIABLE_NAME, VARIABLE_TOKEN, YEAR_OR_MONTH)
+                                   CLAUSE_OPENERS, COORDINATION, DANGLING_WORDS, defines, FILE_NAME, INTRODUCES,
+                                   LONE_ADVERBS, MAGNITUDE_NEXT, MAN_PAGE, MONTH, NAMED_AS_OPTION, NEGATED_HARM,
+                                   NEGATION, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES, OPTION_WORD, ORDINAL_DATE_NEXT,
+                                   PLACE_PREPOSITIONS, PREPOSITIONS, QUOTED_MESSAGE, REPLACED, RUNS_A_COMMAND,
+                                   STATES_DEFAULT, TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE,
+                                   VARIABLE_NAME, VARIABLE_TOKEN, YEAR_OR_MONTH)
 from rag.answering.question import QuestionShape
 from rag.core.text import STOPWORDS, content_words, stem
 from rag.generation.logits import SpanSearch, TokenSpan

@@ -29,10 +29,9 @@ from rag.answering.answerability import (WEIGHTS, another_group, answerable_scor
 from rag.answering.compress import (Passage, Sentence, asked_token_bonus, candidate_sentences, commands_of,
                                     dense_gaps, distinct_sentences, evidence_texts, in_context, log_odds_scale,
                                     score_sentences, select_passages)
-from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, SPAN_WEIGHTS, Quote, align,
-                                    align_part, announces_a_list, candidate_spans, clean_reply, command_spans,
-                                    cut_cleanly, defines_the_subject, enumeration, holds_code_words,
-                                    holds_the_asked_type,
+from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, SPAN_WEIGHTS, Quote, align, align_part,
+                                    announces_a_list, candidate_spans, clean_reply, command_spans, cut_cleanly,
+                                    defines_the_subject, enumeration, holds_code_words, holds_the_asked_type,
                                     introduces_code, is_item, of_the_asked_kind, programs_in, restates_the_quote,
                                     sentence_quote, short_answer_messages, term_of, variables_in, with_bound,
                                     yes_no_messages, yes_no_spans)
