@@ -109,8 +109,11 @@ def candidate_sentences(chunks: Sequence[str]) -> list[Sentence]:
 
 def own_line(text: str, start: int, end: int) -> bool:
     """``text[start:end]`` stands on a line of its own (a list item, a code line), not inside a paragraph."""
-    before, after = text[:start].rstrip(" \t"), text[end:].lstrip(" \t")
-    return (not before or before.endswith("\n")) and (not after or after.startswith("\n"))
+    while start > 0 and text[start - 1] in " \t":  # read in place: no copy of the chunk per sentence
+        start -= 1
+    while end < len(text) and text[end] in " \t":
+        end += 1
+    return (start == 0 or text[start - 1] == "\n") and (end == len(text) or text[end] == "\n")
 
 
 def ends_as_prose(text: str) -> bool:
