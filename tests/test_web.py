@@ -1134,6 +1134,12 @@ def test_two_people_on_one_browser_never_see_each_others_conversations(browser, 
             expect(second.locator(".turn .question")).to_contain_text(ROLLO_QUESTION)
             expect(second.locator(".turn details.source")).to_have_count(5)
             second.locator(".conversation-rename").first.click()
+            second.fill(".conversation-title-input", "Rollo and")
+            # A list that comes while she types (as the reload after signing in may) leaves her typing alone.
+            with second.expect_response(lambda r: r.url.endswith("/v1/conversations")):
+                second.evaluate("window.dispatchEvent(new Event('rag:key'))")
+            expect(second.locator(".conversation-title-input")).to_have_value("Rollo and")
+            expect(second.locator(".conversation-title-input")).to_be_focused()
             second.fill(".conversation-title-input", "Rollo and his king")
             second.press(".conversation-title-input", "Enter")
             expect(second.locator("#conversation-list .conversation-open")).to_have_text(["Rollo and his king"])

@@ -19,6 +19,9 @@ let currentIndex = () => null;
 let onAnswered = () => {};
 let saving = Promise.resolve();
 let loaded = false;
+// A conversation being renamed: the list is not redrawn under the person's typing (a list that came meanwhile,
+// e.g. the reload after signing in, is drawn when the rename ends).
+let renaming = null;
 
 function listMessage(text) {
   els.conversationMessage.hidden = !text;
@@ -152,6 +155,7 @@ function startRename(item, conversation) {
   const input = h("input", { type: "text", class: "conversation-title-input", maxlength: "200",
     "aria-label": t("chat.renameLabel"), value: conversation.title || "" });
   item.replaceChildren(input);
+  renaming = conversation.id;
   input.focus();
   input.select();
   let done = false;
@@ -169,6 +173,7 @@ function startRename(item, conversation) {
         listMessage(t("chat.renameFailed", { message: err.message }));
       }
     }
+    if (renaming === conversation.id) renaming = null;
     renderConversationList();
   };
   input.addEventListener("keydown", (event) => {
@@ -198,6 +203,7 @@ async function clearConversations() {
 
 // Signed out: nothing of the person stays in this page (the storage is cleared by the caller).
 export function forgetConversations() {
+  renaming = null;
   list = [];
   active = { id: null, title: "", turns: [] };
   sessionStorage.removeItem(CURRENT);
@@ -207,6 +213,7 @@ export function forgetConversations() {
 // ---------------------------------------------------------------- rendering
 function renderConversationList() {
   // The saved conversations, and the open one while its first answer is on its way (not saved yet).
+  if (renaming) return;
   const shown = [...list];
   if (!active.id && active.turns.length) shown.unshift({ id: null, title: active.title, turns: active.turns.length });
   const items = shown.map((c) => {
