@@ -229,9 +229,9 @@ def test_a_list_asked_for_is_answered_with_every_item_the_phrase_names(generator
     question = "Which full-featured backup suites are meant for scheduled backups across the network?"
     sentence = ("Bacula, Amanda, and BackupPC are full featured backup suite utilities which are focused on regular "
                 "backups over network.")
-    assert phrase_features("Bacula, Amanda, and BackupPC", Q(question))[-1] == 1.0
-    assert phrase_features("Bacula", Q(question))[-1] == 0.0
-    assert phrase_features("Bacula, Amanda, and BackupPC", Q("Which suite is meant for backups?"))[-1] == 0.0
+    assert phrase_features("Bacula, Amanda, and BackupPC", Q(question)).listed == 1.0
+    assert phrase_features("Bacula", Q(question)).listed == 0.0
+    assert phrase_features("Bacula, Amanda, and BackupPC", Q("Which suite is meant for backups?")).listed == 0.0
     spans = candidate_spans(sentence, Q(question), generator.encode)
     prompt = generator.prompt(short_answer_messages(question, sentence))
     text, _ = generator.generate(prompt.tokens, SamplingOptions(max_tokens=17, spans=tuple(spans),
@@ -239,6 +239,20 @@ def test_a_list_asked_for_is_answered_with_every_item_the_phrase_names(generator
     # SmolLM2-135M (VNNI) scores the list -11.7 with the weight, -12.7 without: "regular backups" (-12.3) won then.
     # Only the winner is asserted; the runner-up's margin is too thin to hold on every CPU's int4 kernels.
     assert text.strip() == "Bacula, Amanda, and BackupPC"
+
+
+def test_a_where_question_weighs_a_path_above_a_unit_name():
+    """"Where does it keep the persistent logs?" (after "Which program reads the systemd journal?") was answered
+    "systemd-journald.service" of a passage naming "/var/log/journal": both technical, the unit name likelier to the
+    model. ``SpanWeights.located`` weighs a phrase that is a path where the question asks where."""
+    from rag.answering.evidence import SPAN_WEIGHTS, phrase_features
+
+    where = Q("Where does journald keep the persistent logs?")
+    assert phrase_features("/var/log/journal", where).located == 1.0
+    assert phrase_features('"~/.gnupg/gpg.conf"', where).located == 1.0
+    assert phrase_features("systemd-journald.service", where).located == 0.0
+    assert phrase_features("/var/log/journal", Q("Which program keeps the persistent logs?")).located == 0.0
+    assert SPAN_WEIGHTS.bonus("/var/log/journal", where) > SPAN_WEIGHTS.bonus("systemd-journald.service", where)
 
 
 def test_constrained_generation_copies_a_span(generator):

@@ -13,7 +13,7 @@ import collections
 import math
 import re
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -48,26 +48,42 @@ class SpanWeights:
     technical_asked: float  # ... and the question asks for one ("Which file …?", "Where …?", how-to)
     words: float  # per word of the phrase (the log-probability alone favours the shortest)
     listed: float  # the phrase names two or more items ("Bacula, Amanda, and BackupPC") and several are asked for
+    located: float  # "Where …?" and the phrase is a path ("/var/log/journal", not "systemd-journald.service")
 
     def search(self, width: int) -> SpanSearch:
         return SpanSearch(width, self.start, self.lead, SPAN_BRANCHES if width > 1 else 0)
 
     def bonus(self, phrase: str, question: QuestionShape) -> float:
         return float(np.dot(phrase_features(phrase, question),
-                            (self.technical, self.technical_asked, self.words, self.listed)))
+                            (self.technical, self.technical_asked, self.words, self.listed, self.located)))
 
 
-def phrase_features(phrase: str, question: QuestionShape) -> tuple[float, float, float, float]:
-    """What ``SpanWeights`` weighs in a phrase besides the model's view of it."""
+class PhraseFeatures(NamedTuple):
+    """What ``SpanWeights`` weighs in a phrase besides the model's view of it (in the order of its fields)."""
+
+    technical: float
+    technical_asked: float
+    words: float
+    listed: float
+    located: float
+
+
+PATH_PHRASE = re.compile(r"^[\"'“‘(]*~?/\.?\w")  # "/var/log/journal", '"~/.gnupg/gpg.conf"'
+
+
+def phrase_features(phrase: str, question: QuestionShape) -> PhraseFeatures:
     technical = bool(TECHNICAL_TOKEN.search(phrase))
-    return (float(technical), float(technical and question.technical), float(len(WORD_OR_NUMBER.findall(phrase))),
-            float(question.listing and bool(COORDINATION.search(phrase))))
+    return PhraseFeatures(technical=float(technical), technical_asked=float(technical and question.technical),
+                          words=float(len(WORD_OR_NUMBER.findall(phrase))),
+                          listed=float(question.listing and bool(COORDINATION.search(phrase))),
+                          located=float(question.place and bool(PATH_PHRASE.match(phrase))))
 
 
 # Where the phrases followed from one first token part ways ("/etc/" of two paths), this many other ways are
 # followed too, for one answer (``logits.best_span``).
 SPAN_BRANCHES = 4
-SPAN_WEIGHTS = SpanWeights(start=1.3, lead=1.2, technical=2.0, technical_asked=2.7, words=0.35, listed=1.0)
+SPAN_WEIGHTS = SpanWeights(start=1.3, lead=1.2, technical=2.0, technical_asked=2.7, words=0.35, listed=1.0,
+                           located=1.0)
 CITATION = re.compile(r"\s*\[\d{1,2}\]")
 # Added to the logit of the answer the evidence's polarity points to: "No" for a sentence that negates.
 POLARITY_PRIOR = 2.0
