@@ -255,6 +255,19 @@ def test_a_where_question_weighs_a_path_above_a_unit_name():
     assert SPAN_WEIGHTS.bonus("/var/log/journal", where) > SPAN_WEIGHTS.bonus("systemd-journald.service", where)
 
 
+def test_a_quoted_hyphenated_name_is_a_technical_token():
+    """"Which make target gives me .deb packages?" was answered "menuconfig" of a passage saying 'use the "deb-pkg"
+    target': a quoted lowercase name with a hyphen is code in documentation (a make target, a package), weighed as
+    a technical token is; prose words with a hyphen, unquoted, are not."""
+    from rag.answering.evidence import SPAN_WEIGHTS, phrase_features
+
+    target = Q("I built a kernel from kernel.org sources; which make target gives me .deb packages?")
+    assert phrase_features('the "deb-pkg" target', target).technical_asked == 1.0
+    assert phrase_features('"linux-image-amd64"', target).technical == 1.0
+    assert phrase_features("a well-known target", target).technical == 0.0
+    assert phrase_features('a "Non-Free" section', target).technical == 0.0
+    assert SPAN_WEIGHTS.bonus('the "deb-pkg" target', target) > SPAN_WEIGHTS.bonus("menuconfig", target) + 4
+
 def test_constrained_generation_copies_a_span(generator):
     from rag.answering.evidence import short_answer_messages
 

@@ -121,7 +121,9 @@ TECHNICAL_NOUNS = frozenset("file files command commands option options setting 
                             "function daemon service flag argument field".split()) | frozenset(
     noun for rules in LANGUAGE_RULES.values() for noun in rules.get("questions", {}).get("technical_nouns", "").split())
 # A technical token in a phrase: a path, an option, key=value, a dotted or snake_case name, a man page, "::".
-TECHNICAL_TOKEN = re.compile(r"[\w~$.*-][/=][\w~$.*-]|\w\.\w|\w_\w|::|(?:^|\s)--?\w|\w\(\d\w*\)|(?:^|\s)[/~$]\w")
+# A quoted lowercase name with a hyphen is one too: a make target or a package ('the "deb-pkg" target').
+TECHNICAL_TOKEN = re.compile(r"[\w~$.*-][/=][\w~$.*-]|\w\.\w|\w_\w|::|(?:^|\s)--?\w|\w\(\d\w*\)|(?:^|\s)[/~$]\w"
+                             r"|[\"“][a-z][a-z0-9.+]*(?:-[a-z0-9.+]+)+[\"”]")
 
 # ------------------------------------------------------------------ answers: where a short answer starts and ends
 # A protocol's version starts a number too: "TLSv1.2" for "What is the default minimum TLS version?" (not "IPv6").
