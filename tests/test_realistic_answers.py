@@ -300,6 +300,26 @@ def test_an_option_asked_for_where_the_evidence_writes_none_is_refused(settings:
         assert refused.sources and not refused.evidence
 
 
+def test_an_option_named_in_the_sentence_going_on_about_the_closest_one_is_offered(settings: Settings, embedder,
+                                                                                   generator, tmp_path: Path):
+    """The dev set's "Which pg_basebackup option puts all the WAL needed into a standalone hot backup?" was refused
+    before the model saw it: the sentences closest to it name no option, and the option is in the sentence after
+    the closest one, which goes on about it ("If you include the -X parameter when calling it, …"). That sentence
+    now counts as close, and the question goes to the model (the default model answers "-X"; whether the test
+    model's answer passes the answerability decision is not what this checks)."""
+    page = ("# Standalone backups and the WAL\n\nStandalone snapshot backups cannot be used for point-in-time "
+            "recovery, yet they are much faster to restore. A standalone snapshot backup holds all the files of the "
+            "data directory. Standalone snapshot backups are also much larger than dumps of the journal files.\n\n"
+            "The easiest way to produce a standalone snapshot backup is to use the snapbackup tool. If you include "
+            "the -W parameter when calling it, the write-ahead log required to use the copy is included in it "
+            "automatically, and no special action is required to restore it.\n")
+    with service_over({"standalone.md": page}, settings, embedder, generator, tmp_path) as service:
+        question = "Which snapbackup option puts all the WAL needed into a standalone snapshot backup?"
+        prepared = service.prepare(AnswerRequest(question=question, options=options_from(service.settings)))
+        assert prepared.prompt is not None, "refused before the model"
+        assert any("-W parameter when calling it" in text for _, text in prepared.ranked[:3]), prepared.ranked
+
+
 def test_a_how_to_question_whose_only_command_is_too_long_to_offer_whole_is_answered(settings: Settings, embedder,
                                                                                     generator, tmp_path: Path):
     """A command longer than an answer may be (``COMMAND_TOKENS``) is never offered cut; where the passages held no

@@ -220,6 +220,8 @@ QUOTED_MESSAGE = re.compile(r"""(?<!\w)['"“‘]([^'"”’]*\w[^'"”’\s]*\s
 # overwritten …", "For these reasons NULL ciphers are not recommended.", "It is done primarily for efficiency: …".
 LEANS_ON_BEFORE = re.compile(r"^(?:This|That|These|Those|Such|Doing so|It|However|Otherwise|Therefore|Thus|Hence|"
                              r"As a result|For (?:this|that|these|those) reasons?|In (?:this|that) case)\b")
+# A sentence that goes on about what the one before it named: "If you include the -X parameter when calling it, …".
+GOES_ON_ABOUT = re.compile(r"(?i)\b(?:it|them)\b")
 # A sentence that adds a point to the one before it: for a why question, that one is a reason too ("Furthermore,
 # SIGKILL kills …" after "Doing so will prevent the server from releasing shared memory …").
 ADDS_TO_BEFORE = re.compile(r"^(?:Also|Furthermore|Moreover|In addition|Besides)\b")

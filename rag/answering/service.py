@@ -29,6 +29,7 @@ from rag.answering.answerability import (WEIGHTS, another_group, answerable_scor
 from rag.answering.compress import (Passage, Sentence, asked_token_bonus, candidate_sentences, commands_of,
                                     dense_gaps, distinct_sentences, evidence_texts, in_context, log_odds_scale,
                                     score_sentences, select_passages)
+from rag.answering.english import GOES_ON_ABOUT
 from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, SPAN_WEIGHTS, Quote, align, align_part,
                                     announces_a_list, candidate_spans, clean_reply, command_spans, cut_cleanly,
                                     defines_the_subject, enumeration, holds_code_words, holds_the_asked_type,
@@ -680,9 +681,14 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
 
 def closest(scores: np.ndarray, question: QuestionShape, sentences: Sequence[Sentence],
             vectors: np.ndarray | None) -> list[int]:
-    """The ``COMMAND_SENTENCES`` best sentences by their scores without the ranker's ``asked_token`` term."""
+    """The ``COMMAND_SENTENCES`` best sentences by their scores without the ranker's ``asked_token`` term, each with
+    the next sentence of its passage where that one goes on about it ("If you include the -X parameter when calling
+    it, …" after "… the easiest way to produce a standalone hot backup is to use the pg_basebackup tool.")."""
     plain = scores - asked_token_bonus(question, sentences, vectors is not None)
-    return [int(i) for i in np.argsort(-plain, kind="stable")[:COMMAND_SENTENCES]]
+    best = [int(i) for i in np.argsort(-plain, kind="stable")[:COMMAND_SENTENCES]]
+    at = {(sentence.source, sentence.position): k for k, sentence in enumerate(sentences)}
+    following = (at.get((sentences[i].source, sentences[i].position + 1)) for i in best)
+    return [*best, *(k for k in following if k is not None and GOES_ON_ABOUT.search(sentences[k].text))]
 
 
 def answer_kind(prepared: PreparedAnswer, answer: str, abstained: bool) -> str:
