@@ -71,14 +71,16 @@ class Telemetry:
 
 
 class _Once(logging.Filter):
-    """The SDK's exporters log each failed export; an unreachable collector is worth one line, not one a second."""
+    """The SDK's exporters log each failed export; an unreachable collector is worth one line, not one a second.
+    One line per exporter and level: an exporter fails with either of two messages ("… batch code: …" or "… due to
+    timeout, max retries or shutdown."), and on a loaded machine one exporter gave both."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: set[tuple[str, Any]] = set()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        key = (record.name, record.msg)
+        key = (record.name, record.levelno)
         if key in self.seen:
             return False
         self.seen.add(key)
