@@ -78,6 +78,22 @@ def test_a_path_naming_a_question_word_starts_an_answer_and_none_starts_inside_a
     assert "(1066" not in [aside[i:].split()[0] for i in answer_starts(aside, Q("Who built the castle?"))]
 
 
+
+def test_a_name_built_on_a_question_word_starts_an_answer():
+    """"Under systemd, what should I use for network time synchronisation?" was answered "NTP" from the runner-up:
+    "systemd-timesyncd" of the best sentence began with a question word, so no answer started there; a name that
+    joins one to other words by hyphens is new (a hyphenated phrase of the question's own words is not)."""
+    ntp = "Under systemd, use systemd-timesyncd for the network time synchronization instead."
+    starts = [ntp[i:].split()[0] for i in answer_starts(ntp, Q("Under systemd, what should I use for network time "
+                                                                "synchronisation?"))]
+    assert "systemd-timesyncd" in starts and "systemd," not in starts
+    apt = '"apt-get source" and "apt-cache showsrc" commands require "deb-src" entry in "/etc/apt/sources.list".'
+    starts = [apt[i:].split()[0] for i in answer_starts(apt, Q("What does apt-get source need in sources.list?"))]
+    assert "apt-cache" not in starts and '"apt-cache' not in starts  # the question says "apt" only in "apt-get"
+    pitr = "It offers point-in-time recovery from a base backup."
+    assert "point-in-time" not in [pitr[i:].split()[0] for i in answer_starts(pitr, Q("What offers point in time "
+                                                                                     "recovery?"))]
+
 def test_candidate_spans_stop_only_at_word_ends(generator):
     sentence = "The class DTIME(f(n)) holds 76,000 to 540,000 problems."
     spans = candidate_spans(sentence, Q("What holds problems?"), generator.encode)
@@ -729,9 +745,13 @@ def test_list_questions_name_every_item():
     assert not Q("What does LVM need?").listing and not Q("Which file lists the sources?").listing
     assert enumeration('Temporary files in "/tmp", "/var/lock", and "/var/run" are cleaned.') == \
         '"/tmp", "/var/lock", and "/var/run"'
-    # unquoted: three or more paths in a row (not names); after a preposition, the question still asks for several
+    # unquoted: two or more paths in a row (not names); after a preposition, the question still asks for several
     assert enumeration("Skip the contents of /proc, /sys, /tmp, and /run (see below).") == "/proc, /sys, /tmp, and /run"
+    assert enumeration("For example, /lib/systemd/system/apt-daily.timer and /lib/systemd/system/apt-daily.service "
+                       "set up daily apt download activities.") == \
+        "/lib/systemd/system/apt-daily.timer and /lib/systemd/system/apt-daily.service"
     assert enumeration("Bacula, Amanda, and BackupPC are backup suites.") is None
+    assert enumeration("Copy /etc/fstab and restart.") is None
     assert Q("In which directories can root drop maintenance scripts?").listing
     # after a clause that says what is wrong, as a how-to question may be asked
     assert Q("A package's maintainer script is broken; which scripts should I look at?").listing

@@ -113,7 +113,8 @@ QUOTED_ENUMERATION = re.compile(r'"[^"]{1,80}"(?:\s*,\s*(?:and\s+|or\s+)?"[^"]{1
 # and Sony" answered "Which company owns ABC?" (its "owns" read as a plural) on squad2-dev, and "Connell, Dane
 # Reynolds, and Chris Ward" lost "Shaun White".
 ENUMERATED_PATH = r"[/~$][\w./~$*-]+"
-PATH_ENUMERATION = re.compile(rf"(?<![\w/]){ENUMERATED_PATH}(?:,\s+{ENUMERATED_PATH})+,?\s+(?:and|or)\s+"
+# Two paths joined by "and" are a list too: "/lib/systemd/system/apt-daily.timer and …/apt-daily.service".
+PATH_ENUMERATION = re.compile(rf"(?<![\w/]){ENUMERATED_PATH}(?:,\s+{ENUMERATED_PATH})*,?\s+(?:and|or)\s+"
                               rf"{ENUMERATED_PATH}(?![\w/])")
 LIST_ITEMS = 8  # the most items a list answer names
 ITEM_WORDS = 30  # a line longer than this is prose, not an item
@@ -239,7 +240,7 @@ def command_spans(commands: Sequence[tuple[int, str]], encode: Callable[[str], n
 
 
 def enumeration(sentence: str) -> str | None:
-    """The items a sentence lists, as it spells them: quoted ('"/tmp", "/var/lock", and "/var/run"'), or three or
+    """The items a sentence lists, as it spells them: quoted ('"/tmp", "/var/lock", and "/var/run"'), or two or
     more paths ("/proc, /sys, /tmp, and /run"); else None."""
     found = QUOTED_ENUMERATION.search(sentence) or PATH_ENUMERATION.search(sentence)
     return found.group() if found else None
@@ -287,6 +288,9 @@ def sentence_quote(source: int, chunk_text: str, sentence: str) -> Quote | None:
     return Quote(source, chunk_text[start:start + len(sentence)], start, start + len(sentence))
 
 
+COMPOUND_NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)+")  # "systemd-timesyncd", "apt-get"
+
+
 def answer_starts(sentence: str, question: QuestionShape) -> list[int]:
     """Offsets in ``sentence`` where a short answer may begin: a word that is not one of the question's
     content words (the answer is what the question does not already say), not a function word other than an
@@ -296,6 +300,7 @@ def answer_starts(sentence: str, question: QuestionShape) -> list[int]:
     asked, asked_stems = question.words, question.word_stems
     numeric, timing, counting = question.numeric, question.timing, question.counting
     spelt = question.text.lower()
+    alone = set(re.findall(r"(?<![\w-])\w+(?![\w-])", spelt))  # the question's words outside hyphenated ones
     starts = []
     tokens = list(re.finditer(r"\S+", sentence))
     commands = quoted_commands(sentence)
@@ -313,7 +318,14 @@ def answer_starts(sentence: str, question: QuestionShape) -> list[int]:
         # "Where is a backup copy of /var/lib/dpkg/status?", "~/.gnupg/gpg.conf" for "Where do I set GnuPG's
         # default keyserver?" (its parts run together, "gnupggpgconf", share the stem of "GnuPG" too).
         token = match.group().strip("\"'“”‘’()[],;:")
-        new_token = bool(TECHNICAL_TOKEN.search(token)) and token.lower().rstrip(".") not in spelt
+        # So is a name joining a word the question says on its own to others by hyphens: "systemd-timesyncd" for
+        # "Under systemd, what should I use for network time synchronisation?" (not "apt-cache" where the question
+        # says "apt-get").
+        parts = token.split("-")
+        new_token = bool(TECHNICAL_TOKEN.search(token) or (
+            COMPOUND_NAME.fullmatch(token) and parts[0] in alone
+            and any(part not in STOPWORDS and not is_question_word(part, asked_stems) for part in parts[1:]))) \
+            and token.lower().rstrip(".") not in spelt
         if head and (head.group().lower() in asked or is_question_word(head.group(), asked_stems)) and not new_token:
             continue
         if i and inside_a_date(tokens[i - 1].group(), match.group()):  # "1998" of "1 October 1998"
