@@ -153,6 +153,11 @@ def test_the_debian_dev_set_is_verified_against_the_pages():
                          text=True)
     assert run.returncode == 0 and "0 failures" in run.stdout, run.stdout + run.stderr
     assert len(python_set.read_text().splitlines()) == 20
+    # The pages nobody tuned on (tests/data/unseen-docs/README.md).
+    unseen = DATA / "unseen-docs" / "questions.jsonl"
+    run = subprocess.run([sys.executable, str(DEBIAN_DOCS / "verify.py"), str(unseen)], capture_output=True, text=True)
+    assert run.returncode == 0 and "0 failures" in run.stdout, run.stdout + run.stderr
+    assert len(unseen.read_text().splitlines()) == 90
 
 
 def test_words_no_visible_document_holds_say_so_and_hidden_ones_count_as_absent(tmp_path: Path, settings: Settings,
