@@ -45,6 +45,21 @@ def assert_trustworthy(result: AnswerResult) -> None:
 
 
 # --------------------------------------------------------------------------- spans and alignment (pure)
+def test_when_before_a_clause_of_its_own_opens_a_leading_clause():
+    """tests/data/unseen-docs' "When I do in-place substitutions with perl, which argument keeps a backup …?" was a
+    time question (answered "over all given files"), and "When I'm done practising …, how do I delete it …?" too
+    ("After your practice"). A "When" followed by a verb of asking still asks a time."""
+    perl = Q("When I do in-place substitutions with perl, which argument keeps a backup of each original file?")
+    assert not perl.numeric and not perl.timing
+    delete = Q("When I'm done practising with the throwaway account fish, how do I delete it along with its home?")
+    assert delete.howto and delete.procedure and not delete.timing
+    wait = Q("When no WAL is available from streaming, how long does the standby wait before trying again?")
+    assert wait.numeric and not wait.timing
+    for question in ("When did Rollo arrive?", "When was it built?", "When?", "When and where was it signed?",
+                     "When is autovacuum started?"):
+        assert Q(question).timing and Q(question).numeric, question
+
+
 def test_answer_starts_follow_the_question_type():
     words = lambda question: [VICTORIA_SENTENCE[i:].split()[0] for i in answer_starts(VICTORIA_SENTENCE, Q(question))]
     assert words("How many Catholic schools were in Victoria?") == ["1,548", "489", "214"]  # a count: no year, month

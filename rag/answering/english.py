@@ -18,7 +18,12 @@ from rag.core.text import LANGUAGE_RULES, MONTHS
 # or a colon ("If I track sid, do I …?", "By default, does rsync …?", "Now about USB sticks: where …?"); not a clause
 # that itself opens with a question word, in any language ("How many problems, formerly believed …, did Karp's paper
 # address?" asks a number; "Wie ändere ich, wie lange …?" a way).
-OPENER_PATTERNS = [r"(?:how|what|which|who|whom|whose|where|when|why)\b",
+# "When" asks a time where a verb of asking follows it ("When did …", "When is …", "When?"); before a clause of
+# its own it opens a leading clause ("When I do in-place substitutions with perl, which argument …?", "When no WAL
+# is available …, how long …?"): those were read as time questions and answered "After your practice".
+WHEN_ASKED = (r"when(?=\s+(?:am|is|are|was|were|do|does|did|will|would|can|could|shall|should|may|might|must|has|"
+              r"have|had|and|or)\b|\s*[?.]?\s*$)")
+OPENER_PATTERNS = [rf"(?:how|what|which|who|whom|whose|where|{WHEN_ASKED}|why)\b",
                    *(pattern for rules in LANGUAGE_RULES.values()
                      for key, pattern in rules.get("questions", {}).items() if key != "technical_nouns")]
 LEADING_CLAUSES = r"(?:[^?]*?[.!;]\s+)?(?:(?!" + "|".join(OPENER_PATTERNS) + r")[^,:;?]{1,80}[,:]\s+){0,2}?"
@@ -34,11 +39,12 @@ def asked(english: str, key: str) -> re.Pattern[str]:
 # ------------------------------------------------------------------ questions: what is asked for
 # "When …", "What year …", "How many …": questions whose answer starts with a number, a date or a month.
 NUMERIC_QUESTION = asked(
-    r"when|(?:in |by |since )?(?:what|which) (?:year|decade|century|date|month|percentage|percent|age)|"
+    rf"{WHEN_ASKED}|(?:in |by |since )?(?:what|which) (?:year|decade|century|date|month|percentage|percent|age)|"
     r"how (?:many|much|long|old|large|big|far|tall|high)|"
     r"what (?:is|was|are|were) (?:the )?(?:[\w'’-]+ ){0,3}?(?:population|area|height|length|cost|price|budget|"
     r"rate|limit|allowance|fee|amount|size|salary|total|maximum|minimum|number)s?\b", "numeric")
-TIME_QUESTION = asked(r"(?:when|(?:in |by |since )?(?:what|which) (?:year|decade|century|date|month))\b", "time")
+TIME_QUESTION = asked(rf"(?:{WHEN_ASKED}|(?:in |by |since )?(?:what|which) (?:year|decade|century|date|month))\b",
+                      "time")
 PERSON_QUESTION = asked(r"(?:who|whom|whose)\b", "person")
 PLACE_QUESTION = asked(r"where\b", "place")
 # Questions asking for an explanation get the evidence sentences themselves, each cited, not a phrase.
