@@ -800,7 +800,10 @@ def test_a_description_sentence_carries_its_term_and_identifiers_stay_whole():
              "minute (1min).\n\nautovacuum_max_workers (integer)\n\nSpecifies the maximum number of autovacuum "
              "processes. The default is three.")
     sentences = candidate_sentences([chunk])
-    assert [s.term for s in sentences] == ["autovacuum_naptime"] * 3 + ["autovacuum_max_workers"] * 3
+    # each entry's term line reads with the first sentence of its description (``Sentence.terms``)
+    assert [s.term for s in sentences] == ["autovacuum_naptime"] * 2 + ["autovacuum_max_workers"] * 2
+    assert sentences[2].text == ("autovacuum_max_workers (integer)  Specifies the maximum number of autovacuum "
+                                 "processes.") and sentences[2].terms == ("autovacuum_max_workers",)
     assert stem("autovacuum_max_workers") == "autovacuum_max_workers" and stem("Workers") == "worke"
     scores = score_sentences(QuestionShape.of("What is the default value of autovacuum_max_workers?"),
                              np.zeros(3, dtype=np.float32), sentences, None)
@@ -808,5 +811,5 @@ def test_a_description_sentence_carries_its_term_and_identifiers_stay_whole():
     # psql's meta-commands are terms too, their arguments in brackets
     psql = candidate_sentences(["\\timing [ on | off ]\n\nWith a parameter, turns displaying of how long each SQL "
                                 "statement takes on or off."])
-    assert [s.term for s in psql] == ["\\timing", "\\timing"]
+    assert [s.term for s in psql] == ["\\timing"] and psql[0].terms == ("\\timing",)
     assert QuestionShape.of("Which psql meta-command shows how long each statement takes?").howto

@@ -305,6 +305,44 @@ def test_an_option_asked_for_where_the_evidence_writes_none_is_refused(settings:
         assert refused.sources and not refused.evidence
 
 
+def test_a_definition_lists_entry_reads_as_one_sentence_with_its_options(settings: Settings, embedder, generator,
+                                                                           tmp_path: Path):
+    """A reference page lists each option on lines of its own above its description (PostgreSQL's "-r" and
+    "--roles-only" over "Dump only roles, no databases or tablespaces."). Read apart, the sentence a question
+    paraphrases named no option and the lines naming one matched nothing: tests/data/unseen-docs' "Which
+    pg_dumpall switch gives me only the role definitions …?" was answered "can switch to a role with the required
+    rights". The entry is one sentence now: the best one for the question, quoted verbatim with its options."""
+    from rag.answering.compress import candidate_sentences
+    from rag.answering.evidence import sentence_quote
+
+    entries = [("-a", "--data-only", "Dump only the data, not the schema (data definitions)."),
+               ("-g", "--globals-only", "Dump only global objects (roles and tablespaces), no databases."),
+               ("-r", "--roles-only", "Dump only roles, no databases or tablespaces."),
+               ("-s", "--schema-only", "Dump only the object definitions (schema), not data."),
+               ("-t", "--tablespaces-only", "Dump only tablespaces, no databases or roles."),
+               ("-v", "--verbose", "Specifies verbose mode, so that the tool writes detailed object comments.")]
+    page = ("<html><head><title>clusterdump</title></head><body><h1>clusterdump</h1><p>clusterdump is a utility "
+            "for writing out all databases of a cluster into one script file.</p><h2>Options</h2><dl>"
+            + "".join(f'<dt><span class="term"><code class="option">{short}</code><br /></span><span class="term">'
+                      f'<code class="option">{long}</code></span></dt><dd><p>{text}</p></dd>'
+                      for short, long, text in entries)
+            + "</dl></body></html>")
+    chunk = "-r\n\n--roles-only\n\nDump only roles, no databases or tablespaces.\n\n-s\n\n--schema-only\n\nDump only."
+    first, second = candidate_sentences([chunk])
+    assert first.text == "-r  --roles-only  Dump only roles, no databases or tablespaces." and first.terms == (
+        "-r", "--roles-only") and second.terms == ("-s", "--schema-only")
+    quote = sentence_quote(1, chunk, first.text)
+    assert quote is not None and chunk[quote.start:quote.end] == quote.quote == chunk.split("\n\n-s")[0]
+    with service_over({"clusterdump.html": page}, settings, embedder, generator, tmp_path) as service:
+        question = "Which clusterdump switch gives me only the role definitions, with no databases and no tablespaces?"
+        prepared = service.prepare(AnswerRequest(question=question, options=options_from(service.settings)))
+        assert prepared.ranked and prepared.ranked[0][1] == "-r  --roles-only  Dump only roles, no databases or " \
+            "tablespaces.", prepared.ranked[:3]
+        result = service.ask_prepared(prepared)
+        assert not result.abstained and result.evidence, result.answer
+        assert "--roles-only" in result.evidence[0].quote and "Dump only roles" in result.evidence[0].quote
+
+
 def test_an_option_named_in_the_sentence_going_on_about_the_closest_one_is_offered(settings: Settings, embedder,
                                                                                    generator, tmp_path: Path):
     """The dev set's "Which pg_basebackup option puts all the WAL needed into a standalone hot backup?" was refused

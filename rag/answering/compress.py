@@ -76,6 +76,7 @@ class Sentence:
     term: str = ""  # the option or setting a definition list names above it, whose description it is part of
     lead: str = ""  # the sentence announcing the code or list lines this one is one of ("…is:" above "pg_dump db > f")
     line: bool = False  # a line of its own in the chunk (a list item, a code line), not one of a paragraph's
+    terms: tuple[str, ...] = ()  # a definition list's entry: the options or settings its term lines name, as written
 
 
 @dataclass(frozen=True)
@@ -91,19 +92,40 @@ def candidate_sentences(chunks: Sequence[str]) -> list[Sentence]:
     """Each chunk's sentences; one under a definition list's term line carries that term ("The default is 0.2."
     under "autovacuum_vacuum_scale_factor (floating point)"), and the lines under a sentence that announces code or
     a list carry that sentence ("The basic usage of this command is:" above "pg_dump dbname > dumpfile"): the
-    first line under it, and the next ones up to one that ends as prose does."""
+    first line under it, and the next ones up to one that ends as prose does.
+
+    A definition list's entry reads as one sentence: its term lines and the first sentence of its description
+    ("-r --roles-only Dump only roles, no databases or tablespaces."), as the chunk writes them. Apart, the
+    sentence a question paraphrases named no option and the line naming it matched nothing: on the PostgreSQL
+    reference pages of tests/data/unseen-docs "Which pg_dumpall switch gives me only the role definitions …?" was
+    answered "can switch to a role with the required rights", the "--roles-only" line ranking 11th."""
     found = []
     for i, chunk in enumerate(chunks):
         term, lead, after_lead = "", "", False
         flat, at = chunk.replace("\n", " "), 0
-        for j, text in enumerate(split_sentences(chunk)):
-            term = term_of(text) or term
-            carried = lead if after_lead or not ends_as_prose(text) else ""  # not the prose after the code
+        entry_start, entry_terms = -1, []  # the term lines read since the last description
+        position = 0
+        for text in split_sentences(chunk):
             start = flat.find(text, at)
             at = start + len(text) if start >= 0 else at
-            found.append(Sentence(text, i, j, term, carried, start >= 0 and own_line(chunk, start, at)))
+            named = term_of(text)
+            if named and start >= 0 and own_line(chunk, start, at):
+                entry_start = start if not entry_terms else entry_start
+                entry_terms.append(named)
+                term = named
+                continue
+            terms = tuple(entry_terms)
+            if terms:
+                start, entry_terms = entry_start, []
+                text = flat[start:at]
+            carried = lead if after_lead or not ends_as_prose(text) else ""  # not the prose after the code
+            found.append(Sentence(text, i, position, term, carried, start >= 0 and own_line(chunk, start, at),
+                                  terms))
+            position += 1
             after_lead = introduces_code(text)
             lead = text if after_lead else lead if carried and not ends_as_prose(text) else ""
+        if entry_terms:  # term lines at the chunk's end, their description in the next chunk
+            found.append(Sentence(flat[entry_start:at], i, position, term, "", True, tuple(entry_terms)))
     return found
 
 

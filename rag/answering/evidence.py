@@ -228,14 +228,16 @@ def announces_a_list(sentence: str) -> bool:
     return bool(ANNOUNCES_A_LIST.search(sentence))
 
 
-def command_spans(commands: Sequence[tuple[int, str]], encode: Callable[[str], np.ndarray]) -> list[TokenSpan]:
+def command_spans(commands: Sequence[tuple[int, str]], encode: Callable[[str], np.ndarray],
+                  margins: Sequence[float] = ()) -> list[TokenSpan]:
     """One span per (rank, command), taken whole (a command is never cut: not "sudo" of "sudo -H aptitude"),
-    the lower-ranked sentences' commands less likely."""
+    the lower-ranked sentences' commands less likely, each by its ``margins`` too (0 where none is given)."""
     spans = []
-    for rank, command in commands:
+    for k, (rank, command) in enumerate(commands):
         tokens = tuple(int(t) for t in encode(command))
         if 0 < len(tokens) <= COMMAND_TOKENS:
-            spans.append(TokenSpan(tokens, frozenset({len(tokens)}), -COMMAND_RANK_PRIOR * rank))
+            margin = margins[k] if k < len(margins) else 0.0
+            spans.append(TokenSpan(tokens, frozenset({len(tokens)}), -COMMAND_RANK_PRIOR * rank - margin))
     return spans
 
 

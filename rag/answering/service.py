@@ -34,7 +34,7 @@ from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, 
                                     announces_a_list, candidate_spans, clean_reply, command_spans, cut_cleanly,
                                     defines_the_subject, enumeration, holds_code_words, holds_the_asked_type,
                                     introduces_code, is_item, of_the_asked_kind, programs_in, restates_the_quote,
-                                    sentence_quote, short_answer_messages, term_of, variables_in, with_bound,
+                                    sentence_quote, short_answer_messages, variables_in, with_bound,
                                     yes_no_messages, yes_no_spans)
 from rag.answering.question import QuestionShape
 from rag.answering.language import DEFAULT_LANGUAGE, LanguageDetector, nouns_capitalised, refusal_message, yes_no_word
@@ -360,8 +360,22 @@ class AnswerService:
             return PreparedAnswer(request, shape, retrieval, passages, None, started,
                                   (time.perf_counter() - t0) * 1000, options.sampling)
         commands = commands_for(sentences, order, shape)
+        # A command is less likely as its sentence scores further below the best one, as a short answer's phrase
+        # is (``SENTENCE_MARGIN_PRIOR``): the entries of a definition list are sentences of their own, and
+        # SmolLM2-135M answered "Which zipapp option compresses …?" with "-o output" of the third-best entry.
+        units = log_odds_scale(vectors is not None)
+        score_of = {sentences[i].text: float(scores[i]) * units for i in reversed(order)}
+        lead_of = {s.text: s.lead for s in sentences if s.lead}
+        top = score_of[sentences[order[0]].text] if order else 0.0
+
+        def margin(where: tuple[int, str], intro: tuple[int, str] | None) -> float:
+            """How far below the best sentence the one showing a command scores, or the one announcing it."""
+            said = [score_of[text] for text in (where[1], lead_of.get(where[1]), intro and intro[1])
+                    if text in score_of]
+            return SENTENCE_MARGIN_PRIOR * max(0.0, top - max(said)) if said else 0.0
+
         answer_commands = command_spans([(rank, command) for rank, (command, _, _) in enumerate(commands)],
-                                        self.generator.encode)
+                                        self.generator.encode, [margin(where, intro) for _, where, intro in commands])
         if not answer_commands:
             # None short enough to be offered whole (``COMMAND_TOKENS``; "Which setting in login.defs selects the
             # hashing method …?" over eight passages found only createuser's 136-token session): answered as the
@@ -419,7 +433,11 @@ class AnswerService:
         if items:
             pass  # the items are the answer: nothing to generate
         elif commands:
-            context = " ".join(dict.fromkeys(text for _, (_, text), intro in commands
+            # A definition list's entry is shown by its term lines alone, as before entries were read whole: with
+            # the descriptions beside them SmolLM2-135M answered "Which zipapp option compresses the files …?" with
+            # "-o output" of "Write the output to a file named output." (the quote keeps the description).
+            terms = {s.text: " ".join(s.terms) for s in sentences if s.terms}
+            context = " ".join(dict.fromkeys(terms.get(text, text) for _, (_, text), intro in commands
                                              for text in ((intro[1],) if intro else ()) + (text,)))
             prompt = self.generator.prompt(short_answer_messages(question, context, options.answer_examples, history))
             sampling = dataclasses.replace(sampling, spans=tuple(answer_commands), decline=decline,
@@ -437,8 +455,6 @@ class AnswerService:
                       if text == best or holds_the_asked_type(text, shape)]
             prompt = self.generator.prompt(short_answer_messages(question, " ".join(chosen), options.answer_examples,
                                                                  history))
-            units = log_odds_scale(vectors is not None)
-            score_of = {sentences[i].text: float(scores[i]) * units for i in reversed(order)}
             span_shape = shape.with_earlier(tuple(history))
             spans = [dataclasses.replace(span, prior=span.prior - SENTENCE_MARGIN_PRIOR * max(0.0, score_of[best]
                                                                                            - score_of[text]))
@@ -638,7 +654,6 @@ class AnswerService:
 
 
 COMMAND_SENTENCES = 3  # the best-ranked sentences whose commands a how-to question may be answered with
-TERM_LINES = 2  # the term lines above a description that may name the option it describes
 
 
 def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: QuestionShape
@@ -664,12 +679,8 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
         if after is not None and introduces_code(sentence.text):
             for command in commands_of(after):
                 found.setdefault(command, ((after.source + 1, after.text), where))
-        for back in range(1, TERM_LINES + 1):  # the option or setting a description is listed under
-            term_line = following.get((sentence.source, sentence.position - back))
-            term = term_of(term_line.text) if term_line is not None else None
-            if term is None:
-                break
-            found.setdefault(term, ((term_line.source + 1, term_line.text), None))
+        for term in reversed(sentence.terms):  # the options or settings a definition list's entry names
+            found.setdefault(term, (where, None))
     # A procedure is answered by the command line, not by one of its arguments the sentence announcing it names:
     # "mount -t iso9660 -o ro,loop cd.iso /cdrom", not "cd.iso" of "If "cd.iso" contains an ISO9660 image, then
     # the following manually mounts it to "/cdrom"."

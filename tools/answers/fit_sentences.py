@@ -1,6 +1,7 @@
 """Fit the sentence ranker's weights (``rag/answering/compress.py`` SentenceWeights) on question sets.
 
-    python tools/answers/fit_sentences.py --set QUESTIONS DOCS [--set QUESTIONS DOCS ...] [--l2 1.0]
+    python tools/answers/fit_sentences.py --set QUESTIONS DOCS [--set QUESTIONS DOCS ...]
+        [--held-out QUESTIONS DOCS ...] [--l2 1.0]
 
 For every answerable question of each set (a scratch index of DOCS each, the configured embedder), the candidate
 sentences the answer flow would rank and their ``sentence_features``; the gold sentences are the ones ``rag
@@ -8,7 +9,8 @@ eval`` counts as holding the gold answer. A conditional logit (each question's g
 candidates, L2-regularised, Adam on numpy) fitted on all sets together; printed: the weights, and per set the
 gold in the best sentence (@1) and in the best three (@3) for the current weights and the fitted ones. Sets whose
 questions name their ``document`` are also cross-validated: fitted on the other sets and half of its pages,
-measured on the other half, and the other way round.
+measured on the other half, and the other way round. A ``--held-out`` set (tests/data/unseen-docs) is only measured,
+with the current and the fitted weights: a feature that lifts the sets it is fitted on should lift it too.
 """
 
 from __future__ import annotations
@@ -104,10 +106,13 @@ def gold_at(questions: list[Question], w: np.ndarray, k: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--set", nargs=2, action="append", required=True, metavar=("QUESTIONS", "DOCS"))
+    parser.add_argument("--held-out", nargs=2, action="append", default=[], metavar=("QUESTIONS", "DOCS"),
+                        help="a set measured with the current and the fitted weights, never fitted on")
     parser.add_argument("--l2", type=float, default=1.0)
     args = parser.parse_args()
     models = Models.load(load_settings())
     sets = {Path(q).parent.name: features_of(Path(q), Path(d), models) for q, d in args.set}
+    held = {Path(q).parent.name: features_of(Path(q), Path(d), models) for q, d in args.held_out}
     current = np.array([getattr(FITTED, n) for n in NAMES[:-1]] + [DEFINITION_BONUS * FITTED.words / LEXICAL_WEIGHT])
     # The score without sentence vectors, in the same features: words, rank prior, definition bonus.
     lexical = np.zeros(len(NAMES))
@@ -132,6 +137,10 @@ def main() -> None:
             for k in held_out:
                 held_out[k] += gold_at(tested, w, k) * len(tested) / len(rows)
         print(f"  cross-validated over its pages: @1 {held_out[1]:.3f}, @3 {held_out[3]:.3f}")
+    for name, rows in held.items():
+        print(f"{name} (held out, not fitted on): {len(rows)} questions; gold in the best sentence / the best three: "
+              f"current {gold_at(rows, current, 1):.3f} / {gold_at(rows, current, 3):.3f}, fitted "
+              f"{gold_at(rows, fitted, 1):.3f} / {gold_at(rows, fitted, 3):.3f}")
 
 
 if __name__ == "__main__":
