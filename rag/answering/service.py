@@ -433,9 +433,9 @@ class AnswerService:
         if items:
             pass  # the items are the answer: nothing to generate
         elif commands:
-            # A definition list's entry is shown by its term lines alone, as before entries were read whole: with
-            # the descriptions beside them SmolLM2-135M answered "Which zipapp option compresses the files …?" with
-            # "-o output" of "Write the output to a file named output." (the quote keeps the description).
+            # A definition list's entry is shown by its term lines alone, the prompt the how-to answers were
+            # measured with before entries were read whole (the quote keeps the description). Not what kept the
+            # zipapp test's "-c, --compress": with this alone SmolLM2-135M still said "-o output"; the margin did.
             terms = {s.text: " ".join(s.terms) for s in sentences if s.terms}
             context = " ".join(dict.fromkeys(terms.get(text, text) for _, (_, text), intro in commands
                                              for text in ((intro[1],) if intro else ()) + (text,)))
