@@ -60,6 +60,22 @@ def test_when_before_a_clause_of_its_own_opens_a_leading_clause():
         assert Q(question).timing and Q(question).numeric, question
 
 
+def test_a_default_asked_for_in_other_words_is_a_default_asked_for():
+    """tests/data/unseen-docs-2 asks for defaults without the word: "Unless I change it, which method is used to
+    compress TOASTed values …?" was answered "default_toast_compression" (the setting, not its default "pglz"),
+    "… if jit_provider is left alone?" "a non-existent library" (not "llvmjit")."""
+    for question in ("What is the default wal_level?", "Out of the box, which privileges does PUBLIC get?",
+                     "Unless I change it, which method compresses TOASTed values?",
+                     "Which library is the JIT provider if jit_provider is left alone?",
+                     "On a freshly installed server where nobody has touched search_path, what is the lookup order?",
+                     "If I don't pass a timeout, how long does pg_isready keep trying?",
+                     "What is the compiled-in DateStyle?"):
+        assert Q(question).default, question
+    for question in ("If I don't want a superuser, which role may copy to a file?", "How do I change the timeout?",
+                     "Which library does the server load as its JIT provider?", "Was the box left open?"):
+        assert not Q(question).default, question
+
+
 def test_answer_starts_follow_the_question_type():
     words = lambda question: [VICTORIA_SENTENCE[i:].split()[0] for i in answer_starts(VICTORIA_SENTENCE, Q(question))]
     assert words("How many Catholic schools were in Victoria?") == ["1,548", "489", "214"]  # a count: no year, month

@@ -345,6 +345,23 @@ def test_a_definition_lists_entry_reads_as_one_sentence_with_its_options(setting
         assert "--roles-only" in result.evidence[0].quote and "Dump only roles" in result.evidence[0].quote
 
 
+def test_a_description_sentence_holds_the_words_of_the_term_it_describes(settings: Settings, embedder, generator,
+                                                                        tmp_path: Path):
+    """A description's sentence is about the term above it: "The default is 3 seconds." under "-t seconds
+    --timeout=seconds" answers "If I don't pass a timeout, how long will pg_isready keep trying …?" though it holds
+    no word of the question. It was refused as evidence saying nothing the question asks about (tests/data/
+    unseen-docs-2), now the answerability rules read it with its term, as the sentence ranker already did."""
+    pages = {page.name: page.read_text(encoding="utf-8") for page in (DATA / "unseen-docs-2" / "docs").glob("*.html")}
+    with service_over(pages, settings, embedder, generator, tmp_path) as service:
+        question = ("If I don't pass a timeout, how long will pg_isready keep trying before it reports that the "
+                    "server isn't answering?")
+        prepared = service.prepare(AnswerRequest(question=question, options=options_from(service.settings)))
+        assert prepared.ranked and prepared.ranked[0][1] == "The default is 3 seconds.", prepared.ranked[:3]
+        result = service.ask_prepared(prepared)
+        assert not result.abstained and "3" in result.answer, result.answer
+        assert any("The default is 3 seconds." in quote.quote for quote in result.evidence), result.evidence
+
+
 def test_an_option_named_in_the_sentence_going_on_about_the_closest_one_is_offered(settings: Settings, embedder,
                                                                                    generator, tmp_path: Path):
     """The dev set's "Which pg_basebackup option puts all the WAL needed into a standalone hot backup?" was refused

@@ -157,7 +157,12 @@ CLAUSE_OPENERS = frozenset("although while however historically since because th
                            "otherwise".split())
 # A question asks for a default ("What is the default wal_level?", "… by default?"), and a sentence states one just
 # before the answer: "The default value is replica", "The default is TLSv1.2", "Defaults to … 60 seconds".
-ASKS_DEFAULT = re.compile(r"(?i)\bdefault\b")
+# Asked in other words too: "Out of the box, …?", "Unless I change it, …?", "… if jit_provider is left alone?", "On a
+# freshly installed server where nobody has touched search_path, …?", "If I don't pass a timeout, how long …?".
+ASKS_DEFAULT = re.compile(r"(?i)\b(?:default|out of the box|unless (?:i|you|we) change it|"
+                          r"left (?:alone|untouched|unset)|(?:nobody|no one) has (?:touched|changed|set)|"
+                          r"fresh(?:ly)? install(?:ed|ation)?|compiled-in|"
+                          r"if (?:i|you|we) (?:don't|do not|never) (?:set|change|pass|give|specify))\b")
 _DEFAULT_IS = r"default(?:\s+(?:value|setting))?\s+(?:is|was)"
 STATES_DEFAULT = re.compile(rf"(?i)\b(?:{_DEFAULT_IS}(?:\s+(?:normally|usually))?|defaults\s+to)\s+$")
 # A sentence that states a default anywhere in it: "The default is to log to stderr only.", "trust is the default for
