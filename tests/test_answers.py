@@ -628,6 +628,29 @@ def test_fragment_checker_of_eval():
     assert not is_fragment("/etc/rsyslog.conf", convert(result("/etc/rsyslog.conf", "Edit /etc/rsyslog.conf.")))
     assert not is_fragment("No", convert(result("No", "Alcohol is never reimbursed.", "yes_no")))
     assert not is_fragment("Nein", convert(result("Nein", "Alkohol wird nie erstattet.", "yes_no")))
+    # a list's items, each (tests/data/unseen-docs-2: "$LC_" of '"$LC_*"')
+    overridden = 'Each feature of "$LANG" may be overridden by setting "$LC_*" variables.'
+    assert is_fragment("$LANG; $LC_", convert(result("$LANG; $LC_", overridden, "list")))
+    assert not is_fragment("$LANG; $LC_*", convert(result("$LANG; $LC_*", overridden, "list")))
+    from rag.answering.evidence import variables_in
+    assert variables_in(overridden) == ["$LANG", "$LC_*"]  # a family of variables is one name
+
+
+def test_a_leading_clause_may_be_joined_to_the_question_by_a_conjunction():
+    """"A random read … costs far more than four sequential ones, so why is random_page_cost only 4.0 …?" was read as
+    no question at all (answered "higher"), as "And how do I restore such an archive?" was; and "Which file decides
+    whether …?", "Which timeit option sets how many times …?" as lists (of "decides", "sets")."""
+    assert Q("A random read costs far more than four sequential ones, so why is random_page_cost only 4.0?").explains
+    assert Q("reindexdb already prompts for a password, so why would I bother passing -W?").explains
+    assert Q("And how do I restore such an archive?").procedure
+    assert Q("I have two dumps, but which option makes pg_restore list them?").option
+    for question in ("Which file decides whether hostnames are looked up in /etc/hosts first?",
+                     "Which timeit option sets how many times to repeat the timer?",
+                     "Which psql meta-command shows how long each statement takes?",
+                     "FreeType draws the glyphs, but which library decides which font gets chosen?"):
+        assert not Q(question).listing, question
+    assert Q("Which directories get cleaned out at every boot?").listing
+    assert Q("Which data formats can COPY read and write?").listing
 
 
 def test_question_kinds_and_commands():

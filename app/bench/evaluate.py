@@ -16,7 +16,7 @@ from ingest.parameters import IngestParameters
 from ingest.pipeline import ingest_paths
 from rag.core.access import RequestContext
 from rag.answering.answerability import refused_whatever_the_score
-from rag.answering.evidence import CITATION, cuts_a_clause, dangles, first_sentence, glued
+from rag.answering.evidence import CITATION, TRAILING_GLUE, cuts_a_clause, dangles, first_sentence, glued
 from rag.answering.prompt import refers_back
 from rag.answering.result import AnswerResult
 from rag.answering.service import AnswerRequest, AnswerService, PreparedAnswer, options_from
@@ -335,16 +335,20 @@ def answer_hit(question: dict, answer: str) -> bool:
 def is_fragment(answer: str, result: AnswerResult) -> bool:
     """A short answer that ends (or starts) inside a technical token of the quote it comes from ("/etc/rsyslog"
     of "/etc/rsyslog.conf", "net" of "net.ifnames=0") or ends inside a clause ("each file that a user", "If the
-    Web can"). Answers made of whole cited sentences are never fragments."""
+    Web can"). Answers made of whole cited sentences are never fragments; a list's items are each checked ("$LC_" of
+    '"$LANG"; "$LC_*"' was not)."""
     if CITATION.search(result.answer) or result.answer_kind == "yes_no":
         return False
+    if result.answer_kind == "list" and "; " in answer:
+        return any(is_fragment(item, result) for item in answer.split("; ") if item)
     if dangles(answer):
         return True
     cut = []
     for evidence in result.evidence:  # every place the quote holds the answer: cut at each of them?
         for found in re.finditer(re.escape(answer), evidence.quote, re.IGNORECASE):
             before, after = evidence.quote[:found.start()], evidence.quote[found.end():]
-            cut.append(glued(after) or glued(before[::-1]) or cuts_a_clause(answer, after))
+            cut.append(glued(after) or glued(before[::-1]) or bool(TRAILING_GLUE.match(after).group())
+                       or cuts_a_clause(answer, after))
     return bool(cut) and all(cut)
 
 

@@ -26,7 +26,10 @@ WHEN_ASKED = (r"when(?=\s+(?:am|is|are|was|were|do|does|did|will|would|can|could
 OPENER_PATTERNS = [rf"(?:how|what|which|who|whom|whose|where|{WHEN_ASKED}|why)\b",
                    *(pattern for rules in LANGUAGE_RULES.values()
                      for key, pattern in rules.get("questions", {}).items() if key != "technical_nouns")]
-LEADING_CLAUSES = r"(?:[^?]*?[.!;]\s+)?(?:(?!" + "|".join(OPENER_PATTERNS) + r")[^,:;?]{1,80}[,:]\s+){0,2}?"
+# A conjunction may join the question to them: "A random read costs far more than four sequential ones, so why is
+# random_page_cost only 4.0?", "…, but how do I …?", "And which one do I get when …?" (read as no question at all).
+LEADING_CLAUSES = (r"(?:[^?]*?[.!;]\s+)?(?:(?!" + "|".join(OPENER_PATTERNS) + r")[^,:;?]{1,80}[,:]\s+){0,2}?"
+                   r"(?:(?:and|but|so|yet|then|or)\s+)?")
 
 
 def asked(english: str, key: str) -> re.Pattern[str]:
@@ -104,13 +107,16 @@ NAMED_AS_OPTION = re.compile(r"(?i)\b([\w.-]+)\s+(?:parameters?|options?|setting
 # "Which environment variable overrides the proxy …?": a variable is asked for, named as one ("$http_proxy",
 # "GRUB_BACKGROUND", "the environment variable PGDATA"), not a path nor a shell line.
 VARIABLE_QUESTION = asked(r"(?:what|which) (?:[\w.-]+ )?variables?\b", "variable")
-VARIABLE_NAME = re.compile(r"\$\{?[A-Za-z_]\w*\}?|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b|(?<=variable )[A-Z][A-Z0-9_]{2,}\b")
-VARIABLE_TOKEN = re.compile(r"\$?\{?[A-Za-z_]\w*\}?")  # what may be one, on its own
-# "Which directories get cleaned at boot?", "What risks do I take …?": the answer names every item.
+# A family of variables is one name: "$LC_*" (was answered "$LC_").
+VARIABLE_NAME = re.compile(r"\$\{?[A-Za-z_]\w*\*?\}?|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b|(?<=variable )[A-Z][A-Z0-9_]{2,}\b")
+VARIABLE_TOKEN = re.compile(r"\$?\{?[A-Za-z_]\w*\*?\}?")  # what may be one, on its own
+# "Which directories get cleaned at boot?", "What risks do I take …?": the answer names every item. Not where the
+# plural is a verb: "Which kernel parameter gets me …?", "Which file decides whether …?", "Which timeit option sets
+# how many times …?".
 LIST_QUESTION = re.compile(r"(?i)^\s*" + LEADING_CLAUSES + r"(?:(?:in|on|from|for|with|at|by|into|under)\s+)?"
                            r"(?:which|what)\s+(?:[\w-]+\s+){0,2}?(?P<noun>[a-z][\w-]*[^s\W]s)\b"
                            r"(?!\s+(?:is|was|does|has|the|a|an|my|your|its|their|this|that|these|those|"
-                           r"me|us|you|him|her|it|them)\b)")  # not a verb: "Which kernel parameter gets me …?"
+                           r"me|us|you|him|her|it|them|which|what|whether|how|where|who)\b)")
 NOT_PLURALS = frozenset("does has was is this its yes us thus".split())
 # "What should I do to …?": answered with the steps the documentation lists.
 STEPS_QUESTION = re.compile(r"(?i)^\s*what (?:should|must|do|can|could) (?:i|we|you|one) do\b")
