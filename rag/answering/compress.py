@@ -78,6 +78,12 @@ class Sentence:
     line: bool = False  # a line of its own in the chunk (a list item, a code line), not one of a paragraph's
     terms: tuple[str, ...] = ()  # a definition list's entry: the options or settings its term lines name, as written
 
+    @property
+    def described(self) -> str:
+        """The sentence with the term it describes before it, where it does not name it: "-t seconds The default is
+        3 seconds." — its words are the term's too, as the ranker counts them (``_word_shares``)."""
+        return f"{self.term} {self.text}" if self.term and self.term not in self.text else self.text
+
 
 @dataclass(frozen=True)
 class Passage:

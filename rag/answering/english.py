@@ -108,7 +108,8 @@ NAMED_AS_OPTION = re.compile(r"(?i)\b([\w.-]+)\s+(?:parameters?|options?|setting
 # "GRUB_BACKGROUND", "the environment variable PGDATA"), not a path nor a shell line.
 VARIABLE_QUESTION = asked(r"(?:what|which) (?:[\w.-]+ )?variables?\b", "variable")
 # A family of variables is one name: "$LC_*" (was answered "$LC_").
-VARIABLE_NAME = re.compile(r"\$\{?[A-Za-z_]\w*\*?\}?|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b|(?<=variable )[A-Z][A-Z0-9_]{2,}\b")
+VARIABLE_NAME = re.compile(r"\$\{?[A-Za-z_]\w*\*?\}?|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b"
+                           r"|(?<=variable )[A-Z][A-Z0-9_]{2,}\b")
 VARIABLE_TOKEN = re.compile(r"\$?\{?[A-Za-z_]\w*\*?\}?")  # what may be one, on its own
 # "Which directories get cleaned at boot?", "What risks do I take …?": the answer names every item. Not where the
 # plural is a verb: "Which kernel parameter gets me …?", "Which file decides whether …?", "Which timeit option sets

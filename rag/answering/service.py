@@ -333,22 +333,15 @@ class AnswerService:
         # A follow-up's telling words include those of the questions it refers back to ("What should I use for
         # it then?" after "Is aptitude the recommended tool for a release-to-release upgrade …?").
         asked = " ".join((question, *history))
-        term_of = {(s.source + 1, s.text): s.term for s in sentences if s.term}
-
-        def with_term(source: int, text: str) -> str:
-            """A description's sentence with the term it describes, whose words it holds too, as the ranker counts
-            them: "The default is 3 seconds." under "-t seconds" answers "If I don't pass a timeout, how long …?"."""
-            term = term_of.get((source, text), "")
-            return f"{term} {text}" if term and term not in text else text
-
-        if order and not across and not shares_a_word(asked, with_term(sentences[order[0]].source + 1,
-                                                                       sentences[order[0]].text)):
+        # A description's sentence holds the words of the term it describes (``Sentence.described``): "The default
+        # is 3 seconds." under "-t seconds" answers "If I don't pass a timeout, how long …?".
+        if order and not across and not shares_a_word(asked, sentences[order[0]].described):
             # The fitted ranker's cosine may put first a sentence holding no telling word of the question, which
             # the rule below refuses: the second and third lead instead where they hold one ("How do I book a
             # hotel for a business trip?" over the travel policy) and, for a number asked for, every one (not
             # "eight" universities for "How many people live in Melbourne?"). Not further down: "What is the
             # smallest prime number?" over squad2-dev's article on complexity would be answered from its fourth.
-            lead = [i for i in order[1:3] if shares_a_word(asked, with_term(sentences[i].source + 1, sentences[i].text))
+            lead = [i for i in order[1:3] if shares_a_word(asked, sentences[i].described)
                     and (not shape.numeric or telling_words(question) <= stems(sentences[i].text))]
             order = [*lead, *(i for i in order if i not in lead)]
         if shape.yes_no and order and restates_the_quote(question, sentences[order[0]].text):
@@ -360,7 +353,8 @@ class AnswerService:
             order = [meaning, *(i for i in order if i != meaning)] if meaning is not None else order
         ranked = tuple((sentences[i].source + 1, sentences[i].text) for i in order[:8])
         best = ranked[0][1] if ranked else None
-        if best and not across and not shares_a_word(asked, with_term(*ranked[0])):
+        by_place = {(s.source + 1, s.text): s for s in sentences}  # a ranked (citation, text) pair's sentence
+        if best and not across and not shares_a_word(asked, by_place[ranked[0]].described):
             # Evidence that says nothing the question (or, for a follow-up, the questions it refers back to) asks
             # about: found through the conversation only ("How long does it take light from the Sun to reach
             # Earth?" after questions on the documents), or the best of unrelated sentences ("What is the freezing
@@ -421,7 +415,7 @@ class AnswerService:
         # the PostgreSQL manual's pages, which rarely say it); the title's words count for the best passage's
         # coverage of the question as well.
         best_hit = retrieval.hits[ranked[0][0] - 1].chunk if best else None
-        judged = with_term(*ranked[0]) if best else best  # its coverage of the question and cosine, with its term
+        judged = by_place[ranked[0]].described if best else best  # coverage of the question and cosine, with its term
         signals = lexical_signals(question, judged, f"{best_hit.title}\n{best_hit.text}",
                                   [*texts, *dict.fromkeys(h.chunk.title for h in retrieval.hits)],
                                   retrieval.best_dense, self._cosine(judged, retrieval), capitals,
