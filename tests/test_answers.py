@@ -76,6 +76,51 @@ def test_a_default_asked_for_in_other_words_is_a_default_asked_for():
         assert not Q(question).default, question
 
 
+def test_a_quantity_before_its_verb_asks_for_a_number():
+    """tests/data/unseen-docs-2: "What cost does the planner assume by default for reading a disk page out of
+    sequence (random_page_cost)?" was answered "seq_page_cost", "Which exit code does pg_isready hand back …?"
+    "command line arguments": a quantity asked for before its verb, as "What is the cost …?" asks one."""
+    for question in ("What cost does the planner assume by default (random_page_cost)?",
+                     "Out of the box, what estimated query cost has to be exceeded before JIT compilation is on?",
+                     "Which exit code does pg_isready hand back when the server is starting?",
+                     "Which port does PostgreSQL listen on by default?", "What timeout does pg_isready use?"):
+        assert Q(question).numeric and Q(question).counting, question
+    for question in ("Which command does it run?", "What port forwarding does ssh offer?",
+                     "Which setting does the planner read?"):
+        assert not Q(question).numeric, question
+
+
+def test_a_default_asked_for_is_the_default_of_the_entry_asked_about():
+    """A definition list's entry: its first sentence names the setting and says what it does, a later one states
+    its default. The ranker put the first first (tests/data/unseen-docs-2: "Out of the box, what estimated query
+    cost has to be exceeded before JIT compilation is switched on …?" was answered "jit_above_cost", not "100000"),
+    or the default of the entry next to the one the question names ("What is work_mem set to by default?" got
+    "2.0" of hash_mem_multiplier, whose sentence says "the usual work_mem base amount")."""
+    from rag.answering.compress import candidate_sentences, default_of_the_entry
+    sentences = candidate_sentences([
+        "jit_above_cost (floating point)\n\nSets the query cost above which JIT compilation is activated, if "
+        "enabled. Performing JIT costs planning time but can accelerate query execution. The default is 100000.\n\n"
+        "hash_mem_multiplier (floating point)\n\nUsed to compute the maximum amount of memory that hash-based "
+        "operations can use. The default value is 2.0, which makes hash-based operations use twice the usual "
+        "work_mem base amount.\n\nwork_mem (integer)\n\nSets the base maximum amount of memory to be used by a "
+        "query operation. The default value is four megabytes (4MB)."])
+    text = [s.text for s in sentences]
+    assert [s.term for s in sentences] == ["jit_above_cost"] * 3 + ["hash_mem_multiplier"] * 2 + ["work_mem"] * 2
+    jit = "Out of the box, what estimated query cost has to be exceeded before JIT compilation is switched on?"
+    order = default_of_the_entry(Q(jit), jit, sentences, range(len(sentences)))
+    assert text[order[0]] == "The default is 100000." and sorted(order) == list(range(len(sentences)))
+    work_mem = "What is work_mem set to by default?"
+    order = default_of_the_entry(Q(work_mem), work_mem, sentences, [4, 5, 6, 0])
+    assert text[order[0]] == "The default value is four megabytes (4MB)."
+    # a follow-up names the entry in the question it refers back to
+    assert text[default_of_the_entry(Q("What is its default?"), "What does work_mem do? What is its default?",
+                                     sentences, [4, 5, 6])[0]] == "The default value is four megabytes (4MB)."
+    # no default asked for, or how to set one: the ranker's order
+    for question in ("What does work_mem do?", "How do I change the default work_mem?",
+                     "Why is work_mem only 4MB by default?"):
+        assert default_of_the_entry(Q(question), question, sentences, [5, 6, 4]) == [5, 6, 4], question
+
+
 def test_answer_starts_follow_the_question_type():
     words = lambda question: [VICTORIA_SENTENCE[i:].split()[0] for i in answer_starts(VICTORIA_SENTENCE, Q(question))]
     assert words("How many Catholic schools were in Victoria?") == ["1,548", "489", "214"]  # a count: no year, month
@@ -651,6 +696,15 @@ def test_a_leading_clause_may_be_joined_to_the_question_by_a_conjunction():
         assert not Q(question).listing, question
     assert Q("Which directories get cleaned out at every boot?").listing
     assert Q("Which data formats can COPY read and write?").listing
+    # a plural before the verb of another subject asks for several (tests/data/unseen-docs: "Which environment
+    # variables does vacuumdb read …?" was answered "PGDATABASE"); a singular noun in -us or -is does not
+    for question in ("Which environment variables does vacuumdb read for its connection settings?",
+                     "Out of the box, which privileges does PUBLIC get on a new database?",
+                     "On which operating systems is peer authentication available?"):
+        assert Q(question).listing, question
+    for question in ("What status does pg_isready return?", "What thesis specifies that a relationship exists?",
+                     "What census showed the population?"):
+        assert not Q(question).listing, question
 
 
 def test_question_kinds_and_commands():
@@ -688,7 +742,7 @@ def test_question_kinds_and_commands():
 
 
 def test_a_program_or_a_variable_asked_for_is_named_not_a_path_an_option_or_a_url():
-    from rag.answering.compress import Sentence
+    from rag.answering.compress import Sentence, candidate_sentences
     from rag.answering.service import commands_for
     asked = Q("Which command shows the UUID of a block device?")
     assert asked.command and Q("Which package provides the lpr command?").command
@@ -713,6 +767,16 @@ def test_a_program_or_a_variable_asked_for_is_named_not_a_path_an_option_or_a_ur
                      'exported environment variables.', 0, 0)]
     assert [command for command, _, _ in commands_for(lang, [0], Q("Which environment variables override $LANG?"))] \
         == ["$LC_TIME", "$LC_ALL"]
+    # what the question itself names is what it asks about, not its answer (tests/data/unseen-docs: "How do I change
+    # which program /usr/bin/editor launches system-wide?" was answered "/usr/bin/editor")
+    editor = candidate_sentences(['Debian provides unified access to the system default editor via command '
+                                  '"/usr/bin/editor".\n\nYou can change it as the following.\n\n'
+                                  '$ sudo update-alternatives --config editor'])
+    assert [command for command, _, _ in commands_for(editor, [0, 1, 2], Q(
+        "How do I change which program /usr/bin/editor launches system-wide?"))] == [
+        "sudo update-alternatives --config editor"]
+    assert [command for command, _, _ in commands_for(editor, [0, 1, 2], Q("How do I change the default editor?"))] \
+        == ["/usr/bin/editor", "sudo update-alternatives --config editor"]
     reportbug = "When you file a bug report, please use reportbug(1) command."
     priors = start_priors(reportbug, Q("Which command should I use to file a Debian bug report?"))
     assert max(priors, key=priors.get) == reportbug.index("reportbug")
@@ -897,6 +961,10 @@ def test_code_lines_under_an_announcing_sentence_carry_it_and_count_as_commands(
     assert bare_command("pg_dumpall -p 5432 | psql -d postgres -p 5433") and bare_command("psql -X -f dumpfile postgres")
     assert not bare_command("pg_dump writes its result to the standard output.")  # prose
     assert not bare_command("lack of freedom for such software packages")  # no option, no redirection
+    # a program run with a variable set for it (tests/data/unseen-docs-2: "/usr/share/man/it/" was the answer to
+    # "… how do I view a command's manual page in Italian?"); a variable set alone is no command
+    assert bare_command("LANG=it_IT.UTF-8 man programname") and bare_command("LC_ALL=C sort file")
+    assert not bare_command("XKBLAYOUT=us") and not bare_command("FOO=1 BAR=2")
     howto = Q("How do I dump a database into a file?")
     assert howto.procedure and not Q("Which createuser option prompts for the new user's password?").procedure
     assert [command for command, _, _ in commands_for(sentences, [0], howto)] == ["pg_dump dbname > dumpfile"]

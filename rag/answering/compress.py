@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -239,6 +240,33 @@ def states_a_default(sentence: str, question: QuestionShape) -> bool:
     """The question asks what a default is ("Where does PostgreSQL send its log by default?", not "How do I make git
     pull rebase by default?") and ``sentence`` states one ("The default is to log to stderr only.")."""
     return question.default and not question.howto and bool(STATES_A_DEFAULT.search(sentence))
+
+
+def entry_named(term: str, asked: str) -> bool:
+    """``asked`` (a question, with the questions a follow-up refers back to) names the option or setting of a
+    definition list's term line ("work_mem" of "work_mem (integer)", "--jobs" of "--jobs=njobs")."""
+    name = term.split()[0].split("=")[0] if term else ""
+    return bool(name) and re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", asked, re.IGNORECASE) is not None
+
+
+def default_of_the_entry(question: QuestionShape, asked: str, sentences: Sequence[Sentence],
+                         order: Sequence[int]) -> list[int]:
+    """``order`` (sentence indices, best first) with, where a default is asked for, the sentence stating the default
+    of the definition list entry asked about first: the entry the question names by its term, else the best
+    sentence's entry. The ranker puts an entry's first sentence first, which names the setting and says what it
+    does ("jit_above_cost (floating point) Sets the query cost above which JIT compilation is activated …" for
+    "Out of the box, what estimated query cost has to be exceeded before JIT compilation is switched on?"), and the
+    entry's "The default is 100000." second; or the default of the entry next to it ("The default value is 2.0, …
+    the usual work_mem base amount." of hash_mem_multiplier for "What is work_mem set to by default?")."""
+    if not (question.default and not question.howto and not question.explains) or not order:
+        return list(order)
+    named = next((i for i in order if sentences[i].term and entry_named(sentences[i].term, asked)), None)
+    entry = sentences[order[0] if named is None else named]
+    if not entry.term:
+        return list(order)
+    stated = next((i for i in order if sentences[i].source == entry.source and sentences[i].term == entry.term
+                   and states_a_default(sentences[i].text, question)), None)
+    return list(order) if stated is None else [stated, *(i for i in order if i != stated)]
 
 
 def asked_token_bonus(question: QuestionShape, sentences: Sequence[Sentence], sentence_vectors: bool) -> np.ndarray:

@@ -45,7 +45,11 @@ NUMERIC_QUESTION = asked(
     rf"{WHEN_ASKED}|(?:in |by |since )?(?:what|which) (?:year|decade|century|date|month|percentage|percent|age)|"
     r"how (?:many|much|long|old|large|big|far|tall|high)|"
     r"what (?:is|was|are|were) (?:the )?(?:[\w'’-]+ ){0,3}?(?:population|area|height|length|cost|price|budget|"
-    r"rate|limit|allowance|fee|amount|size|salary|total|maximum|minimum|number)s?\b", "numeric")
+    r"rate|limit|allowance|fee|amount|size|salary|total|maximum|minimum|number)s?\b|"
+    # The quantity before its verb: "What cost does the planner assume …?", "Which exit code does pg_isready hand
+    # back …?", "…, what estimated query cost has to be exceeded …?" (answered with the setting's name).
+    r"(?:what|which) (?:[\w'’-]+ ){0,2}?(?:cost|price|fee|port|percentage|number|exit code|exit status|timeout)s? "
+    r"(?:does|do|did|is|are|was|were|has|have|had|must|should|will|would|can|could|may)\b", "numeric")
 TIME_QUESTION = asked(rf"(?:{WHEN_ASKED}|(?:in |by |since )?(?:what|which) (?:year|decade|century|date|month))\b",
                       "time")
 PERSON_QUESTION = asked(r"(?:who|whom|whose)\b", "person")
@@ -116,8 +120,12 @@ VARIABLE_TOKEN = re.compile(r"\$?\{?[A-Za-z_]\w*\*?\}?")  # what may be one, on 
 # how many times …?".
 LIST_QUESTION = re.compile(r"(?i)^\s*" + LEADING_CLAUSES + r"(?:(?:in|on|from|for|with|at|by|into|under)\s+)?"
                            r"(?:which|what)\s+(?:[\w-]+\s+){0,2}?(?P<noun>[a-z][\w-]*[^s\W]s)\b"
-                           r"(?!\s+(?:is|was|does|has|the|a|an|my|your|its|their|this|that|these|those|"
-                           r"me|us|you|him|her|it|them|which|what|whether|how|where|who)\b)")
+                           r"(?!\s+(?:the|a|an|my|your|its|their|this|that|these|those|"
+                           r"me|us|you|him|her|it|them|which|what|whether|how|where|who)\b)"
+                           # a plural before the verb of another subject ("Which environment variables does vacuumdb
+                           # read …?", "On which operating systems is peer authentication available?"), not a
+                           # singular noun in -us or -is ("What status does it return?")
+                           r"(?<!us)(?<!is)")
 NOT_PLURALS = frozenset("does has was is this its yes us thus".split())
 # "What should I do to …?": answered with the steps the documentation lists.
 STEPS_QUESTION = re.compile(r"(?i)^\s*what (?:should|must|do|can|could) (?:i|we|you|one) do\b")

@@ -102,6 +102,7 @@ QUOTED = re.compile(r'"([^"]{2,160})"|“([^”]{2,160})”')
 # What marks a quoted span as code: a path, an option, key=value, a glob, a pipe, "::".
 CODE_CHARS = re.compile(r"[/=~*|;<>]|::|(?:^|\s)--?\w")
 COMMAND_WORD = re.compile(r"^[a-z][a-z0-9._+-]*$")
+ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=\S*$")  # "LANG=C", a variable set for the command after it
 BARE_SHELL = re.compile(r"^(?:--?[A-Za-z][\w-]*(?:=\S*)?|[<>|]|>>|2>&1)$")  # an option, a redirection, a pipe
 BARE_COMMAND_WORDS = 16
 COMMAND_TOKENS = 64  # the longest command offered as an answer (a longer one is not offered: never cut)
@@ -205,11 +206,15 @@ def files_in(sentence: str) -> list[str]:
 
 def bare_command(line: str) -> bool:
     """``line`` reads as a shell command shown without a prompt ("pg_dump dbname > dumpfile", "psql -X -f dumpfile
-    postgres"): a program name, then arguments with an option or a redirection, and no closing full stop. Only
-    a line under a sentence that announces code is read so (``introduces_code``)."""
+    postgres"): a program name, then arguments with an option or a redirection, and no closing full stop; or a
+    program run with variables set before it ("LANG=it_IT.UTF-8 man programname"). Only a line under a sentence
+    that announces code is read so (``introduces_code``)."""
     words = line.split()
-    return 2 <= len(words) <= BARE_COMMAND_WORDS and bool(COMMAND_WORD.match(words[0])) \
-        and not line.rstrip().endswith((".", ":", "?", "!")) and any(BARE_SHELL.match(w) for w in words[1:])
+    settings = next((n for n, word in enumerate(words) if not ENV_ASSIGNMENT.match(word)), len(words))
+    program = words[settings:]
+    return 2 <= len(words) <= BARE_COMMAND_WORDS and bool(program) and bool(COMMAND_WORD.match(program[0])) \
+        and not line.rstrip().endswith((".", ":", "?", "!")) \
+        and (settings > 0 or any(BARE_SHELL.match(w) for w in program[1:]))
 
 
 def term_of(line: str) -> str | None:

@@ -27,8 +27,8 @@ from rag.answering.answerability import (WEIGHTS, another_group, answerable_scor
                                          opposite_in_evidence, technical_word, telling_words, unknown_signals,
                                          versions_not_retrieved)
 from rag.answering.compress import (Passage, Sentence, asked_token_bonus, candidate_sentences, commands_of,
-                                    dense_gaps, distinct_sentences, evidence_texts, in_context, log_odds_scale,
-                                    score_sentences, select_passages)
+                                    default_of_the_entry, dense_gaps, distinct_sentences, evidence_texts, in_context,
+                                    log_odds_scale, score_sentences, select_passages)
 from rag.answering.english import GOES_ON_ABOUT
 from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, SPAN_WEIGHTS, Quote, align, align_part,
                                     announces_a_list, candidate_spans, clean_reply, command_spans, cut_cleanly,
@@ -351,10 +351,21 @@ class AnswerService:
             # …" for "… must I stop the postmaster …?").
             meaning = next((i for i in order[1:3] if not restates_the_quote(question, sentences[i].text)), None)
             order = [meaning, *(i for i in order if i != meaning)] if meaning is not None else order
+        entry_head = order[0] if order else None
+        order = default_of_the_entry(shape, asked, sentences, order)
         ranked = tuple((sentences[i].source + 1, sentences[i].text) for i in order[:8])
         best = ranked[0][1] if ranked else None
         by_place = {(s.source + 1, s.text): s for s in sentences}  # a ranked (citation, text) pair's sentence
-        if best and not across and not shares_a_word(asked, by_place[ranked[0]].described):
+        # An entry's default put first is judged with the sentence that says what the entry is, which the ranker
+        # had put first: "default_toast_compression The default is pglz." alone holds no word of "Unless I change
+        # it, which method is used to compress TOASTed values …?".
+        heads = {ranked[0]: sentences[entry_head].described} if ranked and order[0] != entry_head else {}
+
+        def about(place: tuple[int, str]) -> str:
+            """What the ranked sentence at ``place`` says, as the checks below read it (with its term)."""
+            return f"{heads[place]} {place[1]}" if place in heads else by_place[place].described
+
+        if best and not across and not shares_a_word(asked, about(ranked[0])):
             # Evidence that says nothing the question (or, for a follow-up, the questions it refers back to) asks
             # about: found through the conversation only ("How long does it take light from the Sun to reach
             # Earth?" after questions on the documents), or the best of unrelated sentences ("What is the freezing
@@ -368,6 +379,8 @@ class AnswerService:
         # SmolLM2-135M answered "Which zipapp option compresses …?" with "-o output" of the third-best entry.
         units = log_odds_scale(vectors is not None)
         score_of = {sentences[i].text: float(scores[i]) * units for i in reversed(order)}
+        if heads:  # an entry's default scores as its entry does: the other entries' phrases stay less likely
+            score_of[ranked[0][1]] = max(score_of[ranked[0][1]], score_of[sentences[entry_head].text])
         lead_of = {s.text: s.lead for s in sentences if s.lead}
         top = score_of[sentences[order[0]].text] if order else 0.0
 
@@ -415,7 +428,7 @@ class AnswerService:
         # the PostgreSQL manual's pages, which rarely say it); the title's words count for the best passage's
         # coverage of the question as well.
         best_hit = retrieval.hits[ranked[0][0] - 1].chunk if best else None
-        judged = by_place[ranked[0]].described if best else best  # coverage of the question and cosine, with its term
+        judged = about(ranked[0]) if best else best  # coverage of the question and cosine, with its term
         signals = lexical_signals(question, judged, f"{best_hit.title}\n{best_hit.text}",
                                   [*texts, *dict.fromkeys(h.chunk.title for h in retrieval.hits)],
                                   retrieval.best_dense, self._cosine(judged, retrieval), capitals,
@@ -691,7 +704,13 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
     lines = [command.split() for command in found if len(command.split()) > 1] if question.procedure else []
     return tuple((command, where, intro) for command, (where, intro) in found.items()
                  if of_the_asked_kind(command, question, whole=True)
-                 and not any(command in line for line in lines))
+                 and not any(command in line for line in lines) and not names_it(question.text, command))
+
+
+def names_it(question: str, code: str) -> bool:
+    """The question itself writes ``code`` (as a whole token): it is what is asked about, not the answer ("How do I
+    change which program /usr/bin/editor launches?" was answered "/usr/bin/editor")."""
+    return re.search(rf"(?<![\w/.-]){re.escape(code)}(?![\w/-])", question, re.IGNORECASE) is not None
 
 
 def closest(scores: np.ndarray, question: QuestionShape, sentences: Sequence[Sentence],
