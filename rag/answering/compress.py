@@ -17,7 +17,7 @@ import numpy as np
 
 from rag.answering.english import ADDS_TO_BEFORE, LEANS_ON_BEFORE, STATES_A_DEFAULT, defines
 from rag.answering.evidence import (answer_starts, bare_command, commands_in, files_in, holds_code_words,
-                                    introduces_code, term_of)
+                                    introduces_code, keyword_terms, term_of)
 from rag.answering.question import QuestionShape
 from rag.answering.retrieval import Hit
 from rag.core.text import content_words, split_sentences, stem
@@ -112,10 +112,11 @@ def candidate_sentences(chunks: Sequence[str]) -> list[Sentence]:
         flat, at = chunk.replace("\n", " "), 0
         entry_start, entry_terms = -1, []  # the term lines read since the last description
         position = 0
+        keywords = keyword_terms(chunk)
         for text in split_sentences(chunk):
             start = flat.find(text, at)
             at = start + len(text) if start >= 0 else at
-            named = term_of(text)
+            named = term_of(text, keywords=start in keywords)
             if named and start >= 0 and own_line(chunk, start, at):
                 entry_start = start if not entry_terms else entry_start
                 entry_terms.append(named)

@@ -95,6 +95,12 @@ YES_NO_PROMPT = ("Answer the question with Yes or No, as the context says. If th
 TERM_LINE = re.compile(r"^(-{1,2}[\w-]+(?:[= ][\w<>.-]+)?(?:,\s*-{1,2}[\w-]+(?:[= ][\w<>.-]+)?)*|"
                        r"[a-z][a-z0-9_.]*_[a-z0-9_.]+|\\[a-z][a-z0-9+]*)"
                        r"(?:\s+\((?:\w+\s?){1,3}\)|(?:\s+\[[^\]]*\])+)?$")  # psql's "\timing [ on | off ]" too
+# A keyword on a line of its own, a term line only where a description follows it (``keyword_terms``): a privilege
+# ("REFERENCES"), a variable ("PGDATA", psql's "AUTOCOMMIT"), a signal ("SIGQUIT"), an SQL command's option
+# ("FREEZE [ boolean ]"); not a navigation line ("COPY" above "Prev Up Next") nor a list's item.
+KEYWORD_TERM_LINE = re.compile(r"^([A-Z][A-Z0-9_]*[A-Z0-9](?: [A-Z][A-Z0-9_]*[A-Z0-9]){0,2})"
+                               r"(?:\s+\((?:\w+\s?){1,3}\)|(?:\s+\[[^\]]*\])+)?$")
+SENTENCE_END = re.compile(r"\w[.!?](?:\s|$)")
 # A shell line the documentation shows ("# dpkg --configure -a", "$ journalctl -b"); several flattened into one
 # sentence are split at their prompts.
 PROMPT_LINE = re.compile(r"^[#$]\s+(\S.*)$")
@@ -217,10 +223,30 @@ def bare_command(line: str) -> bool:
         and (settings > 0 or any(BARE_SHELL.match(w) for w in program[1:]))
 
 
-def term_of(line: str) -> str | None:
-    """The option or setting a definition-list term line names, or None for any other line."""
-    match = TERM_LINE.match(line.strip())
+def term_of(line: str, keywords: bool = False) -> str | None:
+    """The option or setting a definition-list term line names, or None for any other line; with ``keywords``, a
+    keyword's line too (``KEYWORD_TERM_LINE``: the caller knows a description follows it)."""
+    match = TERM_LINE.match(line.strip()) or (KEYWORD_TERM_LINE.match(line.strip()) if keywords else None)
     return match.group(1) if match else None
+
+
+def keyword_terms(chunk: str) -> frozenset[int]:
+    """Where in ``chunk`` a definition list's keyword term lines start (``KEYWORD_TERM_LINE``): runs of keyword lines
+    whose next line holds a sentence of prose, its description ("REFERENCES" above "Allows creation of a foreign key
+    constraint …"; "PGHOST", "PGPORT" above "Default connection parameters.")."""
+    found: set[int] = set()
+    run: list[int] = []
+    offset = 0
+    for line in chunk.split("\n"):
+        text = line.strip()
+        if text and KEYWORD_TERM_LINE.match(text):
+            run.append(offset + line.index(text))
+        elif text:
+            if run and SENTENCE_END.search(text):  # a description's first sentence (the chunk may cut its line)
+                found.update(run)
+            run = []
+        offset += len(line) + 1
+    return frozenset(found)
 
 
 def introduces_code(sentence: str) -> bool:
