@@ -767,6 +767,13 @@ def test_a_program_or_a_variable_asked_for_is_named_not_a_path_an_option_or_a_ur
                      'exported environment variables.', 0, 0)]
     assert [command for command, _, _ in commands_for(lang, [0], Q("Which environment variables override $LANG?"))] \
         == ["$LC_TIME", "$LC_ALL"]
+    # the question may name a variable without its "$" (tests/data/unseen-docs-2: "$LC_*; $LANG" was the answer to
+    # "Which variable takes precedence over both LANG and the individual LC_* category settings?")
+    overridden = [Sentence('Each detail feature of "$LANG" environment variable may be overridden by setting "$LC_*" '
+                           'variables.', 0, 0),
+                  Sentence('These environment variables can be overridden again by setting "$LC_ALL" variable.', 0, 1)]
+    assert [command for command, _, _ in commands_for(overridden, [0, 1], Q(
+        "Which variable takes precedence over both LANG and the individual LC_* category settings?"))] == ["$LC_ALL"]
     # what the question itself names is what it asks about, not its answer (tests/data/unseen-docs: "How do I change
     # which program /usr/bin/editor launches system-wide?" was answered "/usr/bin/editor")
     editor = candidate_sentences(['Debian provides unified access to the system default editor via command '

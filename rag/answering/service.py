@@ -690,8 +690,7 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
         for program in programs_in(sentence.text) if question.command else ():  # "lsmod(8)" for "Which command …?"
             found.setdefault(program, (where, None))
         for variable in variables_in(sentence.text) if question.variable else ():
-            if variable.lower() not in question.text.lower():  # not "$LANG" of "Which variables override $LANG?"
-                found.setdefault(variable, (where, None))
+            found.setdefault(variable, (where, None))
         after = following.get((sentence.source, sentence.position + 1))
         if after is not None and introduces_code(sentence.text):
             for command in commands_of(after):
@@ -708,9 +707,12 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
 
 
 def names_it(question: str, code: str) -> bool:
-    """The question itself writes ``code`` (as a whole token): it is what is asked about, not the answer ("How do I
-    change which program /usr/bin/editor launches?" was answered "/usr/bin/editor")."""
-    return re.search(rf"(?<![\w/.-]){re.escape(code)}(?![\w/-])", question, re.IGNORECASE) is not None
+    """The question itself writes ``code`` (as a whole token, a variable with or without its "$"): it is what is
+    asked about, not the answer ("How do I change which program /usr/bin/editor launches?" was answered
+    "/usr/bin/editor"; "$LANG" is no answer to "Which variables override $LANG?", nor "$LC_*" to "Which variable
+    takes precedence over both LANG and the LC_* settings?")."""
+    name = code[1:] if code.startswith("$") and len(code) > 1 else code
+    return re.search(rf"(?<![\w/.$-])\$?{re.escape(name)}(?![\w/-])", question, re.IGNORECASE) is not None
 
 
 def closest(scores: np.ndarray, question: QuestionShape, sentences: Sequence[Sentence],
