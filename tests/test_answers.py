@@ -1042,3 +1042,107 @@ def test_a_number_keeps_the_bound_the_sentence_puts_before_it():
     # No bound before it, or no number: the answer as it is.
     assert with_bound("1998", "It was invented in 1998.") == "1998"
     assert with_bound("Paris", "It is about Paris.") == "Paris"
+
+
+def test_a_token_given_as_an_example_or_starting_a_longer_identifier_is_not_unknown():
+    """tests/data/unseen-docs-4: "My laptop has a made-up hostname like box.localdomain. Why can't I …?", "With
+    mpm_event, …" (the page writes the module identifier "mpm_event_module") and "… its -data package …" (the page:
+    "`foo-data'") were refused as naming a token no retrieved passage held."""
+    from rag.answering.answerability import asked_tokens, holds_token, tokens_not_retrieved
+    assert asked_tokens("My laptop has a made-up hostname like box.localdomain. Why can't I use it?") == []
+    assert asked_tokens("Which files, e.g. pg_hba.conf, does initdb write?") == []
+    assert asked_tokens("Which setting in login.defs selects the hashing method?") == ["login.defs"]
+    assert holds_token("Module Identifier:mpm_event_module", "mpm_event")
+    assert holds_token("In these cases, `foo-data' doesn't depend on `foo'", "-data")
+    assert not holds_token("wal_keep_size (integer)", "wal_keep_segments")
+    assert not holds_token("pg_dump --data-only", "-data")  # an option is no suffix
+    assert tokens_not_retrieved("What is the default of wal_keep_segments?", "wal_keep_size (integer)") == 1
+    assert tokens_not_retrieved("Will every bundled module work under mpm_event?",
+                                "Module Identifier:mpm_event_module") == 0
+
+
+def test_an_environment_variable_named_before_the_word_variable_is_one():
+    """"Which environment variable lets an individual user override the machine-wide paper size?" was answered
+    "setting" of "… using the PAPERSIZE environment variable." (tests/data/unseen-docs-4)."""
+    from rag.answering.evidence import variables_in
+    assert variables_in("Users can override the paper size setting using the PAPERSIZE environment variable.") == [
+        "PAPERSIZE"]
+    assert variables_in("The Debian package takes no variable at all.") == []
+
+
+def test_items_quoted_the_way_old_manuals_quote_are_an_enumeration():
+    """The Debian FAQ quotes `like this': "What arguments will the scripts under /etc/init.d accept?" was answered
+    "all" of "… an argument which can be either `start', `stop', `reload', `restart' or `force-reload' …"."""
+    from rag.answering.evidence import enumeration
+    sentence = ("This approach works because the scripts in /etc/init.d/ all take an argument which can be either "
+                "`start', `stop', `reload', `restart' or `force-reload' and will then do the task indicated.")
+    assert enumeration(sentence) == "`start', `stop', `reload', `restart' or `force-reload'"
+    assert enumeration('Set it to “on” or “off”.') == "“on” or “off”"
+    assert enumeration("Don't use it; it's `deprecated' now.") is None
+
+
+def test_is_there_a_tool_asks_for_the_tool():
+    """"Is there a tool that refreshes my package lists … via cron?" was answered "Yes" (tests/data/unseen-docs-4;
+    the page: "You can use cron-apt; …"): it asks which tool, as "Which tool …?" does. Other "Is there …?" questions
+    stay yes/no questions."""
+    shape = Q("Is there a tool that refreshes my package lists and pre-fetches new packages on a schedule?")
+    assert shape.command and not shape.yes_no
+    assert shape.text.startswith("Is there a tool")
+    assert Q("I run a dozen boxes; is there a dpkg flag that dumps a .deb file's control information?").option
+    assert Q("Is there a limit on the number of uploads?").yes_no
+
+
+def test_a_word_after_a_modal_verb_is_no_answer():
+    """"If one of my name-based virtual hosts has no ServerName line, what name does Apache fall back to?" was answered
+    "default" of "… the server will default to a fully qualified domain name (FQDN) …" (tests/data/unseen-docs-4)."""
+    sentence = ("If you omit the ServerName directive from any name-based virtual host, the server will default to a "
+                "fully qualified domain name (FQDN) derived from the system hostname.")
+    starts = {sentence[s:].split()[0] for s in answer_starts(sentence, Q("What name does Apache fall back to?"))}
+    assert "default" not in starts and "a" in starts
+
+
+def test_the_line_under_a_sentence_announcing_a_command_is_one_without_an_option():
+    """The Debian FAQ: "If you specifically wish not to start a service during boot-up, … you can run the command"
+    above "systemctl disable service.service" (tests/data/unseen-docs-4: answered "boot-up"); a bare command needs
+    an option or a redirection to be read as one under any other announcing sentence."""
+    from rag.answering.evidence import announced_command, introduces_code
+    lead = ("If you specifically wish not to start a service during boot-up, instead of removing the corresponding "
+            "package, you can run the command")
+    assert introduces_code(lead)
+    assert announced_command("systemctl disable service.service", lead)
+    assert announced_command("update-alternatives --config x-window-manager", "If you want to change it, run:")
+    assert not announced_command("systemctl disable service.service", "The tools are as follows:")
+    assert not announced_command("using the name of the service file installed in /lib/systemd/system.", lead)
+    assert not introduces_code("I like to run")
+
+
+def test_a_sentence_about_the_code_line_above_it_offers_that_line():
+    """rsyslog's filters page shows ':msg, contains, "ID-4711"' and then says "This filter will match when the
+    message contains the string “ID-4711”."; Apache's stopping page shows "apache2ctl -k graceful-stop" above "The
+    WINCH or graceful-stop signal causes …" (tests/data/unseen-docs-4: both how-to questions were answered with the
+    sentences, not the line)."""
+    from rag.answering.evidence import about_the_code_above
+    assert about_the_code_above("This filter will match when the message contains the string “ID-4711”.",
+                                ':msg, contains, "ID-4711"')
+    assert about_the_code_above("The WINCH or graceful-stop signal causes the parent process to advise the children "
+                                "to exit after their current request.", "apache2ctl -k graceful-stop")
+    assert not about_the_code_above("The parent will continue to run.", "apache2ctl -k graceful-stop")
+    assert not about_the_code_above("This filter will match.", "Filters are evaluated in order.")
+
+
+def test_a_follow_up_is_not_answered_with_the_previous_answer_again():
+    """"And how do I switch it over to a different one?" after "How do I see which programs currently provide
+    x-window-manager?" (answered "update-alternatives --display x-window-manager") got that command again
+    (tests/data/unseen-docs-4); the page's next command line is "update-alternatives --config …"."""
+    sentence = 'For local X programs the "$XAUTHORITY" variable names the authority file, e.g. "/run/user/1000/x".'
+    shape = Q("What does it usually hold?")
+    encode = lambda text: np.array([ord(c) for c in text])
+    heads = lambda spans: {"".join(map(chr, span.tokens))[:12] for span in spans}
+    assert any(h.startswith("$XAUTHORITY") for h in heads(candidate_spans(sentence, shape, encode)))
+    again = heads(candidate_spans(sentence, shape, encode, repeated="$XAUTHORITY"))
+    assert again and not any(h.startswith("$XAUTHORITY") for h in again)
+    request = AnswerRequest.conversation([{"role": "user", "content": "Which variable?"},
+                                          {"role": "assistant", "content": "$XAUTHORITY [1]"},
+                                          {"role": "user", "content": "What does it hold?"}])
+    assert request.last_answer == "$XAUTHORITY"
+    assert AnswerRequest(question="What does it hold?").last_answer == ""

@@ -527,3 +527,26 @@ def test_a_how_to_question_gets_the_command_line_under_the_sentence_announcing_i
         result = ask(service, "How do I restore a plain-text SQL dump?")
         assert result.answer == "psql -X dbname < dumpfile" and result.answer_kind == "command", result
         assert any(quote.quote == "psql -X dbname < dumpfile" for quote in result.evidence), result.evidence
+
+
+def test_a_token_the_question_names_brings_the_passage_holding_it(settings: Settings, embedder, generator,
+                                                                  tmp_path: Path):
+    """"If I don't pass --manifest-checksums, which checksum algorithm does pg_basebackup use in the backup
+    manifest?" (tests/data/unseen-docs): the five passages retrieved from pg_basebackup's page held "The default is
+    CRC32C." but the option's own term line only in one the dense margin did not trust, so the question was refused
+    as naming an option no passage held. A passage holding a token the question names is evidence whatever its
+    cosine, and where no retrieved one holds it, the chunk that does takes the last place."""
+    from rag.answering.answerability import asked_tokens, holds_token
+    page = DATA / "unseen-docs" / "docs" / "postgresql-15-app-pgbasebackup.html"
+    with service_over({page.name: page.read_text(encoding="utf-8")}, settings, embedder, generator,
+                      tmp_path) as service:
+        question = "If I don't pass --manifest-checksums, which checksum algorithm does pg_basebackup use in the backup manifest?"
+        assert asked_tokens(question) == ["--manifest-checksums", "pg_basebackup"]
+        prepared = service.prepare(AnswerRequest(question=question, options=options_from(service.settings)))
+        assert any(holds_token(hit.chunk.text, "--manifest-checksums") for hit in prepared.retrieval.hits)
+        assert prepared.signals["tokens_not_retrieved"] == 0, prepared.signals
+        assert any("The default is CRC32C." in text for _, text in prepared.ranked[:3]), prepared.ranked[:3]
+        # a token no chunk holds brings nothing, and is still counted
+        unknown = "Which checksum algorithm does pg_basebackup --manifest-digest use?"
+        prepared = service.prepare(AnswerRequest(question=unknown, options=options_from(service.settings)))
+        assert prepared.signals.get("tokens_not_retrieved", 1) >= 1 or prepared.abstain_early

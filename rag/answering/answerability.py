@@ -111,15 +111,41 @@ def names_an_unknown_identifier(signals: Mapping[str, float]) -> bool:
 EXACT_TOKEN = re.compile(r"(?<![\w.-])(?:[A-Za-z][\w+-]+(?:\.[A-Za-z0-9_]+)+|[A-Za-z]\w*_\w+|--?[A-Za-z][\w-]+)(?!\w)")
 
 
+# A token the question gives as an example of its own ("a made-up hostname like box.localdomain"), which no page
+# need hold.
+EXAMPLE_MARK = re.compile(r"(?i)(?:\blike|\bsuch as|\be\.g\.,?|\bfor (?:example|instance),?|\bsay,)\s*[\"'“‘(]?$")
+
+
+def asked_tokens(question: str) -> list[str]:
+    """The file names, identifiers and options the question names (``EXACT_TOKEN``), but those it gives as an
+    example (``EXAMPLE_MARK``)."""
+    return list(dict.fromkeys(m.group() for m in EXACT_TOKEN.finditer(question)
+                              if not EXAMPLE_MARK.search(question[:m.start()])))
+
+
+def holds_token(text: str, token: str) -> bool:
+    """``text`` holds ``token`` as written (in any case), or as the start of a longer identifier ("mpm_event" of
+    the module identifier "mpm_event_module") or, a suffix asked for ("its -data package"), as the end of a
+    hyphenated name ("foo-data")."""
+    name = re.escape(token.lower())
+    before = r"(?<![\w-])" if not re.match(r"-\w", token) else r"(?<![-])"
+    after = r"(?![^\W_])" if "_" in token else r"(?!\w)"
+    return re.search(before + name + after, text.lower()) is not None
+
+
+def unretrieved_tokens(question: str, retrieved: str) -> list[str]:
+    """The tokens the question names (``asked_tokens``) no retrieved passage holds (``holds_token``): the passages
+    then speak of something else ("min_wal_size" was the answer to "Which journald.conf setting limits …?",
+    "/etc/shadow" to "Which setting in login.defs …?")."""
+    return [token for token in asked_tokens(question) if not holds_token(retrieved, token)]
+
+
 def tokens_not_retrieved(question: str, retrieved: str) -> int:
-    """How many of the file names, identifiers and options the question names (``EXACT_TOKEN``) no retrieved
-    passage holds as written (in any case): the passages then speak of something else ("min_wal_size" was the
-    answer to "Which journald.conf setting limits …?", "/etc/shadow" to "Which setting in login.defs …?"). On the
-    dev dumps' collected evidence 9 of the dev set's 18 unanswerable questions naming such a token had one no
-    retrieved passage held, none of its 52 answerable ones; no policies or squad2-dev question names one."""
-    lowered = retrieved.lower()
-    return sum(not re.search(rf"(?<![\w-]){re.escape(token.lower())}(?!\w)", lowered)
-               for token in dict.fromkeys(m.group() for m in EXACT_TOKEN.finditer(question)))
+    """How many tokens the question names no retrieved passage holds (``unretrieved_tokens``). On the dev dumps'
+    collected evidence 9 of the dev set's 18 unanswerable questions naming such a token had one no retrieved
+    passage held, none of its 52 answerable ones; no policies or squad2-dev question names one. Retrieval gives
+    each such token the chunk holding it where one does (``Retriever.chunks_holding``)."""
+    return len(unretrieved_tokens(question, retrieved))
 
 
 # A version of a named thing ("PostgreSQL 12", "Debian 7", "TLS 1.3"): a capitalised word, then a number of one or

@@ -15,9 +15,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from rag.answering.answerability import holds_token
 from rag.answering.english import ADDS_TO_BEFORE, LEANS_ON_BEFORE, STATES_A_DEFAULT, defines
-from rag.answering.evidence import (answer_starts, bare_command, commands_in, files_in, holds_code_words,
-                                    introduces_code, keyword_terms, term_of)
+from rag.answering.evidence import (announced_command, answer_starts, bare_command, commands_in, files_in,
+                                    holds_code_words, introduces_code, keyword_terms, term_of)
 from rag.answering.question import QuestionShape
 from rag.answering.retrieval import Hit
 from rag.core.text import content_words, split_sentences, stem
@@ -155,7 +156,7 @@ def commands_of(sentence: Sentence) -> list[str]:
     """The sentence itself where it is a command line under one that announces it (``bare_command``), else the
     code it shows (``commands_in``): the whole "openssl req … -subj "/CN=dbhost.yourdomain.com"", not its quoted
     argument."""
-    if sentence.lead and bare_command(sentence.text):
+    if sentence.lead and announced_command(sentence.text, sentence.lead):
         return [sentence.text]
     return commands_in(sentence.text)
 
@@ -188,13 +189,18 @@ def in_context(source: int, sentence: str, chunk_text: str, reasons: bool = Fals
     return [*before, (source, sentence), *after]
 
 
-def evidence_texts(hits: Sequence[Hit], subject: str | None) -> list[str]:
+def evidence_texts(hits: Sequence[Hit], subject: str | None, tokens: Sequence[str] = ()) -> list[str]:
     """What each retrieved passage may give as evidence: its whole text where its cosine is within
-    ``TRUSTED_DENSE_MARGIN`` of the best one's, else only its sentences that say what a definition question's
-    ``subject`` is ("…the famed Viking ruler Rollo" for "Who was Rollo?")."""
+    ``TRUSTED_DENSE_MARGIN`` of the best one's, or where it holds one of the file names, identifiers or options the
+    question names (``tokens``) that no such passage holds ("--manifest-checksums=algorithm" is the entry asked
+    about, whatever its cosine); else only its sentences that say what a definition question's ``subject`` is
+    ("…the famed Viking ruler Rollo" for "Who was Rollo?"). Not every passage naming a token the trusted ones hold
+    too: on the dev set "What is the default max_wal_size?" was then answered "1" (of "1 GB")."""
     floor = max((h.dense_score for h in hits if h.dense_score is not None), default=1.0) - TRUSTED_DENSE_MARGIN
-    return [h.chunk.text if h.dense_score is not None and h.dense_score >= floor
-            else defining_sentences(h.chunk.text, subject) for h in hits]
+    trusted = [h.dense_score is not None and h.dense_score >= floor for h in hits]
+    missing = [t for t in tokens if not any(ok and holds_token(h.chunk.text, t) for ok, h in zip(trusted, hits))]
+    return [h.chunk.text if ok or any(holds_token(h.chunk.text, token) for token in missing)
+            else defining_sentences(h.chunk.text, subject) for ok, h in zip(trusted, hits)]
 
 
 def dense_gaps(hits: Sequence[Hit]) -> list[float]:

@@ -81,6 +81,10 @@ PROCEDURE_QUESTION = asked(r"how (?:do|can|could|should|would|might|may|must) (?
                            r"what (?:is|are) the (?:[\w-]+ )?commands?\b", "procedure")
 # "Which command shows the UUID of a block device?", "Which package provides lpr?": a program is asked for, and a
 # path, an option or a URL (``NOT_A_PROGRAM``) is none; its manual page names one ("blkid(8)").
+# "Is there a tool that refreshes my package lists on a schedule?": the tool is asked for, as by "Which tool …?".
+EXISTENTIAL_QUESTION = asked(r"(?:is|are) there (?:an?|any|some) (?=(?:[\w.-]+ ){0,2}?(?:tools?|commands?|programs?|"
+                             r"utilit(?:y|ies)|packages?|options?|flags?|switch(?:es)?|settings?|parameters?|"
+                             r"directives?|variables?|files?)\b)", "existential")
 COMMAND_QUESTION = asked(r"(?:what|which) (?:[\w.-]+ )?(?:commands?|tools?|programs?|utilit(?:y|ies)|packages?|"
                          r"daemons?)\b", "command")
 NOT_A_PROGRAM = re.compile(r"^[\"'“‘(]*(?:~?/|-{1,2}\w|[a-z][a-z0-9+.-]*://)")
@@ -112,8 +116,10 @@ NAMED_AS_OPTION = re.compile(r"(?i)\b([\w.-]+)\s+(?:parameters?|options?|setting
 # "GRUB_BACKGROUND", "the environment variable PGDATA"), not a path nor a shell line.
 VARIABLE_QUESTION = asked(r"(?:what|which) (?:[\w.-]+ )?variables?\b", "variable")
 # A family of variables is one name: "$LC_*" (was answered "$LC_").
+# A capitalised name before the word ("the PAPERSIZE environment variable") is one too.
 VARIABLE_NAME = re.compile(r"\$\{?[A-Za-z_]\w*\*?\}?|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b"
-                           r"|(?<=variable )[A-Z][A-Z0-9_]{2,}\b")
+                           r"|(?<=variable )[A-Z][A-Z0-9_]{2,}\b"
+                           r"|\b[A-Z][A-Z0-9_]{2,}(?= (?:environment |shell )?variable\b)")
 VARIABLE_TOKEN = re.compile(r"\$?\{?[A-Za-z_]\w*\*?\}?")  # what may be one, on its own
 # "Which directories get cleaned at boot?", "What risks do I take …?": the answer names every item. Not where the
 # plural is a verb: "Which kernel parameter gets me …?", "Which file decides whether …?", "Which timeit option sets
@@ -195,6 +201,8 @@ REPLACED = re.compile(r"(?i)\b(?:instead of|rather than)\s*$")
 # systemd-timesyncd … instead." was answered "instead"). Not the ones that modify what follows: "rather concrete"
 # answers "Is a problem instance abstract or concrete?" (squad2-dev), "just 3 days", "too large".
 LONE_ADVERBS = frozenset("instead here again already else".split())
+# A lowercase word after one of these is a verb ("will default to a fully qualified domain name"), never an answer.
+MODAL_VERBS = frozenset("will would can could may might must shall should".split())
 PLACE_PREPOSITIONS = frozenset({"in", "at", "near", "from", "on", "into", "to"})
 # Words an answer never ends on: it would leave its clause unfinished ("each file that a user", "If the Web
 # can", "you can", "more"); besides the stop words and prepositions.
@@ -259,7 +267,22 @@ RUNS_A_COMMAND = re.compile(r"(?i)\b(?:use|using|used|run|running|execute|type|i
 # considerations.").
 INTRODUCES = re.compile(r"(?i)(?:\bfollowing(?:\s+[\w-]+){0,2}|\bas follows\b|\bbelow\b|\bas:?|\bis|:)\s*\.?\s*$"
                         r"|\bthe following (?:are|is|should be|must be|can be|may be)(?:\s+[\w-]+){0,3}\s*[.:]?\s*$"
-                        r"|^the\s+following\b")
+                        r"|^the\s+following\b"
+                        # "…, you can run the command" above the command itself (the Debian FAQ's pages), unpunctuated
+                        r"|\b(?:run|execute|type|enter|issue)\s+(?:the\s+|this\s+)?commands?\s*$"
+                        r"|\b(?:use|using|with)\s+(?:the|this)\s+commands?\s*$")
+# A sentence that announces a command in so many words ("…, you can run the command", "If you want to change it,
+# run:", "…with the following command."): the line under it is one even without an option ("systemctl disable
+# service.service").
+# ("type" or "enter" only with "command": "… of the following type:" announces no command).
+ANNOUNCES_A_COMMAND = re.compile(r"(?i)(?:\b(?:run|execute|issue)(?:\s+(?:the|this|following))*(?:\s+commands?)?"
+                                 r"|\b(?:type|enter)(?:\s+(?:the|this|following))*\s+commands?"
+                                 r"|\bcommands?(?:\s+line)?)\s*[.:]?\s*$")
+# A sentence about the code line right above it: "This filter will match when the message contains …" under
+# ':msg, contains, "ID-4711"'.
+ABOUT_THE_CODE_ABOVE = re.compile(r"^(?:This|These|The above|The example above)(?:\s+[\w-]+){0,2}?\s+(?:will|would|"
+                                  r"does|do|matches|match|makes|tells|causes|sets|means|selects|enables|disables|"
+                                  r"filters|writes|sends|logs|configures)\b")
 # A sentence that announces, in words, a list under it ("LVM requires the following.", "… are as follows:").
 ANNOUNCES_A_LIST = re.compile(r"(?i)\b(?:following|as follows)(?:\s+[\w-]+){0,4}\s*[.:]?\s*$")
 

@@ -17,9 +17,11 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from rag.answering.english import (ANNOUNCES_A_LIST, ARTICLE_NEXT, ARTICLES, BOUND_BEFORE, CLAUSE_END, CLAUSE_INSIDE,
+from rag.answering.english import (ABOUT_THE_CODE_ABOVE, ANNOUNCES_A_COMMAND, ANNOUNCES_A_LIST, ARTICLE_NEXT,
+                                   ARTICLES, BOUND_BEFORE, CLAUSE_END, CLAUSE_INSIDE,
                                    CLAUSE_OPENERS, COORDINATION, DANGLING_WORDS, defines, FILE_NAME, INTRODUCES,
-                                   LONE_ADVERBS, MAGNITUDE_NEXT, MAN_PAGE, MONTH, NAMED_AS_OPTION, NEGATED_HARM,
+                                   LONE_ADVERBS, MAGNITUDE_NEXT, MAN_PAGE, MODAL_VERBS, MONTH, NAMED_AS_OPTION,
+                                   NEGATED_HARM,
                                    NEGATION, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES, OPTION_WORD, ORDINAL_DATE_NEXT,
                                    PLACE_PREPOSITIONS, PREPOSITIONS, QUOTED_MESSAGE, REPLACED, RUNS_A_COMMAND,
                                    STATES_DEFAULT, TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE,
@@ -115,7 +117,11 @@ COMMAND_TOKENS = 64  # the longest command offered as an answer (a longer one is
 # Subtracted from the first-token logit of a command from the n-th ranked sentence, times n.
 COMMAND_RANK_PRIOR = 1.0
 # Two or more quoted items in a row ("/tmp", "/var/lock", and "/var/run"): the enumeration is the answer.
-QUOTED_ENUMERATION = re.compile(r'"[^"]{1,80}"(?:\s*,\s*(?:and\s+|or\s+)?"[^"]{1,80}"|\s+(?:and|or)\s+"[^"]{1,80}")+')
+# Quoted as the page quotes: "…", “…”, ‘…’ or `…' (the Debian FAQ's "`start', `stop', `reload', `restart' or
+# `force-reload'").
+QUOTED_ITEM = r"""(?:"[^"]{1,80}"|“[^”]{1,80}”|‘[^’]{1,80}’|`[^`']{1,80}')"""
+QUOTED_ENUMERATION = re.compile(rf"{QUOTED_ITEM}(?:\s*,\s*(?:and\s+|or\s+)?{QUOTED_ITEM}"
+                                rf"|\s+(?:and|or)\s+{QUOTED_ITEM})+")
 # Three or more paths in a row, unquoted: "/proc, /sys, /tmp, and /run". Not names: "Universal, Warner Brothers,
 # and Sony" answered "Which company owns ABC?" (its "owns" read as a plural) on squad2-dev, and "Connell, Dane
 # Reynolds, and Chris Ward" lost "Shaun White".
@@ -221,6 +227,27 @@ def bare_command(line: str) -> bool:
     return 2 <= len(words) <= BARE_COMMAND_WORDS and bool(program) and bool(COMMAND_WORD.match(program[0])) \
         and not line.rstrip().endswith((".", ":", "?", "!")) \
         and (settings > 0 or any(BARE_SHELL.match(w) for w in program[1:]))
+
+
+def announced_command(line: str, lead: str) -> bool:
+    """``line`` is the command the sentence ``lead`` above it announces: a bare command (``bare_command``), or, where
+    the sentence says it is a command to run (``ANNOUNCES_A_COMMAND``), any line of a program and its arguments
+    ("systemctl disable service.service" under "…, you can run the command")."""
+    words = line.split()
+    return bare_command(line) or (bool(ANNOUNCES_A_COMMAND.search(lead)) and 2 <= len(words) <= BARE_COMMAND_WORDS
+                                  and bool(COMMAND_WORD.match(words[0]))
+                                  and not line.rstrip().endswith((".", ":", "?", "!")))
+
+
+def about_the_code_above(sentence: str, line: str) -> bool:
+    """``sentence`` speaks of the code ``line`` right above it: it says "This filter will match …", or it names the
+    line's technical token ("The WINCH or graceful-stop signal causes …" under "apache2ctl -k graceful-stop")."""
+    if line.rstrip().endswith((".", "?", "!")) or len(line.split()) > BARE_COMMAND_WORDS:
+        return False
+    if ABOUT_THE_CODE_ABOVE.match(sentence):
+        return True
+    tokens = [t for t in line.split()[1:] if TECHNICAL_TOKEN.search(t) or re.search(r"\w-\w", t)]
+    return bare_command(line) and any(re.search(rf"(?<![\w-]){re.escape(t)}(?![\w-])", sentence) for t in tokens)
 
 
 def term_of(line: str, keywords: bool = False) -> str | None:
@@ -367,6 +394,9 @@ def answer_starts(sentence: str, question: QuestionShape) -> list[int]:
             continue  # inside a sum: not "1" of "(2^32 - 1) bytes" for the maximum file size on FAT
         if not of_the_asked_kind(match.group(), question):
             continue
+        if i and tokens[i - 1].group().lower() in MODAL_VERBS and match.group().isalpha() \
+                and match.group().islower():  # "default" of "the server will default to a fully qualified …"
+            continue
         # "after completing the probation", "on the end date of the contract" answer "when" (not "on 1 May":
         # the date starts there)
         # (and not "Before Rollo's arrival" for "When did Rollo arrive?": what follows must say something new)
@@ -496,20 +526,25 @@ def start_priors(sentence: str, question: QuestionShape) -> dict[int, float]:
 
 
 def candidate_spans(sentence: str, question: QuestionShape, encode: Callable[[str], np.ndarray],
-                    limit: int = MAX_SPAN_TOKENS, weights: SpanWeights = SPAN_WEIGHTS) -> list[TokenSpan]:
+                    limit: int = MAX_SPAN_TOKENS, weights: SpanWeights = SPAN_WEIGHTS,
+                    repeated: str = "") -> list[TokenSpan]:
     """For each answer start (``answer_starts``), the sentence from there tokenised on its own, and the
     lengths at which its text ends at the end of a word (never inside one, never after a function word or
     an open bracket, never past a third of the question's own words: not "The USGS has released a
     California Earthquake forecast" for "Which organization released a California Earthquake forecast?"):
     the token counts of
     those word-final prefixes, where they tokenise as the head of the whole (encode only, so any generator's
-    tokenizer serves), with the start's prior and each end's bonus (``SpanWeights``)."""
+    tokenizer serves), with the start's prior and each end's bonus (``SpanWeights``). Not from where the sentence
+    says the ``repeated`` phrase (a follow-up's previous answer) again."""
     spans = []
     asked = question.content_stems
     words = list(WORD_OR_NUMBER.finditer(sentence))
     priors = start_priors(sentence, question)
+    again = re.compile(rf"{re.escape(repeated)}(?![\w-])", re.IGNORECASE) if repeated else None
     for start in answer_starts(sentence, question):
         suffix = sentence[start:]
+        if again is not None and again.match(suffix):
+            continue
         tokens = tuple(int(t) for t in encode(suffix))[:limit]
         ends, question_words, bonus, apart = set(), 0, [], []
         # Inside quotes, the answer ends by the closing quote at the latest.

@@ -42,6 +42,12 @@ class QuestionShape:
 
     @classmethod
     def of(cls, question: str) -> "QuestionShape":
+        existential = english.EXISTENTIAL_QUESTION.match(question)
+        if existential:  # "Is there a dpkg flag that dumps …?" is read as "Which dpkg flag that dumps …?"
+            opener = list(re.finditer(r"(?i)\b(?:is|are) there ", question[:existential.end()]))[-1]
+            which = "Which" if opener.start() == 0 else "which"
+            return replace(cls.of(f"{question[:opener.start()]}{which} {question[existential.end():]}"),
+                           text=question)
         words = content_words(question) | {w for w in re.findall(r"\w+", question.lower()) if len(w) == 1}
         yes_no = bool(english.YES_NO_QUESTION.match(question))
         plural = english.LIST_QUESTION.match(question)

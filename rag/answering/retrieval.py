@@ -15,6 +15,7 @@ from rag.core import observe
 from rag.core.access import visible
 from rag.core.errors import DocumentNotFoundError
 from rag.reranker import KeepOrder, Reranker
+from rag.answering.answerability import holds_token, unretrieved_tokens
 
 RRF_K = 60  # the usual constant from Cormack et al.; rank differences matter, scores don't
 CANDIDATES_PER_SIDE = 4  # each side proposes k * this many before fusion
@@ -47,6 +48,11 @@ class Retrieval:
     index: str = ""  # the index searched (no hits at all: it holds no documents)
     dense_ms: float = 0.0  # of search_ms: the vector searches
     lexical_ms: float = 0.0  # of search_ms: the keyword searches
+
+
+# Chunks read per token by ``chunks_holding``: the keyword search ranks by the token's words, the one holding it
+# as written is among the first.
+TOKEN_SEARCH = 20
 
 
 def rrf_fuse(rankings: Sequence[Sequence[int]], k: int, rrf_k: int = RRF_K) -> list[tuple[int, float]]:
@@ -112,6 +118,15 @@ class Retriever:
         hits = [Hit(records[i], score, dense_scores.get(i), lexical_scores.get(i), min(1.0, score / best_possible))
                 for i, score in fused if i in records]  # a concurrent delete may have removed a chunk
         hits = [hits[i] for i in self.reranker.rerank(queries[-1], [h.chunk for h in hits])][:k]
+        # A file name, identifier or option the question names that no hit holds: the chunk holding it takes the
+        # last place ("If I don't pass --manifest-checksums, which checksum algorithm does pg_basebackup use?" found
+        # five passages of pg_basebackup's page, none the option's own).
+        missing = unretrieved_tokens(question, " ".join(f"{h.chunk.title} {h.chunk.text}" for h in hits))
+        pinned = [c for c in self.chunks_holding(missing, doc_ids) if all(c.id != h.chunk.id for h in hits)][:k]
+        if pinned:
+            last = hits[-1] if hits else None
+            hits = [*hits[:k - len(pinned)], *(Hit(c, last.score if last else 0.0, None, None,
+                                                   last.relevance if last else 0.0) for c in pinned)]
         done = time.perf_counter()
         best = max((s for ranked in dense_lists for _, s in ranked), default=0.0)
         return Retrieval(hits, best, (embedded - start) * 1000, (done - embedded) * 1000, vectors[-1], queries[-1],
@@ -131,6 +146,18 @@ class Retriever:
         if visible is not None and not visible:
             return list(words)
         return [w for w in words if not self.reader.lexical_search(w, 1, visible)]
+
+    def chunks_holding(self, tokens: Sequence[str], doc_ids: Sequence[str] | None) -> list[ChunkRecord]:
+        """For each of ``tokens``, the chunk the keyword search ranks first among those holding it as written
+        (``holds_token``), within ``doc_ids`` (None: all); a token none holds has none."""
+        found: dict[int, ChunkRecord] = {}
+        for token in tokens:
+            ranked = [i for i, _ in self.reader.lexical_search(token, TOKEN_SEARCH, doc_ids)]
+            chunks = self.reader.chunks(ranked)
+            holding = next((chunks[i] for i in ranked if i in chunks and holds_token(chunks[i].text, token)), None)
+            if holding is not None:
+                found.setdefault(holding.id, holding)
+        return list(found.values())
 
     def resolve_documents(self, ids_or_paths: Sequence[str], groups: frozenset[str] | None = None) -> list[str]:
         """Document ids for a filter given as ids or paths; an unknown one is an error, not an empty search

@@ -22,17 +22,18 @@ import numpy as np
 from rag.embedder import Embedder
 from rag.reranker import KeepOrder, Reranker
 from rag.store import Store
-from rag.answering.answerability import (WEIGHTS, another_group, answerable_score, lexical_signals, profile_for,
-                                         refused_whatever_the_score, searchable_words, shares_a_word, stems,
-                                         opposite_in_evidence, technical_word, telling_words, unknown_signals,
+from rag.answering.answerability import (WEIGHTS, another_group, answerable_score, asked_tokens, lexical_signals,
+                                         profile_for, refused_whatever_the_score, searchable_words, shares_a_word,
+                                         stems, opposite_in_evidence, technical_word, telling_words, unknown_signals,
                                          versions_not_retrieved)
 from rag.answering.compress import (Passage, Sentence, asked_token_bonus, candidate_sentences, commands_of,
                                     default_of_the_entry, dense_gaps, distinct_sentences, evidence_texts, in_context,
                                     log_odds_scale, score_sentences, select_passages)
 from rag.answering.english import GOES_ON_ABOUT
-from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, SPAN_WEIGHTS, Quote, align, align_part,
-                                    announces_a_list, candidate_spans, clean_reply, command_spans, cut_cleanly,
-                                    defines_the_subject, enumeration, holds_code_words, holds_the_asked_type,
+from rag.answering.evidence import (DECLINE_REPLY, LIST_ITEMS, MAX_SPAN_TOKENS, SPAN_WEIGHTS, Quote,
+                                    about_the_code_above, align, align_part, announces_a_list, candidate_spans,
+                                    clean_reply, command_spans, cut_cleanly, defines_the_subject, enumeration,
+                                    holds_code_words, holds_the_asked_type,
                                     introduces_code, is_item, of_the_asked_kind, programs_in, restates_the_quote,
                                     sentence_quote, short_answer_messages, variables_in, with_bound,
                                     yes_no_messages, yes_no_spans)
@@ -139,6 +140,13 @@ class AnswerRequest:
         """The conversation's earlier user questions."""
         users = [m["content"] for m in self.messages if m["role"] == "user" and m["content"].strip()]
         return tuple(users[:-1])
+
+    @property
+    def last_answer(self) -> str:
+        """The answer line of the turn before the question, without its citation labels ("" for none)."""
+        before = next((m["content"] for m in reversed(self.messages[:-1]) if m["role"] == "assistant"), "") \
+            if self.messages and self.messages[-1]["role"] == "user" else ""
+        return re.sub(r"\s*\[\d{1,2}\]", "", before).strip()
 
     @classmethod
     def conversation(cls, messages: Sequence[Message], **kwargs: Any) -> "AnswerRequest":
@@ -322,7 +330,7 @@ class AnswerService:
         if not retrieval.hits or retrieval.best_dense < options.abstain_threshold:
             return PreparedAnswer(request, shape, retrieval, [], None, started,
                                   (time.perf_counter() - t0) * 1000, options.sampling)
-        texts = evidence_texts(retrieval.hits, shape.subject)
+        texts = evidence_texts(retrieval.hits, shape.subject, asked_tokens(question))
         sentences = candidate_sentences(texts)
         vectors = self.embedder.embed([s.text for s in sentences]) if options.sentence_vectors and sentences \
             else None
@@ -373,7 +381,10 @@ class AnswerService:
             # dumps it changed no other answer.
             return PreparedAnswer(request, shape, retrieval, passages, None, started,
                                   (time.perf_counter() - t0) * 1000, options.sampling)
-        commands = commands_for(sentences, order, shape)
+        # A follow-up asks for something new: not the phrase the turn before answered ("update-alternatives
+        # --display x-window-manager" again for "And how do I switch it over to a different one?").
+        said = request.last_answer if history and len(request.last_answer.split()) <= REPEATED_WORDS else ""
+        commands = commands_for(sentences, order, shape, said, history)
         # A command is less likely as its sentence scores further below the best one, as a short answer's phrase
         # is (``SENTENCE_MARGIN_PRIOR``): the entries of a definition list are sentences of their own, and
         # SmolLM2-135M answered "Which zipapp option compresses …?" with "-o output" of the third-best entry.
@@ -475,7 +486,8 @@ class AnswerService:
             span_shape = shape.with_earlier(tuple(history))
             spans = [dataclasses.replace(span, prior=span.prior - SENTENCE_MARGIN_PRIOR * max(0.0, score_of[best]
                                                                                            - score_of[text]))
-                     for text in chosen for span in candidate_spans(text, span_shape, self.generator.encode)]
+                     for text in chosen for span in candidate_spans(text, span_shape, self.generator.encode,
+                                                                    repeated=said)]
             # Declining is not offered as a span (the small model then declined 38% of answerable dev questions,
             # 10% without); it is measured (``decline``) for the answerability decision.
             sampling = dataclasses.replace(sampling, spans=tuple(spans),
@@ -670,14 +682,17 @@ class AnswerService:
         return sentence_quote(source, retrieval.hits[source - 1].chunk.text, sentence)
 
 
+REPEATED_WORDS = 8  # an answer line this short is a phrase a follow-up does not get again (longer: sentences)
 COMMAND_SENTENCES = 3  # the best-ranked sentences whose commands a how-to question may be answered with
 
 
-def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: QuestionShape
-                 ) -> tuple[tuple[str, tuple[int, str], tuple[int, str] | None], ...]:
+def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: QuestionShape, said: str = "",
+                 earlier: Sequence[str] = ()) -> tuple[tuple[str, tuple[int, str], tuple[int, str] | None], ...]:
     """A how-to question's candidate commands from its best sentences (``order``: sentence indices, best first):
     the code each shows, or the code line right under a sentence that announces one ("…the following command."
-    then "# dpkg --configure -a"). Empty for any other question."""
+    then "# dpkg --configure -a"). Not what the question or, for a follow-up, the ``earlier`` questions it refers
+    back to write ("pg_dump" for "Which option makes it write a custom-format archive?" after "What does the pg_dump
+    utility do?"), nor the answer the turn before gave (``said``). Empty for any other question."""
     if not question.howto:
         return ()
     following = {(s.source, s.position): s for s in sentences}
@@ -695,15 +710,20 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
         if after is not None and introduces_code(sentence.text):
             for command in commands_of(after):
                 found.setdefault(command, ((after.source + 1, after.text), where))
+        before = following.get((sentence.source, sentence.position - 1))
+        if before is not None and before.line and about_the_code_above(sentence.text, before.text):
+            found.setdefault(before.text, ((before.source + 1, before.text), where))
         for term in reversed(sentence.terms):  # the options or settings a definition list's entry names
             found.setdefault(term, (where, None))
     # A procedure is answered by the command line, not by one of its arguments the sentence announcing it names:
     # "mount -t iso9660 -o ro,loop cd.iso /cdrom", not "cd.iso" of "If "cd.iso" contains an ISO9660 image, then
     # the following manually mounts it to "/cdrom"."
     lines = [command.split() for command in found if len(command.split()) > 1] if question.procedure else []
+    asked = " ".join((question.text, *earlier))
     return tuple((command, where, intro) for command, (where, intro) in found.items()
                  if of_the_asked_kind(command, question, whole=True)
-                 and not any(command in line for line in lines) and not names_it(question.text, command))
+                 and not any(command in line for line in lines) and not names_it(asked, command)
+                 and command.casefold() != said.casefold())
 
 
 def names_it(question: str, code: str) -> bool:
