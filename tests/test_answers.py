@@ -670,6 +670,10 @@ def test_fragment_checker_of_eval():
     assert is_fragment("net", convert(result("net", "Set net.ifnames=0 there.")))
     assert is_fragment("http", convert(result("http", "Open http://localhost:631/ now.")))
     assert is_fragment("each file that a user", convert(result("each file that a user", "each file that a user opens")))
+    # a setting's value is no dangling word (tests/data/unseen-docs-5: "smtpd_helo_required = no" was counted one)
+    helo = 'For this reason, the requirement is disabled by default ("smtpd_helo_required = no").'
+    assert not is_fragment("smtpd_helo_required = no", convert(result("smtpd_helo_required = no", helo)))
+    assert is_fragment("there is no", convert(result("there is no", "there is no default")))
     assert not is_fragment("/etc/rsyslog.conf", convert(result("/etc/rsyslog.conf", "Edit /etc/rsyslog.conf.")))
     assert not is_fragment("No", convert(result("No", "Alcohol is never reimbursed.", "yes_no")))
     assert not is_fragment("Nein", convert(result("Nein", "Alkohol wird nie erstattet.", "yes_no")))
@@ -1146,3 +1150,18 @@ def test_a_follow_up_is_not_answered_with_the_previous_answer_again():
                                           {"role": "user", "content": "What does it hold?"}])
     assert request.last_answer == "$XAUTHORITY"
     assert AnswerRequest(question="What does it hold?").last_answer == ""
+
+
+def test_the_code_line_above_a_sentence_about_it_answers_a_procedure_not_a_setting():
+    """"How do I shut Apache down but let the children finish …?" is answered by the line above "The WINCH or
+    graceful-stop signal causes …"; "During a graceful stop, what setting caps how long the parent waits …?" is not
+    (it was answered "apache2ctl -k graceful-stop", tests/data/unseen-docs-4)."""
+    from rag.answering.compress import candidate_sentences
+    from rag.answering.service import commands_for
+    chunk = ("Signal: WINCH\n\napache2ctl -k graceful-stop\n\nThe WINCH or graceful-stop signal causes the parent "
+             "process to advise the children to exit after their current request.")
+    sentences = candidate_sentences([chunk])
+    order = [i for i, s in enumerate(sentences) if s.text.startswith("The WINCH")]
+    procedure = commands_for(sentences, order, Q("How do I shut Apache down but let the children finish first?"))
+    assert [command for command, _, _ in procedure] == ["apache2ctl -k graceful-stop"]
+    assert not commands_for(sentences, order, Q("During a graceful stop, what setting caps how long it waits?"))

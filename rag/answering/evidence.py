@@ -611,8 +611,10 @@ def cuts_a_clause(phrase: str, rest: str) -> bool:
 
 def dangles(phrase: str) -> bool:
     """``phrase`` ends on a word that leaves its clause unfinished (``DANGLING_WORDS``); the "so" of
-    "pam_wheel.so" is part of a name, not a word."""
+    "pam_wheel.so" is part of a name, not a word, and the "no" of "smtpd_helo_required = no" a setting's value."""
     tokens = phrase.split()
+    if len(tokens) >= 2 and (tokens[-2] == "=" or "=" in tokens[-1]):
+        return False
     return bool(tokens) and tokens[-1].strip(".,;:!?\"'“”‘’()[]").lower() in DANGLING_WORDS
 
 

@@ -710,8 +710,11 @@ def commands_for(sentences: Sequence[Sentence], order: Sequence[int], question: 
         if after is not None and introduces_code(sentence.text):
             for command in commands_of(after):
                 found.setdefault(command, ((after.source + 1, after.text), where))
+        # The code line above a sentence about it, for a procedure asked for (not for a setting: "apache2ctl -k
+        # graceful-stop" answered "… what setting caps how long the parent waits …?").
         before = following.get((sentence.source, sentence.position - 1))
-        if before is not None and before.line and about_the_code_above(sentence.text, before.text):
+        if question.procedure and before is not None and before.line \
+                and about_the_code_above(sentence.text, before.text):
             found.setdefault(before.text, ((before.source + 1, before.text), where))
         for term in reversed(sentence.terms):  # the options or settings a definition list's entry names
             found.setdefault(term, (where, None))
