@@ -52,7 +52,8 @@ def load_pages(docs: Path) -> dict[str, tuple[str, str]]:
 def source_of(document: str | None) -> str:
     if not document:
         return "none"
-    for source in ("debian-reference", "debian-faq", "postgresql", "python", "postfix", "apache", "rsyslog"):
+    for source in ("debian-reference", "debian-faq", "postgresql", "python", "postfix", "apache", "rsyslog",
+                   "varnish", "git", "bind", "exim"):
         if document.startswith(source):
             return source
     return "other"
