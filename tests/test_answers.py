@@ -1165,3 +1165,21 @@ def test_the_code_line_above_a_sentence_about_it_answers_a_procedure_not_a_setti
     procedure = commands_for(sentences, order, Q("How do I shut Apache down but let the children finish first?"))
     assert [command for command, _, _ in procedure] == ["apache2ctl -k graceful-stop"]
     assert not commands_for(sentences, order, Q("During a graceful stop, what setting caps how long it waits?"))
+
+
+def test_a_setting_asked_for_starts_at_the_word_named_as_one_not_at_a_path():
+    """"Which main.cf parameter sets the relay host?" over "The relay host is set in /etc/postfix/main.cf with the
+    relayhost parameter.": SmolLM2 with AVX2 kernels (tools/avx2_view) answered "/etc/postfix/main.cf", then "set".
+    A path is no setting, and the word the sentence names as a parameter is where the answer starts most likely."""
+    from rag.answering.evidence import of_the_asked_kind, start_priors
+    question = QuestionShape.of("Which main.cf parameter sets the relay host?")
+    sentence = "The relay host is set in /etc/postfix/main.cf with the relayhost parameter."
+    starts = answer_starts(sentence, question)
+    assert not any(sentence[at:].startswith("/etc/") for at in starts)
+    assert not of_the_asked_kind("/etc/postfix/main.cf", question)
+    priors = start_priors(sentence, question)
+    named, other = sentence.index("the relayhost"), sentence.index("set in")
+    assert named in starts and priors[named] > priors[other]
+    # A file asked for still gets its path, and an option question its option.
+    assert of_the_asked_kind("/etc/postfix/main.cf", QuestionShape.of("Which file holds the relayhost parameter?"))
+    assert of_the_asked_kind("--compress", QuestionShape.of("Which zipapp option compresses the files?"))

@@ -88,6 +88,8 @@ EXISTENTIAL_QUESTION = asked(r"(?:is|are) there (?:an?|any|some) (?=(?:[\w.-]+ )
 COMMAND_QUESTION = asked(r"(?:what|which) (?:[\w.-]+ )?(?:commands?|tools?|programs?|utilit(?:y|ies)|packages?|"
                          r"daemons?)\b", "command")
 NOT_A_PROGRAM = re.compile(r"^[\"'“‘(]*(?:~?/|-{1,2}\w|[a-z][a-z0-9+.-]*://)")
+# A path: "/etc/postfix/main.cf", "~/.psqlrc" (quoted or bracketed too).
+PATH_START = re.compile(r"^[\"'“‘(]*~?/[\w.]")
 MAN_PAGE = re.compile(r"[\w.+-]+\(\d\w*\)")
 # "Which file decides …?", "Which directory holds …?": a file or a directory is asked for (a path, a file name).
 FILE_QUESTION = asked(r"(?:(?:in|from|to|into) )?(?:what|which) (?:[\w.-]+ ){0,2}?"

@@ -23,7 +23,7 @@ from rag.answering.english import (ABOUT_THE_CODE_ABOVE, ANNOUNCES_A_COMMAND, AN
                                    LONE_ADVERBS, MAGNITUDE_NEXT, MAN_PAGE, MODAL_VERBS, MONTH, NAMED_AS_OPTION,
                                    NEGATED_HARM,
                                    NEGATION, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES, OPTION_WORD, ORDINAL_DATE_NEXT,
-                                   PLACE_PREPOSITIONS, PREPOSITIONS, QUOTED_MESSAGE, REPLACED, RUNS_A_COMMAND,
+                                   PATH_START, PLACE_PREPOSITIONS, PREPOSITIONS, QUOTED_MESSAGE, REPLACED, RUNS_A_COMMAND,
                                    STATES_DEFAULT, TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE,
                                    VARIABLE_NAME, VARIABLE_TOKEN, YEAR_OR_MONTH)
 from rag.answering.question import QuestionShape
@@ -428,6 +428,10 @@ def of_the_asked_kind(phrase: str, question: QuestionShape, whole: bool = False)
     blkid(8)."); a ``whole`` candidate for a variable must be one ("$TMPDIR", not "postgres -D /usr/local/pgsql")."""
     if question.variable and whole:
         return bool(VARIABLE_TOKEN.fullmatch(phrase.strip("\"'“”‘’")))
+    # Nor a path where a setting is asked for: "Which main.cf parameter sets the relay host?" is not answered
+    # "/etc/postfix/main.cf" (SmolLM2 chose it over "relayhost" with AVX2 kernels, tools/avx2_view).
+    if question.option and not question.file and PATH_START.match(phrase):
+        return False
     return not ((question.command or question.variable) and NOT_A_PROGRAM.match(phrase))
 
 
@@ -509,11 +513,24 @@ def start_priors(sentence: str, question: QuestionShape) -> dict[int, float]:
     # "Sky Q" said three times.
     said = collections.Counter(stem(words[i].group()) for i in near)
     near = [i for i in near if said[stem(words[i].group())] == 1] or near
+    # Where a setting is asked for (not a file: "Which file holds the settings …?"), a word the sentence names as one
+    # or writes as code: "relayhost" of "… in /etc/postfix/main.cf with the relayhost parameter" for "Which main.cf
+    # parameter sets the relay host?" (each of several such words alike: "MaxConnectionsPerChild" as much as a
+    # "MaxSpareServers directive").
+    setting = question.option and not question.file
+    named = {found.start(group) for found in NAMED_AS_OPTION.finditer(sentence) for group in (1, 2)
+             if setting and found.group(group) and found.group(group).lower() not in STOPWORDS}
+    for token in re.finditer(r"\S+", sentence) if setting else ():
+        first = WORD_OR_NUMBER.search(token.group())
+        if first and OPTION_WORD.search(token.group()):
+            named.add(token.start() + first.start())
     priors = {}
     for at, match in enumerate(words):
         word, before = match.group(), words[at - 1].group().lower() if at else ""
         prior = 0.0
         if (question.timing and YEAR_OR_MONTH.match(word)) or (question.person and word[:1].isupper() and at > 0) \
+                or match.start() in named or (word.lower() in ARTICLES and at + 1 < len(words)
+                                              and words[at + 1].start() in named) \
                 or (question.place and word[:1].isupper() and before in PLACE_PREPOSITIONS) \
                 or (question.place and starts_a_path(sentence, match.start())) \
                 or (question.command and MAN_PAGE.match(sentence, match.start())) \
