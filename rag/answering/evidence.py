@@ -23,7 +23,8 @@ from rag.answering.english import (ABOUT_THE_CODE_ABOVE, ANNOUNCES_A_COMMAND, AN
                                    LONE_ADVERBS, MAGNITUDE_NEXT, MAN_PAGE, MODAL_VERBS, MONTH, NAMED_AS_OPTION,
                                    NEGATED_HARM,
                                    NEGATION, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES, OPTION_WORD, ORDINAL_DATE_NEXT,
-                                   PATH_START, PLACE_PREPOSITIONS, PREPOSITIONS, QUOTED_MESSAGE, REPLACED, RUNS_A_COMMAND,
+                                   PATH_START, PLACE_PREPOSITIONS, PREPOSITIONS, QUOTED_MESSAGE, REPLACED,
+                                   RUNS_A_COMMAND,
                                    STATES_DEFAULT, TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE,
                                    VARIABLE_NAME, VARIABLE_TOKEN, YEAR_OR_MONTH)
 from rag.answering.question import QuestionShape
@@ -518,19 +519,19 @@ def start_priors(sentence: str, question: QuestionShape) -> dict[int, float]:
     # parameter sets the relay host?" (each of several such words alike: "MaxConnectionsPerChild" as much as a
     # "MaxSpareServers directive").
     setting = question.option and not question.file
-    named = {found.start(group) for found in NAMED_AS_OPTION.finditer(sentence) for group in (1, 2)
+    setting_words = {found.start(group) for found in NAMED_AS_OPTION.finditer(sentence) for group in (1, 2)
              if setting and found.group(group) and found.group(group).lower() not in STOPWORDS}
     for token in re.finditer(r"\S+", sentence) if setting else ():
         first = WORD_OR_NUMBER.search(token.group())
         if first and OPTION_WORD.search(token.group()):
-            named.add(token.start() + first.start())
+            setting_words.add(token.start() + first.start())
     priors = {}
     for at, match in enumerate(words):
         word, before = match.group(), words[at - 1].group().lower() if at else ""
         prior = 0.0
         if (question.timing and YEAR_OR_MONTH.match(word)) or (question.person and word[:1].isupper() and at > 0) \
-                or match.start() in named or (word.lower() in ARTICLES and at + 1 < len(words)
-                                              and words[at + 1].start() in named) \
+                or match.start() in setting_words or (word.lower() in ARTICLES and at + 1 < len(words)
+                                                      and words[at + 1].start() in setting_words) \
                 or (question.place and word[:1].isupper() and before in PLACE_PREPOSITIONS) \
                 or (question.place and starts_a_path(sentence, match.start())) \
                 or (question.command and MAN_PAGE.match(sentence, match.start())) \
