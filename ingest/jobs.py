@@ -42,6 +42,7 @@ HEARTBEAT_S = 2.0
 STALE_S = 20.0
 KEEP_FINISHED_S = 7 * 24 * 3600
 SAVE_EVERY_S = 0.25  # progress is written at most this often (and at each file's end)
+CANCEL_WAIT_S = 30.0  # a file stops at its next page; a batch being embedded finishes first
 QUEUED, RUNNING, DONE, FAILED, CANCELLED, INTERRUPTED = "queued", "running", "done", "failed", "cancelled", "interrupted"
 ACTIVE = (QUEUED, RUNNING)
 RERUNNABLE = (FAILED, CANCELLED, INTERRUPTED)
@@ -376,6 +377,38 @@ class JobRunner:
         self.store.request_cancel(job)
         if (running := self.running(job.id)) is not None:
             running.cancelled.set()
+
+    def cancel_or_forget(self, job: Job, wait_s: float = CANCEL_WAIT_S) -> Job:
+        """Cancel a queued or running job and forget it (what it committed stays), or forget an ended one; the
+        job as it ended. One that ends on its own while the cancel reaches it is forgotten all the same: a DELETE
+        answered 200 leaves no record behind (schemathesis found one that did, 2026-12-02)."""
+        if job.state not in ACTIVE:
+            self.store.discard(job)
+            return job
+        running = self.running(job.id)
+        self.cancel(job)
+        if running is not None:  # this process runs it: it stops at its next page or file
+            running.done.wait(wait_s)
+            job = running.job
+        else:  # another worker or replica runs it: it sees the request within a heartbeat
+            job = self._stopped_elsewhere(job, wait_s)
+        if job.state not in ACTIVE and job.state != CANCELLED:  # it ended before it saw the request
+            self.store.discard(job)
+        return job
+
+    def _stopped_elsewhere(self, job: Job, wait_s: float) -> Job:
+        """``job`` as its process left it once it stopped (its record gone: cancelled), or as it is after
+        ``wait_s`` (still stopping)."""
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                job = self.store.get(job.id)
+            except JobNotFoundError:
+                return msgspec.structs.replace(job, state=CANCELLED, error_type="cancelled", error=CANCELLED_MESSAGE)
+            if job.state not in ACTIVE:
+                return job
+            time.sleep(0.2)
+        return job
 
     def _lock(self, index: str) -> threading.Lock:
         with self._guard:

@@ -18,6 +18,7 @@ import pytest
 
 from format_fixtures import make_long_scan
 from helpers import cli_env, server_and_process
+from rag.core.errors import JobNotFoundError
 from rag.core.settings import PROJECT_ROOT, Settings
 
 DEFAULT_JOB_WAIT_S = str(Settings.__dataclass_fields__["job_wait_s"].default)
@@ -214,3 +215,47 @@ def test_a_job_record_follows_the_typed_progress_events(tmp_path: Path):
     tracker(UnchangedCounted(2))
     assert (job.files_done, job.chunks, job.current_file, job.progress) == (2, 0, None, 0.99)
     assert store.get(job.id).files_done == 2  # saved: a file's end is always written
+
+
+@pytest.mark.parametrize("runs_here", [True, False], ids=["this-process", "another-process"])
+def test_a_job_that_ends_while_it_is_deleted_is_forgotten(tmp_path: Path, runs_here: bool):
+    """A DELETE that reaches a job in its last moments (its work done, the cancel never seen) still forgets it:
+    the fuzzing pass found GET /v1/jobs/{id}/events answering 200 after such a DELETE had answered 200."""
+    import threading
+
+    from ingest.jobs import ACTIVE, JobRunner, JobStore, Outcome
+
+    store = JobStore(tmp_path / "jobs")
+    runner = JobRunner(store)
+    asked, let_go = threading.Event(), threading.Event()
+    original_cancel = runner.cancel
+
+    def cancel(job):  # the request arrives; the work ends without reading it
+        original_cancel(job)
+        asked.set()
+
+    runner.cancel = cancel  # type: ignore[method-assign]
+
+    def work(tracker, running) -> Outcome:
+        let_go.wait(10)
+        return Outcome([], {}, error_type="no_text", error="no extractable text")
+
+    try:
+        job = store.create("upload", "default", "admin", [("data.jpg", b"\xff\xd8")])
+        started = runner.start(job, work)
+        while store.get(job.id).state not in ACTIVE or store.get(job.id).started_at is None:
+            time.sleep(0.01)
+        seen = store.get(job.id)
+        if not runs_here:  # another worker's job: only its record is known here
+            with runner._guard:
+                runner._running.pop(job.id)
+        threading.Thread(target=lambda: (asked.wait(10), let_go.set())).start()
+        ended = runner.cancel_or_forget(seen, wait_s=10)
+        started.done.wait(10)
+        assert ended.state == "failed" and ended.error_type == "no_text"
+        with pytest.raises(JobNotFoundError):
+            store.get(job.id)
+        assert not (tmp_path / "jobs" / job.id).exists()
+        assert [j.id for j in store.list()] == []
+    finally:
+        runner.close()

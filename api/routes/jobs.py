@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import AsyncIterator
 
 import anyio
@@ -19,12 +18,11 @@ from api.protocol import JobList, JobStatus
 from api.routes.documents import IndexQuery
 from api.sse import sse, sse_response
 from api.state import ServicesDep
-from ingest.jobs import ACTIVE, CANCELLED, CANCELLED_MESSAGE, Job, JobStore
+from ingest.jobs import ACTIVE, CANCELLED, CANCELLED_MESSAGE
 from rag.core.errors import JobNotFoundError
 
 EVENTS_POLL_S = 0.25
 KEEPALIVE_S = 15.0
-CANCEL_WAIT_S = 30.0  # a file stops at its next page; a batch being embedded finishes first
 
 
 class JobsController(Controller):
@@ -77,36 +75,10 @@ class JobsController(Controller):
             "forgotten", responses=errors(400, 404))
     async def delete_job(self, services: ServicesDep, context: Context, job_id: FromPath[str]) -> JobStatus:
         job = await anyio.to_thread.run_sync(services.jobs.visible_job, context, job_id, "/v1/jobs/{job_id}")
-        jobs, runner = services.jobs.store, services.jobs.runner
-        if job.state in ACTIVE:
-            running = runner.running(job.id)
-            runner.cancel(job)
-            if running is not None:  # this process runs it: it stops at its next page or file
-                await anyio.to_thread.run_sync(running.done.wait, CANCEL_WAIT_S)
-                job = running.job
-            else:  # another worker or replica runs it: it sees the request within a heartbeat
-                job = await anyio.to_thread.run_sync(self._stopped_elsewhere, jobs, job)
-        else:
-            await anyio.to_thread.run_sync(jobs.discard, job)
+        job = await anyio.to_thread.run_sync(services.jobs.cancel_or_forget, job)
         services.audit.record(context, "cancel" if job.state == CANCELLED else "forget", route="/v1/jobs/{job_id}",
                               index=job.index, job=job.id, outcome=job.state)
         return job_status(job, services.jobs)
-
-    @staticmethod
-    def _stopped_elsewhere(jobs: JobStore, job: Job) -> Job:
-        """``job`` as its process left it once it stopped (its record gone: cancelled), or as it is after
-        CANCEL_WAIT_S (still stopping, or ended meanwhile)."""
-        deadline = time.monotonic() + CANCEL_WAIT_S
-        while time.monotonic() < deadline:
-            try:
-                job = jobs.get(job.id)
-            except JobNotFoundError:
-                return msgspec.structs.replace(job, state=CANCELLED, error_type="cancelled", error=CANCELLED_MESSAGE)
-            if job.state not in ACTIVE:
-                jobs.discard(job)
-                return job
-            time.sleep(0.2)
-        return job
 
     @post("/{job_id:str}/retry", status_code=202, summary="Run an interrupted, failed or cancelled job again (a new "
           "job; an upload re-uses the files it kept)",

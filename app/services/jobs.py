@@ -142,6 +142,10 @@ class Jobs:
     def can_retry(self, job: Job) -> bool:
         return self.store.can_retry(job)
 
+    def cancel_or_forget(self, job: Job) -> Job:
+        """DELETE /v1/jobs/{id}: ``ingest.jobs.JobRunner.cancel_or_forget``."""
+        return self.runner.cancel_or_forget(job)
+
     def active_on(self, index: str) -> list[Job]:
         return self.runner.active_on(index)
 
