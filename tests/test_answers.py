@@ -202,6 +202,45 @@ def test_candidate_spans_stop_only_at_word_ends(generator):
             assert text.count("(") == text.count(")") and not text.startswith("("), text
             assert "), a broadband router (" not in text or text.endswith(")"), text
 
+    # A quantity keeps its unit and ends inside the brackets it is given in (the sixth unseen set's Exim page was
+    # answered "7"); a name inside brackets still ends with them or not at all ("Vic" answers no "Where …?").
+    exim = ("When it consults the data during a delivery it ignores any that is older than the value set in "
+            "retry_data_expire (default 7 days).")
+    ends = {generator.decode(span.tokens[:k]) for span in candidate_spans(
+        exim, Q("How old can retry hints data get before Exim ignores it by default?"), generator.encode)
+        for k in span.ends}
+    assert "7 days" in ends and "7" not in ends
+    victoria = "Victoria (abbreviated as Vic) is a state in the south-east of Australia."
+    ends = {generator.decode(span.tokens[:k]) for span in candidate_spans(victoria, Q("Where is Victoria?"),
+                                                                            generator.encode) for k in span.ends}
+    assert "Vic" not in ends and "Australia" in ends
+
+
+def test_a_name_in_capitals_with_a_digit_is_new_where_the_question_says_its_first_part():
+    """"Which HMAC algorithm …?" over '… the defaults are "tsig-key", HMAC-SHA256, and 256 bits, respectively.' was
+    answered "256 bits" (sixth unseen set): "HMAC-SHA256" was no start, the question saying "HMAC"."""
+    tsig = ('The key name, algorithm, and size can be specified by command-line parameters; the defaults are '
+            '"tsig-key", HMAC-SHA256, and 256 bits, respectively.')
+    question = Q("If I run tsig-keygen without options, which HMAC algorithm does the generated key use?")
+    assert tsig.index("HMAC-SHA256") in answer_starts(tsig, question)
+    saxon = tsig.replace("HMAC-SHA256", "Anglo-Saxon")
+    assert saxon.index("Anglo") not in answer_starts(saxon, Q("Which Anglo dialect does the key use?"))
+
+
+def test_a_contracted_opener_reads_as_written_out():
+    """"What's the command to make a TSIG secret …?" (sixth unseen set) was read as no how-to question at all."""
+    contracted = QuestionShape.of("What's the command to make a TSIG secret that two of my servers will share?")
+    assert contracted.howto and contracted.procedure and contracted.text.startswith("What's")
+    assert contracted == dataclasses.replace(QuestionShape.of("What is the command to make a TSIG secret that two of my "
+                                                              "servers will share?"), text=contracted.text)
+    assert QuestionShape.of("Where's the journal kept?").place
+
+    # A leading phrase that opens with a preposition and a question word is the question itself: not Yes or No.
+    order = QuestionShape.of("In what order of precedence, highest first, does git consult the places ignore "
+                             "patterns come from?")
+    assert not order.yes_no
+    assert QuestionShape.of("If I track sid, do I get security updates?").yes_no
+
 
 def test_span_constraint_masks_to_the_spans_and_ends_only_at_their_ends():
     spans = [TokenSpan((5, 6, 7), frozenset({2, 3})), TokenSpan((5, 8), frozenset({2}))]
@@ -881,6 +920,19 @@ def test_list_questions_name_every_item():
         "/lib/systemd/system/apt-daily.timer and /lib/systemd/system/apt-daily.service"
     assert enumeration("Bacula, Amanda, and BackupPC are backup suites.") is None
     assert enumeration("Copy /etc/fstab and restart.") is None
+    # numbered in the sentence ("1) …; 2) …; and 3) …", BIND's ACLs); not a reference to a step or a call
+    assert enumeration("ACLs match clients on the basis of up to three characteristics: 1) The client's IP address; "
+                       "2) the TSIG key that was used to sign the request, if any; and 3) an address prefix.") == \
+        "1) The client's IP address; 2) the TSIG key that was used to sign the request, if any; and 3) an address prefix"
+    assert enumeration("Step 1) is done. See figure 2) below.") is None
+    assert enumeration("The function f(1) returns 2, and g(2) returns 3.") is None
+    # identifiers with dots or underscores (git's "stash.showStat, and stash.showPatch"); not "e.g." nor versions
+    assert enumeration("If no <diff-option> is provided, the default behavior will be given by the stash.showStat, "
+                       "and stash.showPatch config variables.") == "stash.showStat, and stash.showPatch"
+    assert enumeration("Raise max_wal_size and min_wal_size together.") == "max_wal_size and min_wal_size"
+    assert enumeration("Inspect it with the exim_dumpdb or exim_fixdb utility programs.", identifiers=False) is None
+    assert enumeration("Use a tool, e.g. cron and at.") is None
+    assert enumeration("Python 3.11 and 3.12 both work.") is None
     assert Q("In which directories can root drop maintenance scripts?").listing
     # after a clause that says what is wrong, as a how-to question may be asked
     assert Q("A package's maintainer script is broken; which scripts should I look at?").listing
@@ -1022,6 +1074,17 @@ def test_a_yes_no_answer_turns_where_the_sentence_says_the_opposite_of_the_quest
     assert favoured(dump, "Does pg_dump block other operations while it runs?") == "No"
     twice = "Duplicate connection messages do not necessarily indicate a problem."
     assert favoured(twice, "Is it normal to see two connection lines for one login?") == "Yes"
+    # A negation that says "by default" negates nothing asked, in the question or in the sentence.
+    collapse = ("When several clients are requesting the same page Varnish will send one request to the backend and "
+                "place the others on hold while fetching one copy from the backend.")
+    assert favoured(collapse, "Does Varnish collapse them into one backend fetch without me configuring anything?") \
+        == "Yes"
+    dnssec = 'DNSSEC validation works "out of the box" and does not require additional configuration.'
+    assert favoured(dnssec, "Does DNSSEC validation work without me adding any extra configuration?") == "Yes"
+    assert favoured("If acl_smtp_auth is not set, AUTH is accepted from any client host.",
+                    "If I never define acl_smtp_auth, will Exim accept AUTH from any host?") == "Yes"
+    assert favoured("Only the short host name belongs there, not the domain.",
+                    "Should /etc/hostname hold only the short host name, without the domain?") == "Yes"
 
 
 def test_a_default_stated_leads_and_a_lone_adverb_is_no_answer():

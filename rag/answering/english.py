@@ -26,10 +26,18 @@ WHEN_ASKED = (r"when(?=\s+(?:am|is|are|was|were|do|does|did|will|would|can|could
 OPENER_PATTERNS = [rf"(?:how|what|which|who|whom|whose|where|{WHEN_ASKED}|why)\b",
                    *(pattern for rules in LANGUAGE_RULES.values()
                      for key, pattern in rules.get("questions", {}).items() if key != "technical_nouns")]
+# Nor one that opens with a preposition and a question word: "In what order of precedence, highest first, does git
+# consult …?" asks an order, not Yes or No (sixth unseen set).
+OPENER_AFTER_PREPOSITION = r"(?:(?:in|on|at|from|for|by|with|to|into|under|after|before|during|since|until)\s+)?"
 # A conjunction may join the question to them: "A random read costs far more than four sequential ones, so why is
 # random_page_cost only 4.0?", "…, but how do I …?", "And which one do I get when …?" (read as no question at all).
-LEADING_CLAUSES = (r"(?:[^?]*?[.!;]\s+)?(?:(?!" + "|".join(OPENER_PATTERNS) + r")[^,:;?]{1,80}[,:]\s+){0,2}?"
+LEADING_CLAUSES = (r"(?:[^?]*?[.!;]\s+)?(?:(?!" + OPENER_AFTER_PREPOSITION + "(?:" + "|".join(OPENER_PATTERNS) +
+                   r"))[^,:;?]{1,80}[,:]\s+){0,2}?"
                    r"(?:(?:and|but|so|yet|then|or)\s+)?")
+
+
+# "What's", "Where's": the opener and its verb, read as written out.
+CONTRACTED_IS = re.compile(r"(?i)\b(what|where|who|how|when|which|that|there)['’]s\b")
 
 
 def asked(english: str, key: str) -> re.Pattern[str]:
@@ -219,6 +227,9 @@ PREPOSITIONS = frozenset("along across through between within without toward tow
 ARTICLE_NEXT = re.compile(r"(?i)\s+(?:the|a|an)\s")
 # A number is not said without its magnitude or unit of time ("12" of "12 million", "9th" of "9th century").
 MAGNITUDE_NEXT = re.compile(r"(?i)\s+(?:million|billion|trillion|thousand|hundred|centur(?:y|ies)|percent|per cent)\b")
+# Nor a count without its unit: "7" of "(default 7 days)", "512" of "512 bytes".
+UNIT_NEXT = re.compile(r"(?i)\s+(?:(?:milli|micro|nano)?seconds?|secs?|minutes?|mins?|hours?|hrs?|days?|weeks?|"
+                       r"months?|years?|(?:kilo|mega|giga|tera)?bytes?|bits?|[KMGT]i?B|characters?|percent)\b")
 MONTH = re.compile(r"(?i)^(?:january|february|march|april|may|june|july|august|september|october|november|"
                    rf"december|{'|'.join(map(re.escape, MONTHS))})$")
 # Nor a day without the month its ordinal dot runs into ("31" of "bis zum 31. März"; months of
@@ -231,6 +242,16 @@ CLAUSE_END = re.compile(r"\s*(?:$|[,.;:!?)\]])")
 # ------------------------------------------------------------------ sentences: what one says of itself
 # Words that turn a sentence's statement into its negation ("Alcohol is never reimbursed.").
 NEGATION = re.compile(r"(?i)\b(?:not|never|no|none|cannot|neither|nor|without|forbidden|prohibited)\b|n['’]t\b")
+# A negation that says "by default" negates nothing asked: "… without me configuring anything?", "… if I don't say
+# otherwise?", "… works out of the box and does not require additional configuration." (sixth unseen set and the
+# third: answered No where the page says Yes).
+BY_DEFAULT_NEGATION = re.compile(
+    r"(?i)\bwithout (?:me|you|us|one|anyone|having to) \w+ing\b(?: (?:any|anything|extra|additional|further|more)\b)?"
+    r"|\bwithout (?:any )?(?:extra |additional |further )?(?:configuration|configuring|setup|set-up)\b"
+    r"|\b(?:if|unless) (?:i|you|we|one) (?:do not|don['’]t|say|says) (?:say )?otherwise\b"
+    r"|\b(?:does|do|did) not (?:need|require) (?:any )?(?:extra |additional |further )?"
+    r"(?:configuration|configuring|setup|set-up)\b"
+    r"|\bno (?:extra |additional |further )?(?:configuration|setup|set-up) (?:is )?(?:needed|required)\b")
 # A negation of a harm says the good thing: "pg_dump does not block other operations" answers "Can other sessions
 # keep writing …?" Yes, "duplicate messages do not necessarily indicate a problem" answers "Is it normal …?" Yes;
 # unless the question asks about that harm itself ("Does pg_dump block writers?": No).

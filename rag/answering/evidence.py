@@ -18,7 +18,7 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 
 from rag.answering.english import (ABOUT_THE_CODE_ABOVE, ANNOUNCES_A_COMMAND, ANNOUNCES_A_LIST, ARTICLE_NEXT,
-                                   ARTICLES, BOUND_BEFORE, CLAUSE_END, CLAUSE_INSIDE,
+                                   ARTICLES, BOUND_BEFORE, BY_DEFAULT_NEGATION, CLAUSE_END, CLAUSE_INSIDE,
                                    CLAUSE_OPENERS, COORDINATION, DANGLING_WORDS, defines, FILE_NAME, INTRODUCES,
                                    LONE_ADVERBS, MAGNITUDE_NEXT, MAN_PAGE, MODAL_VERBS, MONTH, NAMED_AS_OPTION,
                                    NEGATED_HARM,
@@ -26,7 +26,7 @@ from rag.answering.english import (ABOUT_THE_CODE_ABOVE, ANNOUNCES_A_COMMAND, AN
                                    PATH_START, PLACE_PREPOSITIONS, PREPOSITIONS, QUOTED_MESSAGE, REPLACED,
                                    RUNS_A_COMMAND,
                                    STATES_DEFAULT, TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE,
-                                   VARIABLE_NAME, VARIABLE_TOKEN, YEAR_OR_MONTH)
+                                   UNIT_NEXT, VARIABLE_NAME, VARIABLE_TOKEN, YEAR_OR_MONTH)
 from rag.answering.question import QuestionShape
 from rag.core.text import STOPWORDS, content_words, stem
 from rag.generation.logits import SpanSearch, TokenSpan
@@ -130,6 +130,16 @@ ENUMERATED_PATH = r"[/~$][\w./~$*-]+"
 # Two paths joined by "and" are a list too: "/lib/systemd/system/apt-daily.timer and …/apt-daily.service".
 PATH_ENUMERATION = re.compile(rf"(?<![\w/]){ENUMERATED_PATH}(?:,\s+{ENUMERATED_PATH})*,?\s+(?:and|or)\s+"
                               rf"{ENUMERATED_PATH}(?![\w/])")
+# Two or more identifiers written with dots or underscores: "… given by the stash.showStat, and stash.showPatch config
+# variables." (sixth unseen set: answered "stash.showPatch" alone), "max_wal_size and min_wal_size".
+ENUMERATED_IDENTIFIER = r"[A-Za-z_]\w*(?:[._]\w+)+"
+IDENTIFIER_ENUMERATION = re.compile(rf"(?<![\w./-]){ENUMERATED_IDENTIFIER}(?:,\s+{ENUMERATED_IDENTIFIER})*,?\s+"
+                                    rf"(?:and|or)\s+{ENUMERATED_IDENTIFIER}(?![\w/]|\.\w)")
+# Items numbered in the sentence: "… up to three characteristics: 1) The client's IP address; 2) the TSIG key …;
+# and 3) an address prefix …" (BIND's ACLs, sixth unseen set: answered "up to three characteristics"), also "(a)
+# …, (b) …". From the first marker to the sentence's end, as the page writes it.
+NUMBERED_ENUMERATION = re.compile(r"(?<![\w(])(?:\(1\)|1\)|\(a\)|a\))\s+\S.*?[;,]\s+(?:and\s+|or\s+)?"
+                                  r"(?:\(2\)|2\)|\(b\)|b\))\s+\S.*?(?=\.?\s*$)", re.DOTALL)
 LIST_ITEMS = 8  # the most items a list answer names
 ITEM_WORDS = 30  # a line longer than this is prose, not an item
 OPENING_QUOTES = {'"': '"', "“": "”", "‘": "’"}  # an opening quote and the one that closes it
@@ -300,10 +310,13 @@ def command_spans(commands: Sequence[tuple[int, str]], encode: Callable[[str], n
     return spans
 
 
-def enumeration(sentence: str) -> str | None:
-    """The items a sentence lists, as it spells them: quoted ('"/tmp", "/var/lock", and "/var/run"'), or two or
-    more paths ("/proc, /sys, /tmp, and /run"); else None."""
-    found = QUOTED_ENUMERATION.search(sentence) or PATH_ENUMERATION.search(sentence)
+def enumeration(sentence: str, identifiers: bool = True) -> str | None:
+    """The items a sentence lists, as it spells them: quoted ('"/tmp", "/var/lock", and "/var/run"'), two or
+    more paths ("/proc, /sys, /tmp, and /run"), identifiers ("stash.showStat, and stash.showPatch") or numbered
+    ("1) …; 2) …; and 3) …"); else None. Identifiers only where ``identifiers`` (a list asked for, not a how-to:
+    "How can I find out when Exim will next retry …?" is no "exim_dumpdb or exim_fixdb")."""
+    found = QUOTED_ENUMERATION.search(sentence) or PATH_ENUMERATION.search(sentence) \
+        or (IDENTIFIER_ENUMERATION.search(sentence) if identifiers else None) or NUMBERED_ENUMERATION.search(sentence)
     return found.group() if found else None
 
 
@@ -319,7 +332,7 @@ def yes_no_spans(sentence: str, question: QuestionShape, encode: Callable[[str],
     unless the question asks about that harm: ``NEGATED_HARM``)."""
     harm = NEGATED_HARM.search(sentence)
     harm_asked = bool(harm) and bool(re.search(rf"(?i)\b{harm.group(1).rstrip('s')}", question.text))
-    says_no = bool(NEGATION.search(sentence)) and not (harm and not harm_asked)
+    says_no = bool(NEGATION.search(BY_DEFAULT_NEGATION.sub("", sentence))) and not (harm and not harm_asked)
     negative = (says_no != question.negated) != opposes(question.text, sentence)
     spans = []
     for answer in ("Yes", "No"):
@@ -349,7 +362,10 @@ def sentence_quote(source: int, chunk_text: str, sentence: str) -> Quote | None:
     return Quote(source, chunk_text[start:start + len(sentence)], start, start + len(sentence))
 
 
-COMPOUND_NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)+")  # "systemd-timesyncd", "apt-get"
+# "systemd-timesyncd", "apt-get"; in capitals where a later part holds a digit: "HMAC-SHA256", "SHA-1" (not
+# "Anglo-Saxon"). "Which HMAC algorithm does the generated key use?" was answered "256 bits" (sixth unseen set).
+COMPOUND_NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)+"
+                           r"|[A-Za-z][A-Za-z0-9]*(?=(?:-[A-Za-z0-9]+)*?-[A-Za-z]*\d)(?:-[A-Za-z0-9]+)+")
 
 
 def answer_starts(sentence: str, question: QuestionShape) -> list[int]:
@@ -384,8 +400,8 @@ def answer_starts(sentence: str, question: QuestionShape) -> list[int]:
         # says "apt-get").
         parts = token.split("-")
         new_token = bool(TECHNICAL_TOKEN.search(token) or (
-            COMPOUND_NAME.fullmatch(token) and parts[0] in alone
-            and any(part not in STOPWORDS and not is_question_word(part, asked_stems) for part in parts[1:]))) \
+            COMPOUND_NAME.fullmatch(token) and parts[0].lower() in alone
+            and any(part.lower() not in STOPWORDS and not is_question_word(part, asked_stems) for part in parts[1:]))) \
             and token.lower().rstrip(".") not in spelt
         if head and (head.group().lower() in asked or is_question_word(head.group(), asked_stems)) and not new_token:
             continue
@@ -555,7 +571,7 @@ def candidate_spans(sentence: str, question: QuestionShape, encode: Callable[[st
     tokenizer serves), with the start's prior and each end's bonus (``SpanWeights``). Not from where the sentence
     says the ``repeated`` phrase (a follow-up's previous answer) again."""
     spans = []
-    asked = question.content_stems
+    asked, numeric = question.content_stems, question.numeric
     words = list(WORD_OR_NUMBER.finditer(sentence))
     priors = start_priors(sentence, question)
     again = re.compile(rf"{re.escape(repeated)}(?![\w-])", re.IGNORECASE) if repeated else None
@@ -585,8 +601,11 @@ def candidate_spans(sentence: str, question: QuestionShape, encode: Callable[[st
                                       or lowered.endswith(("'s", "’s"))):
                 continue  # nor on a possessive: "one third of the world's"
             # Past any closing brackets ("DTIME(f(n))") and a token's closing "/" or "*" ("http://localhost:631/",
-            # "/var/log/fsck/", "dpkg.status.*"), which no word ends with.
-            end = word.end() + len(re.match(r"[)\]]*", sentence[word.end():]).group()) - start
+            # "/var/log/fsck/", "dpkg.status.*"), which no word ends with. A quantity asked for ends inside the
+            # brackets it is given in ("7 days" of "(default 7 days)"); a name does not ("Vic" of "Victoria
+            # (abbreviated as Vic) is a state …" answers no "Where is Victoria?").
+            run = re.match(r"[)\]]*", sentence[word.end():]).group()
+            end = word.end() - start + (closing_brackets(suffix[:word.end() - start], run) if numeric else len(run))
             token_end = TRAILING_GLUE.match(suffix[end:]).group()
             end += len(token_end)
             if not balanced(suffix[:end]):  # never "DTIME(f(n", "Vic) is" nor "Mini), a router (Sky Q"
@@ -594,7 +613,8 @@ def candidate_spans(sentence: str, question: QuestionShape, encode: Callable[[st
             if not WORD_BOUNDARY.match(suffix[end:end + 1]) or glued(suffix[end:]):
                 continue  # never "is O" of "O(n log n)", "37" of "37°", "/etc/rsyslog" of "/etc/rsyslog.conf"
             if NUMBER_NEXT.match(suffix[end:]) or MAGNITUDE_NEXT.match(suffix[end:]) \
-                    or (suffix[end - 1:end].isdigit() and ORDINAL_DATE_NEXT.match(suffix[end:])):  # "at exactly 37°"
+                    or (suffix[end - 1:end].isdigit() and (ORDINAL_DATE_NEXT.match(suffix[end:])
+                                                           or UNIT_NEXT.match(suffix[end:]))):  # "at exactly 37°"
                 continue
             if ARTICLE_NEXT.match(suffix[end:]):  # a verb or preposition without its object: "…the HD material uses"
                 continue
@@ -613,6 +633,15 @@ def candidate_spans(sentence: str, question: QuestionShape, encode: Callable[[st
             spans.append(TokenSpan(tokens, frozenset(ends), prior, tuple(bonus)))
         spans.extend(TokenSpan(head, frozenset({len(head)}), prior, ((len(head), value),)) for head, value in apart)
     return spans
+
+
+def closing_brackets(phrase: str, run: str) -> int:
+    """How many of the closing brackets ``run`` that follow ``phrase`` belong to it: those that close what it
+    opened, all of them where they do not balance it (``balanced`` then refuses the end)."""
+    for count in range(len(run) + 1):
+        if balanced(phrase + run[:count]):
+            return count
+    return len(run)
 
 
 def glued(text: str) -> bool:

@@ -42,6 +42,9 @@ class QuestionShape:
 
     @classmethod
     def of(cls, question: str) -> "QuestionShape":
+        expanded = english.CONTRACTED_IS.sub(lambda m: f"{m.group(1)} is", question)
+        if expanded != question:  # "What's the command to …?" is read as "What is the command to …?"
+            return replace(cls.of(expanded), text=question)
         existential = english.EXISTENTIAL_QUESTION.match(question)
         if existential:  # "Is there a dpkg flag that dumps …?" is read as "Which dpkg flag that dumps …?"
             opener = list(re.finditer(r"(?i)\b(?:is|are) there ", question[:existential.end()]))[-1]
@@ -55,7 +58,8 @@ class QuestionShape:
             text=question, numeric=bool(english.NUMERIC_QUESTION.match(question)),
             timing=bool(english.TIME_QUESTION.match(question)),
             person=bool(english.PERSON_QUESTION.match(question)), place=bool(english.PLACE_QUESTION.match(question)),
-            yes_no=yes_no, negated=bool(english.NEGATION.search(english.QUOTED_MESSAGE.sub("", question))),
+            yes_no=yes_no, negated=bool(english.NEGATION.search(english.BY_DEFAULT_NEGATION.sub(
+                "", english.QUOTED_MESSAGE.sub("", question)))),
             howto=bool(english.HOWTO_QUESTION.match(question)),
             procedure=bool(english.PROCEDURE_QUESTION.match(question)),
             command=bool(english.COMMAND_QUESTION.match(question)),

@@ -794,7 +794,7 @@ def items_for(sentences: Sequence[Sentence], order: Sequence[int], question: Que
     at = {(s.source, s.position): s for s in sentences}
     for i in candidates:
         sentence = sentences[i]
-        listed = enumeration(sentence.text)
+        listed = enumeration(sentence.text, identifiers=question.listing)
         if listed and of_the_asked_kind(listed, question) and question.wants_items:
             return ((sentence.source + 1, sentence.text, listed),)
         if introduces_code(sentence.text):
