@@ -252,6 +252,13 @@ BY_DEFAULT_NEGATION = re.compile(
     r"|\b(?:does|do|did) not (?:need|require) (?:any )?(?:extra |additional |further )?"
     r"(?:configuration|configuring|setup|set-up)\b"
     r"|\bno (?:extra |additional |further )?(?:configuration|setup|set-up) (?:is )?(?:needed|required)\b")
+
+
+def negates(text: str) -> bool:
+    """``text`` (a question, an evidence sentence) says no to something: a negation word that does not merely say
+    "by default" (``BY_DEFAULT_NEGATION``)."""
+    return bool(NEGATION.search(BY_DEFAULT_NEGATION.sub("", text)))
+
 # A negation of a harm says the good thing: "pg_dump does not block other operations" answers "Can other sessions
 # keep writing …?" Yes, "duplicate messages do not necessarily indicate a problem" answers "Is it normal …?" Yes;
 # unless the question asks about that harm itself ("Does pg_dump block writers?": No).

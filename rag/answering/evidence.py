@@ -18,11 +18,11 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 
 from rag.answering.english import (ABOUT_THE_CODE_ABOVE, ANNOUNCES_A_COMMAND, ANNOUNCES_A_LIST, ARTICLE_NEXT,
-                                   ARTICLES, BOUND_BEFORE, BY_DEFAULT_NEGATION, CLAUSE_END, CLAUSE_INSIDE,
+                                   ARTICLES, BOUND_BEFORE, CLAUSE_END, CLAUSE_INSIDE,
                                    CLAUSE_OPENERS, COORDINATION, DANGLING_WORDS, defines, FILE_NAME, INTRODUCES,
                                    LONE_ADVERBS, MAGNITUDE_NEXT, MAN_PAGE, MODAL_VERBS, MONTH, NAMED_AS_OPTION,
                                    NEGATED_HARM,
-                                   NEGATION, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES, OPTION_WORD, ORDINAL_DATE_NEXT,
+                                   negates, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES, OPTION_WORD, ORDINAL_DATE_NEXT,
                                    PATH_START, PLACE_PREPOSITIONS, PREPOSITIONS, QUOTED_MESSAGE, REPLACED,
                                    RUNS_A_COMMAND,
                                    STATES_DEFAULT, TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE,
@@ -332,7 +332,7 @@ def yes_no_spans(sentence: str, question: QuestionShape, encode: Callable[[str],
     unless the question asks about that harm: ``NEGATED_HARM``)."""
     harm = NEGATED_HARM.search(sentence)
     harm_asked = bool(harm) and bool(re.search(rf"(?i)\b{harm.group(1).rstrip('s')}", question.text))
-    says_no = bool(NEGATION.search(BY_DEFAULT_NEGATION.sub("", sentence))) and not (harm and not harm_asked)
+    says_no = negates(sentence) and not (harm and not harm_asked)
     negative = (says_no != question.negated) != opposes(question.text, sentence)
     spans = []
     for answer in ("Yes", "No"):

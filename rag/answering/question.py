@@ -58,8 +58,7 @@ class QuestionShape:
             text=question, numeric=bool(english.NUMERIC_QUESTION.match(question)),
             timing=bool(english.TIME_QUESTION.match(question)),
             person=bool(english.PERSON_QUESTION.match(question)), place=bool(english.PLACE_QUESTION.match(question)),
-            yes_no=yes_no, negated=bool(english.NEGATION.search(english.BY_DEFAULT_NEGATION.sub(
-                "", english.QUOTED_MESSAGE.sub("", question)))),
+            yes_no=yes_no, negated=english.negates(english.QUOTED_MESSAGE.sub("", question)),
             howto=bool(english.HOWTO_QUESTION.match(question)),
             procedure=bool(english.PROCEDURE_QUESTION.match(question)),
             command=bool(english.COMMAND_QUESTION.match(question)),
