@@ -53,7 +53,8 @@ def source_of(document: str | None) -> str:
     if not document:
         return "none"
     for source in ("debian-reference", "debian-faq", "postgresql", "python", "postfix", "apache", "rsyslog",
-                   "varnish", "git", "bind", "exim", "ntpsec", "aptitude", "libvirt", "nut"):
+                   "varnish", "git", "bind", "exim", "ntpsec", "aptitude", "libvirt", "nut", "sqlite", "knot", "slurm",
+                   "mutt"):
         if document.startswith(source):
             return source
     return "other"
