@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 from test_rag import doc_ids, options, rag_home, retriever, service, squad_rows  # noqa: F401 (fixtures)
+from rag.answering.compress import names_an_asked_token
 from rag.answering.english import defines
 from rag.answering.evidence import (align, answer_starts, candidate_spans, clean_reply, cut_cleanly,
-                                    holds_the_asked_type, sentence_quote, start_priors)
+                                    holds_code_words, holds_the_asked_type, phrase_features,
+                                    sentence_quote, start_priors)
 from rag.answering.prompt import ABSTENTION_MESSAGE, refers_back
 from rag.answering.question import QuestionShape
 from rag.answering.result import AnswerResult
@@ -1246,3 +1248,42 @@ def test_a_setting_asked_for_starts_at_the_word_named_as_one_not_at_a_path():
     # A file asked for still gets its path, and an option question its option.
     assert of_the_asked_kind("/etc/postfix/main.cf", QuestionShape.of("Which file holds the relayhost parameter?"))
     assert of_the_asked_kind("--compress", QuestionShape.of("Which zipapp option compresses the files?"))
+
+
+def test_a_signal_asked_for_is_a_name_written_as_code():
+    """"Which signal do I send it so it re-executes itself …?" over the virtlogd page was answered "QEMU", "Which
+    signal is it that apache2ctl -k restart delivers …?" "TERM" from a sentence on another signal (seventh and
+    fourth unseen sets): a signal is asked as an option is, and its name ("SIGUSR1", "HUP") is code."""
+    question = Q("virtlogd must not be stopped while guests run. Which signal do I send it so it re-executes itself "
+                 "after a package upgrade?")
+    assert question.signal and not Q("What does named do when I send it SIGUSR1?").signal
+    sentence = "Upon receipt of SIGUSR1, virtlogd will re-exec() its binary, while maintaining all current logs."
+    assert answer_starts(sentence, question) == [sentence.index("SIGUSR1")]
+    assert names_an_asked_token(sentence, question) and holds_the_asked_type(sentence, question)
+    qemu = "The QEMU process is given one or more pipes, the other end of which are owned by the virtlogd daemon."
+    assert not names_an_asked_token(qemu, question) and not holds_the_asked_type(qemu, question)
+    hup = "Sending the HUP or restart signal to the parent causes it to kill off its children like in TERM."
+    restart = Q("Which signal is it that apache2ctl -k restart delivers to the parent?")
+    assert [hup[i:i + 4] for i in answer_starts(hup, restart)] == ["HUP ", "TERM"]
+    assert holds_code_words(hup, "Which signal?")  # a signal's name is code, where an option is asked for too
+
+
+def test_an_or_joining_examples_or_subjects_leaves_a_yes_no_question():
+    """"Can I switch flags such as monitor or stats on and off remotely from ntpq …?" was answered with a phrase, as
+    a choice ("Is it A or B?") would be (seventh unseen set); SQuAD's choices stay choices."""
+    assert Q("Can I switch flags such as monitor or stats on and off remotely from ntpq instead of editing the "
+             "config?").yes_no
+    assert Q("Does the logging collector, rotatelogs or syslog-based rotation delete old PostgreSQL log files?").yes_no
+    assert Q("Do my guests stop working properly if I never define any libvirt storage pools or volumes?").yes_no
+    assert not Q("Is a problem instance typically characterized as abstract or concrete?").yes_no
+    assert not Q("Is the output of a functional problem typically characterized by a simple or complex answer?").yes_no
+    assert not Q("Should I use tabs or spaces?").yes_no
+
+
+def test_a_setting_in_capitals_is_as_technical_as_one_with_an_underscore():
+    """"Which upsd.conf directive tells upsd where the combined certificate-and-key PEM file is?" was answered
+    "-DWITH_CLIENT_CERTIFICATE_VALIDATION" of a make command line, not "CERTFILE" (seventh unseen set)."""
+    question = Q("With the OpenSSL backend, which upsd.conf directive tells upsd where the combined "
+                 "certificate-and-key PEM file is?")
+    assert phrase_features("CERTFILE", question).technical == 1.0
+    assert phrase_features("CERTFILE", Q("What does the certificate file hold?")).technical == 0.0

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from rag.answering.answerability import holds_token
-from rag.answering.english import ADDS_TO_BEFORE, LEANS_ON_BEFORE, STATES_A_DEFAULT, defines
+from rag.answering.english import ADDS_TO_BEFORE, LEANS_ON_BEFORE, SIGNAL, STATES_A_DEFAULT, defines
 from rag.answering.evidence import (announced_command, answer_starts, bare_command, commands_in, files_in,
                                     holds_code_words, introduces_code, keyword_terms, term_of)
 from rag.answering.question import QuestionShape
@@ -238,6 +238,8 @@ def names_an_asked_token(sentence: str, question: QuestionShape) -> bool:
     """The question asks for an option or a setting and ``sentence`` writes a word as code that the question does
     not, or it asks for a file (or where) and ``sentence`` names a path or a file name the question does not."""
     if question.option and holds_code_words(sentence, question.text):
+        return True
+    if question.signal and any(name not in question.text for name in SIGNAL.findall(sentence)):
         return True
     asked = question.text.lower()
     return (question.file or question.place) and any(name.lower() not in asked for name in files_in(sentence))

@@ -68,10 +68,14 @@ EXPLANATORY_QUESTION = asked(
     r"why\b|how (?:does|do|did|is|are|was|were|can|could)\b|what (?:is|are) the (?:difference|reason|purpose)s?\b|"
     r"what (?:is|was) the point of\b|what (?:is|are) (?:an? |the )?[^?]{1,40}? good for\b", "why")
 # "Is alcohol reimbursed?", "Can I run pg_dump on a live database?": answered "Yes" or "No", with the quote that
-# decides it; not "Is it A or B?", which asks for a choice.
+# decides it; not "Is it A or B?", which asks for a choice: one or two words after its "or", outside a condition
+# ("Is a problem instance typically characterized as abstract or concrete?"). An "or" elsewhere joins examples or
+# subjects ("Can I switch flags such as monitor or stats on and off remotely …?", "Does the logging collector,
+# rotatelogs or syslog-based rotation delete old log files?", "… if I never define any storage pools or volumes?").
+CHOICE = r"(?!(?:(?!\b(?:if|when|unless)\b).)*\bor\s+[\w'’-]+(?:\s+[\w'’-]+)?\s*\??\s*$)"
 YES_NO_QUESTION = asked(
     r"(?:is|are|was|were|am|do|does|did|can|could|may|might|must|shall|should|will|would|has|have|had|"
-    r"isn't|aren't|doesn't|don't|can't)\b(?!.*\bor\b)", "yes_no")
+    rf"isn't|aren't|doesn't|don't|can't)\b{CHOICE}", "yes_no")
 # "How do I purge removed packages' configuration?", "Which command lists …?": answered with the command, option,
 # path or configuration line the documentation shows, verbatim.
 HOWTO_QUESTION = asked(
@@ -113,9 +117,16 @@ BOUND_BEFORE = re.compile(r"(?i)\b(?:(?:less|more|fewer|greater|higher|lower|lon
 # for (``OPTION_WORD``). Not "variable": SQuAD's "What variable is associated with …?" is answered "L".
 OPTION_QUESTION = asked(r"(?:what|which) (?:[\w.'/-]+ ){0,3}?(?:options?|settings?|parameters?|directives?|flags?|"
                         r"switch(?:es)?|meta-commands?)\b", "option")
+# "Which signal do I send virtlogd so that it re-executes itself?": a signal's name is the answer ("SIGUSR1", "HUP";
+# ``SIGNAL_NAME``), and a sentence naming none does not answer it ("QEMU" was the answer, seventh unseen set).
+SIGNAL_QUESTION = asked(r"(?:(?:with|by) )?(?:what|which) (?:[\w.'/-]+ ){0,3}?signals?\b", "signal")
+# A POSIX signal's name as manuals write it, with or without "SIG" ("SIGHUP", "HUP", "USR1"), in capitals.
+SIGNAL_NAME = (r"(?:SIG)?(?:HUP|INT|QUIT|ABRT|KILL|SEGV|PIPE|ALRM|TERM|USR1|USR2|CHLD|CONT|STOP|TSTP|TTIN|TTOU|"
+               r"WINCH|PWR)\b")
+SIGNAL = re.compile(rf"(?<![\w-]){SIGNAL_NAME}")
 # A word written as code: an option ("-k", "--pwprompt"), key=value, snake_case, CamelCase ("PubkeyAuthentication",
 # not "PostgreSQL"), a long capitalised name ("PGDATA"), a meta-command ("\timing"), a variable ("$LANG"), "A::B".
-OPTION_WORD = re.compile(r"^[\"'“‘(]*(?:--?[A-Za-z]|[\\$][A-Za-z{])|\w=\S|[A-Za-z0-9]_[A-Za-z0-9]|"
+OPTION_WORD = re.compile(rf"^[\"'“‘(]*(?:--?[A-Za-z]|[\\$][A-Za-z{{]|{SIGNAL_NAME})|\w=\S|[A-Za-z0-9]_[A-Za-z0-9]|"
                          r"[A-Z][a-z]+[A-Z][a-z]|^[\"'“‘(]*[A-Z][A-Z0-9]{3,}\b|\w::\w")
 # A word the sentence names as one: "the relayhost parameter", "the option noatime" (postfix's and mount's settings
 # are plain words).

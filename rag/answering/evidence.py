@@ -24,7 +24,7 @@ from rag.answering.english import (ABOUT_THE_CODE_ABOVE, ANNOUNCES_A_COMMAND, AN
                                    NEGATED_HARM,
                                    negates, NOT_A_PROGRAM, NUMERIC_START, OPPOSITES, OPTION_WORD, ORDINAL_DATE_NEXT,
                                    PATH_START, PLACE_PREPOSITIONS, PREPOSITIONS, QUOTED_MESSAGE, REPLACED,
-                                   RUNS_A_COMMAND,
+                                   RUNS_A_COMMAND, SIGNAL,
                                    STATES_DEFAULT, TECHNICAL_TOKEN, TEMPORAL_PREPOSITIONS, TIME_WORD, TIMED_PHRASE,
                                    UNIT_NEXT, VARIABLE_NAME, VARIABLE_TOKEN, YEAR_OR_MONTH)
 from rag.answering.question import QuestionShape
@@ -75,7 +75,12 @@ PATH_PHRASE = re.compile(r"^[\"'“‘(]*~?/\.?\w")  # "/var/log/journal", '"~/.
 
 
 def phrase_features(phrase: str, question: QuestionShape) -> PhraseFeatures:
-    technical = bool(TECHNICAL_TOKEN.search(phrase))
+    # Where a setting is asked for, one written in capitals is as technical as one with an underscore: "CERTFILE" (of
+    # "CERTFILE /usr/local/ups/etc/upsd.pem") lost to "-DWITH_CLIENT_CERTIFICATE_VALIDATION" of a make command line
+    # for "Which upsd.conf directive tells upsd where the certificate file is?" (seventh unseen set).
+    words = phrase.split()
+    technical = bool(TECHNICAL_TOKEN.search(phrase)) or (question.option and bool(words)
+                                                          and bool(OPTION_WORD.search(words[0])))
     return PhraseFeatures(technical=float(technical), technical_asked=float(technical and question.technical),
                           words=float(len(WORD_OR_NUMBER.findall(phrase))),
                           listed=float(question.listing and bool(COORDINATION.search(phrase))),
@@ -445,6 +450,8 @@ def of_the_asked_kind(phrase: str, question: QuestionShape, whole: bool = False)
     blkid(8)."); a ``whole`` candidate for a variable must be one ("$TMPDIR", not "postgres -D /usr/local/pgsql")."""
     if question.variable and whole:
         return bool(VARIABLE_TOKEN.fullmatch(phrase.strip("\"'“”‘’")))
+    if question.signal:  # "SIGUSR1", not "QEMU" of the sentence beside it
+        return bool(SIGNAL.match(phrase.lstrip("\"'“‘(")))
     # Nor a path where a setting is asked for: "Which main.cf parameter sets the relay host?" is not answered
     # "/etc/postfix/main.cf" (SmolLM2 chose it over "relayhost" with AVX2 kernels, tools/avx2_view).
     if question.option and not question.file and PATH_START.match(phrase):
@@ -462,7 +469,7 @@ def holds_the_asked_type(sentence: str, question: QuestionShape) -> bool:
     """False for a when / how-many question whose sentence holds no number, date or month (nor, for "when", a
     day, a time of day or a season) besides the question's own: "How many people live in Melbourne?" over a
     sentence on the Koori is not answered "Koori" (such sentences are far likelier under unanswerable questions)."""
-    return not question.numeric or bool(answer_starts(sentence, question))
+    return not (question.numeric or question.signal) or bool(answer_starts(sentence, question))
 
 
 def with_bound(phrase: str, sentence: str) -> str:

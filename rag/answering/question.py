@@ -31,6 +31,7 @@ class QuestionShape:
     variable: bool  # a variable is asked for: "Which environment variable …?"
     option: bool  # a name written as code is asked for: "Which createuser option …?", "Which setting …?"
     file: bool  # a file or a directory is asked for: "Which file …?", "Which directory …?"
+    signal: bool  # a signal is asked for: "Which signal makes named reload its zones?"
     technical: bool  # a technical token is asked for: "Which file …?", "Where …?", a how-to question
     listing: bool  # several things are asked for: "Which directories …?", "What should I do …?"
     explains: bool  # an explanation is asked for: "Why …", "Describe …", "How does …"
@@ -65,6 +66,7 @@ class QuestionShape:
             variable=bool(english.VARIABLE_QUESTION.match(question)),
             option=bool(english.OPTION_QUESTION.match(question)),
             file=bool(english.FILE_QUESTION.match(question)),
+            signal=bool(english.SIGNAL_QUESTION.match(question)),
             technical=bool(english.HOWTO_QUESTION.match(question) or english.PLACE_QUESTION.match(question)
                            or english.TECHNICAL_NOUNS & set(re.findall(r"[^\W\d_]+", question.lower()))),
             listing=(bool(plural) and plural.group("noun").lower() not in english.NOT_PLURALS and not yes_no)

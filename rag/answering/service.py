@@ -416,10 +416,11 @@ class AnswerService:
         explanatory = shape.explanatory and not commands and not items
         if best and not explanatory and not holds_the_asked_type(best, shape):
             # No number where one is asked for: a close runner-up that holds one and every telling word of the
-            # question answers it ("two Major League Soccer teams in Los Angeles"), else nothing does.
-            runner_up = next((i for i, (_, text) in enumerate(ranked[1:3], 1)
-                              if holds_the_asked_type(text, shape) and telling_words(question) <= stems(text)),
-                             None)
+            # question answers it ("two Major League Soccer teams in Los Angeles"), else nothing does. A signal's
+            # name is rarer than a number: a runner-up naming one answers ("This can be triggered by sending the
+            # daemon SIGUSR1" after the sentence saying what it triggers).
+            runner_up = next((i for i, (_, text) in enumerate(ranked[1:3], 1) if holds_the_asked_type(text, shape)
+                              and (shape.signal or telling_words(question) <= stems(text))), None)
             if runner_up is None:
                 return PreparedAnswer(request, shape, retrieval, passages, None, started,
                                       (time.perf_counter() - t0) * 1000, options.sampling)
