@@ -236,7 +236,8 @@ def sentence_features(question: QuestionShape, question_vector: np.ndarray, sent
 
 def names_an_asked_token(sentence: str, question: QuestionShape) -> bool:
     """The question asks for an option or a setting and ``sentence`` writes a word as code that the question does
-    not, or it asks for a file (or where) and ``sentence`` names a path or a file name the question does not."""
+    not, or it asks for a signal and ``sentence`` names one the question does not, or it asks for a file (or where)
+    and ``sentence`` names a path or a file name the question does not."""
     if question.option and holds_code_words(sentence, question.text):
         return True
     if question.signal and any(name not in question.text for name in SIGNAL.findall(sentence)):

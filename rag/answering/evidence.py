@@ -468,7 +468,8 @@ def is_acronym(token: str) -> bool:
 def holds_the_asked_type(sentence: str, question: QuestionShape) -> bool:
     """False for a when / how-many question whose sentence holds no number, date or month (nor, for "when", a
     day, a time of day or a season) besides the question's own: "How many people live in Melbourne?" over a
-    sentence on the Koori is not answered "Koori" (such sentences are far likelier under unanswerable questions)."""
+    sentence on the Koori is not answered "Koori" (such sentences are far likelier under unanswerable questions).
+    Likewise for a signal asked for, a sentence naming none ("Which signal …?" over a sentence on QEMU's pipes)."""
     return not (question.numeric or question.signal) or bool(answer_starts(sentence, question))
 
 
