@@ -54,7 +54,7 @@ def source_of(document: str | None) -> str:
         return "none"
     for source in ("debian-reference", "debian-faq", "postgresql", "python", "postfix", "apache", "rsyslog",
                    "varnish", "git", "bind", "exim", "ntpsec", "aptitude", "libvirt", "nut", "sqlite", "knot", "slurm",
-                   "mutt"):
+                   "mutt", "haproxy", "cups", "krb5", "zsh"):
         if document.startswith(source):
             return source
     return "other"
