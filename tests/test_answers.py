@@ -1280,6 +1280,26 @@ def test_an_or_joining_examples_or_subjects_leaves_a_yes_no_question():
     assert not Q("Should I use tabs or spaces?").yes_no
 
 
+def test_a_reason_before_the_statement_negates_nothing_and_a_threshold_asked_for_is_a_number(generator):
+    """"Can I keep Maildir folders in step across two machines with an ordinary file sync tool?" was answered "No"
+    from "Since no additional files are used …, it's easy to sync …": the negation is in the reason given, not in
+    what the sentence states (eighth unseen set). "Above which Pin-Priority …?" asks for a number (dev set)."""
+    from rag.answering.english import negates
+    from rag.answering.evidence import yes_no_spans
+
+    maildir = ("Since no additional files are used for metadata (which is embedded in the message filenames) and "
+               "Maildir is locking-free, it's easy to sync across different machines using file-level "
+               "synchronization tools.")
+    question = Q("Can I keep Maildir folders in step across two machines with an ordinary file sync tool?")
+    spans = yes_no_spans(maildir, question, generator.encode)
+    assert generator.decode(list(max(spans, key=lambda span: span.prior).tokens)).strip() == "Yes"
+    assert negates("Because the key is not signed, the package is not installed.")  # the statement negates too
+    assert negates("Since 9.0 it does not work.") and not negates("Since I have no root, can I install it?")
+    assert Q("Above which Pin-Priority will APT downgrade a package?").numeric
+    assert Q("Below what amplification factor is resolver traffic not counted as a security bug?").numeric
+    assert not Q("Under which section of the manual is it?").numeric
+
+
 def test_a_setting_in_capitals_is_as_technical_as_one_with_an_underscore():
     """"Which upsd.conf directive tells upsd where the combined certificate-and-key PEM file is?" was answered
     "-DWITH_CLIENT_CERTIFICATE_VALIDATION" of a make command line, not "CERTFILE" (seventh unseen set)."""

@@ -401,6 +401,29 @@ def test_the_fitted_ranker_prefers_a_sentence_naming_the_option_or_file_asked_fo
     assert QuestionShape.of("In which file is it set?").file and not QuestionShape.of("Which option is it?").file
 
 
+def test_the_fitted_ranker_lifts_a_line_ending_without_punctuation_unless_an_explanation_is_asked(embedder,
+                                                                                                 monkeypatch):
+    """A line ending without punctuation (``unpunctuated``: a code line, a list item) is lifted over the sentence
+    announcing it, which shares more of the question's words ("LogLevel info rewrite:trace5" under "This sets the
+    main LogLevel to info, …:"; the nine unseen sets' best sentence 303 → 312 of 702); without that term the
+    announcing sentence would come first. An explanation asked for (not how to do something) is answered in prose: no lift."""
+    question = "What do I put in the configuration to log at level info but trace mod_rewrite at trace5?"
+    chunks = ["This sets the main LogLevel to info, but turns it up to trace5 for mod_rewrite:\n\n"
+              "LogLevel info rewrite:trace5\n"]
+    shape = QuestionShape.of(question)
+    sentences = candidate_sentences(chunks)
+    vectors = embedder.embed([s.text for s in sentences])
+    query = embedder.embed([question])[0]
+    assert [compress.unpunctuated(s.text) for s in sentences] == [False, True]
+    assert int(np.argmax(score_sentences(shape, query, sentences, vectors, "", chunks, [0.0]))) == 1
+    why = QuestionShape.of("Why does this configuration trace mod_rewrite at trace5?")
+    lifted = compress.sentence_features(why, query, sentences, vectors, "", chunks, [0.0])
+    assert not lifted[:, [f.name for f in dataclasses.fields(compress.SentenceWeights)].index("unpunctuated")].any()
+    monkeypatch.setattr(compress, "FITTED", dataclasses.replace(compress.FITTED, unpunctuated=0.0))
+    assert int(np.argmax(score_sentences(shape, query, sentences, vectors, "", chunks, [0.0]))) == 0
+    assert not any(compress.unpunctuated(line) for line in ("is this:", "It is done.", 'He said "no"', "(see below)"))
+
+
 def test_the_fitted_ranker_prefers_a_sentence_stating_the_default_asked_for(embedder, monkeypatch):
     """A default asked for (``default_stated``): the sentence that states one comes first, over one sharing more
     of the question's words; without that term the other would. How to make something the default is no such

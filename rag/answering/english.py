@@ -52,6 +52,8 @@ def asked(english: str, key: str) -> re.Pattern[str]:
 NUMERIC_QUESTION = asked(
     rf"{WHEN_ASKED}|(?:in |by |since )?(?:what|which) (?:year|decade|century|date|month|percentage|percent|age)|"
     r"how (?:many|much|long|old|large|big|far|tall|high)|"
+    # A threshold: "Above which Pin-Priority will APT downgrade a package?", "Below what amplification factor …?"
+    r"(?:above|below|beyond) (?:what|which)\b|"
     r"what (?:is|was|are|were) (?:the )?(?:[\w'’-]+ ){0,3}?(?:population|area|height|length|cost|price|budget|"
     r"rate|limit|allowance|fee|amount|size|salary|total|maximum|minimum|number)s?\b|"
     # The quantity before its verb: "What cost does the planner assume …?", "Which exit code does pg_isready hand
@@ -265,10 +267,16 @@ BY_DEFAULT_NEGATION = re.compile(
     r"|\bno (?:extra |additional |further )?(?:configuration|setup|set-up) (?:is )?(?:needed|required)\b")
 
 
+# A reason given before the statement is not what it states: "Since no additional files are used for metadata …
+# and Maildir is locking-free, it's easy to sync across different machines …" answers "Can I keep Maildir folders
+# in step across two machines …?" Yes (eighth unseen set: No).
+LEADING_REASON = re.compile(r"(?i)^\s*(?:since|because|given that|now that|seeing that)\s[^,;:]{1,200},\s+(?=\S)")
+
+
 def negates(text: str) -> bool:
     """``text`` (a question, an evidence sentence) says no to something: a negation word that does not merely say
-    "by default" (``BY_DEFAULT_NEGATION``)."""
-    return bool(NEGATION.search(BY_DEFAULT_NEGATION.sub("", text)))
+    "by default" (``BY_DEFAULT_NEGATION``), outside a reason given before the statement (``LEADING_REASON``)."""
+    return bool(NEGATION.search(BY_DEFAULT_NEGATION.sub("", LEADING_REASON.sub("", text))))
 
 # A negation of a harm says the good thing: "pg_dump does not block other operations" answers "Can other sessions
 # keep writing …?" Yes, "duplicate messages do not necessarily indicate a problem" answers "Is it normal …?" Yes;
