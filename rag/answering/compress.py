@@ -259,7 +259,7 @@ def unpunctuated(text: str) -> bool:
     code line, a list item, a table row or a term line. The announcing line is often the best match for the
     question's words, the command under it the answer ("$ sqlite3 ex1 .dump | gzip -c >ex1.dump.gz" under "A good
     way to make an archival copy of a database is this:")."""
-    return not text.rstrip().endswith((".", ":", "!", "?", ";", ")", '"', "'"))
+    return not ends_as_prose(text) and not text.rstrip().endswith((":", ";", ")", '"', "'"))
 
 
 def states_a_default(sentence: str, question: QuestionShape) -> bool:
