@@ -1056,12 +1056,19 @@ def test_code_lines_under_an_announcing_sentence_carry_it_and_count_as_commands(
     assert commands_of(quoted[1]) == ['openssl req -new -x509 -out server.crt -subj "/CN=db.example.com"']
 
 
+def favoured_yes_no(generator, sentence: str, question: str) -> str:
+    """The answer ``yes_no_spans`` favours for ``question`` over ``sentence``: "Yes" or "No"."""
+    from rag.answering.evidence import yes_no_spans
+
+    spans = yes_no_spans(sentence, Q(question), generator.encode)
+    return generator.decode(list(max(spans, key=lambda span: span.prior).tokens)).strip()
+
+
 def test_a_yes_no_answer_turns_where_the_sentence_says_the_opposite_of_the_question(generator):
-    from rag.answering.evidence import opposes, yes_no_spans
+    from rag.answering.evidence import opposes
 
     def favoured(sentence: str, question: str) -> str:
-        spans = yes_no_spans(sentence, Q(question), generator.encode)
-        return generator.decode(list(max(spans, key=lambda span: span.prior).tokens)).strip()
+        return favoured_yes_no(generator, sentence, question)
 
     same = 'Emulated runlevel 2 to 4 are all symlinked to the same "multi-user.target".'
     assert favoured(same, "Under systemd, are runlevels 2, 3 and 4 different targets?") == "No"
@@ -1285,14 +1292,12 @@ def test_a_reason_before_the_statement_negates_nothing_and_a_threshold_asked_for
     from "Since no additional files are used …, it's easy to sync …": the negation is in the reason given, not in
     what the sentence states (eighth unseen set). "Above which Pin-Priority …?" asks for a number (dev set)."""
     from rag.answering.english import negates
-    from rag.answering.evidence import yes_no_spans
 
     maildir = ("Since no additional files are used for metadata (which is embedded in the message filenames) and "
                "Maildir is locking-free, it's easy to sync across different machines using file-level "
                "synchronization tools.")
-    question = Q("Can I keep Maildir folders in step across two machines with an ordinary file sync tool?")
-    spans = yes_no_spans(maildir, question, generator.encode)
-    assert generator.decode(list(max(spans, key=lambda span: span.prior).tokens)).strip() == "Yes"
+    assert favoured_yes_no(generator, maildir, "Can I keep Maildir folders in step across two machines with an "
+                                               "ordinary file sync tool?") == "Yes"
     assert negates("Because the key is not signed, the package is not installed.")  # the statement negates too
     assert negates("Since 9.0 it does not work.") and not negates("Since I have no root, can I install it?")
     assert Q("Above which Pin-Priority will APT downgrade a package?").numeric
