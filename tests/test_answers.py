@@ -769,6 +769,9 @@ def test_question_kinds_and_commands():
     # after what the asker says first: a leading clause, a statement
     assert Q("If I track sid, do I still need the security line?").yes_no and Q("By default, does rsync …?").yes_no
     assert Q("pg_hba.conf says md5 but the password is SCRAM. Will the login still work?").yes_no
+    # a long one (101 characters before its comma; a cap of 80 read the question as asking for a path)
+    assert Q("If the same option appears in my ~/.aptitude/config and also in the system-wide /etc/apt/apt.conf, "
+             "does my own file's value win?").yes_no
     assert Q("From a rescue CD, how do I install an old package?").howto
     assert Q("Now about USB sticks: where does GNOME mount them?").place
     assert Q("A dpkg -i failed half-way; how do I configure the partially installed packages?").howto
