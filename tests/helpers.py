@@ -43,11 +43,18 @@ LOOPING_SYSTEM = ("You answer questions using only the numbered context. Give a 
                   "exactly: I don't know.")
 
 
+# The reply starts looping already: without it the 135M looped with AVX-512 VNNI kernels ("The answer to this question
+# is: [1] This relationship …" twice) but ended after one sentence with a Zen 1's AVX2 ones (2026-12-04), so the
+# tests of a loop's end tested the kernels. After twelve times this line greedy decoding goes on with it, each of its
+# next 24 tokens ahead of the runner-up by 3.2 logits or more (AVX2; "Normandy is in France [1]." led by 0.8 only).
+LOOPING_REPLY_START = "The answer to this question is: [1]\n" * 12
+
+
 def looping_prompt(generator: LocalGenerator) -> np.ndarray:
     context = "\n".join(f"[{p.number}] {p.text}" for p in LOOPING_PASSAGES)
     messages = [{"role": "system", "content": LOOPING_SYSTEM},
                 {"role": "user", "content": f"Question: {LOOPING_QUESTION}\n\nContext:\n{context}"}]
-    return generator.encode(generator.chat_prompt(messages))
+    return generator.encode(generator.chat_prompt(messages) + LOOPING_REPLY_START)
 
 
 # Uploads and "sync now" answer inline in tests however loaded the machine is; tests/test_jobs.py runs

@@ -144,8 +144,12 @@ def test_stream_import_answers_as_the_old_build(smollm2_import: Path) -> None:
         tokens = generator.encode(generator.chat_prompt([{"role": "user", "content": prompt}]))
         replies[prompt] = generator.generate(tokens, SamplingOptions(max_tokens=48))[0]
     assert "Paris" in replies["What is the capital of France?"]
-    same = [p for p, old in OLD_BUILD.items() if replies[p].startswith(old)]
-    assert len(same) >= 4, replies  # measured: 5 of 5 (12 of the 20 prompts of compare_greedy identical)
+    # Their first five words: where two kernels give one logit each a hair apart, greedy replies part after the
+    # words that matter (a Zen 1's AVX2 kernels: "the brain of a computer" for "… of the computer"; 3 of 5 replies
+    # start as recorded, 5 of 5 with their first five words; VNNI kernels 5 of 5 either way, 12 of the 20 prompts
+    # of compare_greedy identical). A wrongly converted weight gives other words from the first.
+    same = [p for p, old in OLD_BUILD.items() if replies[p].split()[:5] == old.split()[:5]]
+    assert len(same) >= 4, replies
 
 
 # ------------------------------------------------------------------------------------------ multi-part
